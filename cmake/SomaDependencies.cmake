@@ -1,0 +1,13 @@
+# OpenMP for the intra-op pool and OpenBLAS built on OpenMP (Debian: libopenblas-openmp-dev), so
+# that BLAS and soma's own loops share one pool instead of two competing ones.
+find_package(OpenMP REQUIRED)
+
+set(_soma_blas_hint /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp)
+find_library(SOMA_BLAS_LIBRARY NAMES openblas PATHS ${_soma_blas_hint} NO_DEFAULT_PATH)
+find_path(SOMA_BLAS_INCLUDE_DIR cblas.h
+  PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp NO_DEFAULT_PATH)
+if(NOT SOMA_BLAS_LIBRARY OR NOT SOMA_BLAS_INCLUDE_DIR)
+  message(FATAL_ERROR "soma needs OpenBLAS built with OpenMP: apt-get install libopenblas-openmp-dev "
+                      "(or run scripts/install-deps.sh)")
+endif()
+message(STATUS "soma: BLAS ${SOMA_BLAS_LIBRARY}")

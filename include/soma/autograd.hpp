@@ -1,0 +1,102 @@
+#pragma once
+// Eager reverse-mode autodiff: a GradientTape records the ops that touch watched tensors (and
+// trainable Variables) and replays their gradient definitions backwards. Gradient definitions are
+// made of ops themselves, so an outer tape records the inner tape's backward pass: nested tapes
+// give higher derivatives.
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "soma/op.hpp"
+#include "soma/tensor.hpp"
+
+namespace soma {
+
+class Variable;
+
+enum class UnconnectedGradients { None, Zero };
+
+struct TapeOptions {
+  bool persistent = false;
+  bool watch_accessed_variables = true;
+};
+
+class GradientTape {
+ public:
+  explicit GradientTape(bool persistent = false);
+  explicit GradientTape(TapeOptions options);
+  ~GradientTape();
+  GradientTape(const GradientTape&) = delete;
+  GradientTape& operator=(const GradientTape&) = delete;
+
+  void watch(const Tensor& t);
+  void watch(const std::vector<Tensor>& ts);
+
+  // d target / d source. A source the target does not depend on gets an undefined Tensor
+  // (or zeros with UnconnectedGradients::Zero). output_gradient seeds the backward pass
+  // (default: ones of the target's shape).
+  Tensor gradient(const Tensor& target, const Tensor& source,
+                  UnconnectedGradients unconnected = UnconnectedGradients::None,
+                  const Tensor& output_gradient = Tensor());
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                               UnconnectedGradients unconnected = UnconnectedGradients::None,
+                               const Tensor& output_gradient = Tensor());
+  Tensor gradient(const Tensor& target, const Variable& source,
+                  UnconnectedGradients unconnected = UnconnectedGradients::None);
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources,
+                               UnconnectedGradients unconnected = UnconnectedGradients::None);
+
+  // Stop recording inside the returned scope's lifetime (like TF's tape.stop_recording()).
+  class StopRecording {
+   public:
+    explicit StopRecording(GradientTape& t) : tape_(t), was_(t.recording_) { t.recording_ = false; }
+    ~StopRecording() { tape_.recording_ = was_; }
+   private:
+    GradientTape& tape_;
+    bool was_;
+  };
+  StopRecording stop_recording() { return StopRecording(*this); }
+
+  bool persistent() const { return options_.persistent; }
+  std::size_t num_recorded() const { return nodes_.size(); }
+  void reset();
+
+  // Called by call_op for every op run while this tape is active.
+  void record(const OpDef& def, const std::vector<Tensor>& inputs,
+              const std::vector<Tensor>& outputs, const Attrs& attrs);
+
+ private:
+  struct Node {
+    const OpDef* def;
+    std::vector<Tensor> inputs;
+    std::vector<Tensor> outputs;
+    Attrs attrs;
+    std::vector<std::uint64_t> input_versions;
+  };
+  bool is_watched(const Tensor& t) const;
+
+  TapeOptions options_;
+  bool recording_ = true;
+  bool used_ = false;
+  std::unordered_set<std::uint64_t> watched_;  // watched ids and ids computed from them
+  std::vector<Node> nodes_;
+};
+
+// The tapes currently active on this thread, innermost last.
+const std::vector<GradientTape*>& active_tapes();
+
+// While alive, no tape on this thread records anything.
+class NoGradScope {
+ public:
+  NoGradScope();
+  ~NoGradScope();
+  NoGradScope(const NoGradScope&) = delete;
+  NoGradScope& operator=(const NoGradScope&) = delete;
+ private:
+  bool was_;
+};
+bool grad_recording_disabled();
+
+}  // namespace soma

@@ -1,0 +1,86 @@
+#pragma once
+// The op registry. Every op is defined once: its name, its shape/dtype rule, its gradient
+// (written with other ops) and one kernel per device. Eager execution, the gradient tape and
+// (later) graph mode all read this one definition.
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "soma/tensor.hpp"
+
+namespace soma {
+
+struct TensorSpec {
+  Shape shape;
+  DType dtype;
+};
+
+using AttrValue =
+    std::variant<std::int64_t, double, bool, std::vector<std::int64_t>, DType, std::string>;
+
+// Named, typed op attributes (axis lists, keepdims, alpha, ...).
+class Attrs {
+ public:
+  Attrs() = default;
+  Attrs(std::initializer_list<std::pair<std::string, AttrValue>> items) : items_(items) {}
+  Attrs& set(std::string key, AttrValue v);
+  bool has(std::string_view key) const;
+  std::int64_t i(std::string_view key) const;
+  double f(std::string_view key) const;
+  bool b(std::string_view key) const;
+  const std::vector<std::int64_t>& ints(std::string_view key) const;
+  DType dtype(std::string_view key) const;
+  const std::string& s(std::string_view key) const;
+  const std::vector<std::pair<std::string, AttrValue>>& items() const { return items_; }
+
+ private:
+  const AttrValue& get(std::string_view key) const;
+  std::vector<std::pair<std::string, AttrValue>> items_;
+};
+
+// What a gradient definition sees.
+struct GradContext {
+  const std::vector<Tensor>& inputs;
+  const std::vector<Tensor>& outputs;
+  const std::vector<Tensor>& grads;  // dTarget/dOutput[i]; zeros where nothing flowed
+  const Attrs& attrs;
+};
+
+using InferFn = std::vector<TensorSpec> (*)(const std::vector<TensorSpec>& inputs, const Attrs&);
+// Non-view kernels write into `outputs`, preallocated from the infer rule; view kernels
+// (OpDef::view) push their outputs, which share the inputs' storage.
+using KernelFn = void (*)(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                          const Attrs&);
+// Returns one gradient per input: an undefined Tensor where the input gets none.
+using GradFn = std::vector<Tensor> (*)(const GradContext&);
+
+struct OpDef {
+  std::string name;
+  int num_inputs = -1;  // -1: variadic
+  InferFn infer = nullptr;
+  GradFn grad = nullptr;  // nullptr: not differentiable (outputs carry no gradient)
+  bool view = false;
+  KernelFn kernels[kNumDeviceKinds] = {};
+};
+
+// Adds an op definition; throws if the name is taken.
+void register_op(OpDef def);
+// Attaches a kernel for a device to an already registered op.
+void register_kernel(std::string_view op, DeviceKind device, KernelFn fn);
+// The definition of an op by name; throws soma::Error for an unknown name.
+const OpDef& get_op(std::string_view name);
+std::vector<std::string> registered_ops();
+
+// Runs an op eagerly: checks devices, infers output specs, allocates, runs the kernel for the
+// inputs' device, and records a node on every recording tape that watches an input.
+std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
+                            const Attrs& attrs = {});
+inline Tensor call_op1(const OpDef& def, const std::vector<Tensor>& inputs,
+                       const Attrs& attrs = {}) {
+  return call_op(def, inputs, attrs)[0];
+}
+
+}  // namespace soma

@@ -1,0 +1,164 @@
+#include <algorithm>
+#include <unordered_map>
+
+#include "soma/autograd.hpp"
+#include "soma/ops.hpp"
+#include "soma/variable.hpp"
+
+namespace soma {
+
+namespace {
+thread_local std::vector<GradientTape*> t_tapes;
+thread_local bool t_no_grad = false;
+}  // namespace
+
+const std::vector<GradientTape*>& active_tapes() { return t_tapes; }
+bool grad_recording_disabled() { return t_no_grad; }
+
+NoGradScope::NoGradScope() : was_(t_no_grad) { t_no_grad = true; }
+NoGradScope::~NoGradScope() { t_no_grad = was_; }
+
+GradientTape::GradientTape(bool persistent) : GradientTape(TapeOptions{.persistent = persistent}) {}
+
+GradientTape::GradientTape(TapeOptions options) : options_(options) { t_tapes.push_back(this); }
+
+GradientTape::~GradientTape() {
+  auto it = std::find(t_tapes.begin(), t_tapes.end(), this);
+  if (it != t_tapes.end()) t_tapes.erase(it);
+}
+
+void GradientTape::reset() {
+  nodes_.clear();
+  watched_.clear();
+  used_ = false;
+}
+
+void GradientTape::watch(const Tensor& t) {
+  if (!t.defined()) fail("GradientTape.watch", "cannot watch an undefined Tensor");
+  watched_.insert(t.id());
+}
+
+void GradientTape::watch(const std::vector<Tensor>& ts) {
+  for (const auto& t : ts) watch(t);
+}
+
+bool GradientTape::is_watched(const Tensor& t) const {
+  if (!is_floating(t.dtype())) return false;
+  if (options_.watch_accessed_variables && t.is_trainable_variable()) return true;
+  return watched_.count(t.id()) != 0;
+}
+
+void GradientTape::record(const OpDef& def, const std::vector<Tensor>& inputs,
+                          const std::vector<Tensor>& outputs, const Attrs& attrs) {
+  if (!recording_) return;
+  bool any = std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return is_watched(t); });
+  if (!any) return;
+  std::vector<std::uint64_t> versions;
+  versions.reserve(inputs.size());
+  for (const auto& t : inputs) versions.push_back(t.storage()->version.load());
+  nodes_.push_back(Node{&def, inputs, outputs, attrs, std::move(versions)});
+  for (const auto& o : outputs)
+    if (is_floating(o.dtype())) watched_.insert(o.id());
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                                           UnconnectedGradients unconnected,
+                                           const Tensor& output_gradient) {
+  const char* op = "GradientTape.gradient";
+  if (!target.defined()) fail(op, "the target is an undefined Tensor");
+  if (used_ && !options_.persistent)
+    fail(op, "this non-persistent tape was already used to compute gradients; a tape can be asked "
+             "more than once only when created persistent: GradientTape(/*persistent=*/true)");
+  used_ = true;
+  if (!is_floating(target.dtype()))
+    fail(op, "the target has dtype ", dtype_name(target.dtype()),
+         "; gradients need a floating target (f32, f64, f16 or bf16)");
+  if (output_gradient.defined() && output_gradient.shape() != target.shape())
+    fail(op, "output_gradient has shape ", shape_str(output_gradient.shape()),
+         " but the target has shape ", shape_str(target.shape()));
+
+  // The tape does not record its own backward pass; outer tapes do (higher derivatives).
+  StopRecording pause(*this);
+
+  // Forward reachability from the sources: only nodes on a path source -> target matter.
+  std::unordered_map<std::uint64_t, bool> relevant;
+  for (const auto& s : sources) {
+    if (!s.defined()) fail(op, "a source is an undefined Tensor");
+    relevant[s.id()] = true;
+  }
+  std::vector<bool> node_relevant(nodes_.size(), false);
+  for (std::size_t n = 0; n < nodes_.size(); ++n) {
+    const Node& node = nodes_[n];
+    bool any = std::any_of(node.inputs.begin(), node.inputs.end(),
+                           [&](const Tensor& t) { return relevant.count(t.id()) != 0; });
+    if (!any) continue;
+    node_relevant[n] = true;
+    for (const auto& o : node.outputs) relevant[o.id()] = true;
+  }
+
+  std::unordered_map<std::uint64_t, Tensor> grads;
+  grads[target.id()] = output_gradient.defined() ? output_gradient : ones_like(target);
+
+  for (std::size_t n = nodes_.size(); n-- > 0;) {
+    if (!node_relevant[n]) continue;
+    const Node& node = nodes_[n];
+    std::vector<Tensor> gouts(node.outputs.size());
+    bool any = false;
+    for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+      auto it = grads.find(node.outputs[i].id());
+      if (it != grads.end()) {
+        gouts[i] = it->second;
+        any = true;
+      }
+    }
+    if (!any) continue;
+    for (std::size_t i = 0; i < gouts.size(); ++i)
+      if (!gouts[i].defined()) gouts[i] = zeros_like(node.outputs[i]);
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      const Tensor& in = node.inputs[i];
+      if (in.storage()->version.load() != node.input_versions[i])
+        fail(op, "input ", i, " of '", node.def->name, "' (shape ", shape_str(in.shape()),
+             in.name().empty() ? std::string() : ", variable '" + in.name() + "'",
+             ") was modified in place after it was recorded; compute the gradient before "
+             "assigning to it");
+    }
+    std::vector<Tensor> gins = node.def->grad(GradContext{node.inputs, node.outputs, gouts, node.attrs});
+    for (std::size_t i = 0; i < node.inputs.size() && i < gins.size(); ++i) {
+      const Tensor& in = node.inputs[i];
+      if (!gins[i].defined() || !relevant.count(in.id()) || !is_floating(in.dtype())) continue;
+      auto it = grads.find(in.id());
+      if (it == grads.end()) grads.emplace(in.id(), gins[i]);
+      else it->second = add(it->second, gins[i]);
+    }
+  }
+
+  std::vector<Tensor> out;
+  out.reserve(sources.size());
+  for (const auto& s : sources) {
+    auto it = grads.find(s.id());
+    if (it != grads.end()) out.push_back(it->second);
+    else if (unconnected == UnconnectedGradients::Zero) out.push_back(zeros_like(s));
+    else out.emplace_back();
+  }
+  return out;
+}
+
+Tensor GradientTape::gradient(const Tensor& target, const Tensor& source,
+                              UnconnectedGradients unconnected, const Tensor& output_gradient) {
+  return gradient(target, std::vector<Tensor>{source}, unconnected, output_gradient)[0];
+}
+
+Tensor GradientTape::gradient(const Tensor& target, const Variable& source,
+                              UnconnectedGradients unconnected) {
+  return gradient(target, std::vector<Tensor>{source.value()}, unconnected)[0];
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable>& sources,
+                                           UnconnectedGradients unconnected) {
+  std::vector<Tensor> ts;
+  ts.reserve(sources.size());
+  for (const auto& v : sources) ts.push_back(v.value());
+  return gradient(target, ts, unconnected);
+}
+
+}  // namespace soma

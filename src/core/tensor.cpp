@@ -1,0 +1,210 @@
+#include "soma/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "internal/dispatch.hpp"
+#include "soma/ops.hpp"
+
+namespace soma {
+
+std::uint64_t next_tensor_id() {
+  static std::atomic<std::uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, Device device) {
+  if (!device.is_cpu())
+    fail("allocate", "device ", device.str(), " is not available in this build");
+  auto s = std::make_shared<Storage>();
+  // 64-byte alignment for vector loads; aligned_alloc needs a multiple of the alignment.
+  std::size_t padded = (std::max<std::size_t>(nbytes, 1) + 63) / 64 * 64;
+  s->data = std::aligned_alloc(64, padded);
+  if (!s->data)
+    fail("allocate", "out of memory: could not allocate ", nbytes, " bytes on ", device.str());
+  s->nbytes = nbytes;
+  s->device = device;
+  return s;
+}
+
+Storage::~Storage() { std::free(data); }
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (auto d : shape)
+    if (d < 0) fail("empty", "negative dimension in shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  std::int64_t n = soma::numel(shape);
+  if (n > (std::int64_t(1) << 48) / std::int64_t(dtype_size(dtype)))
+    fail("empty", "tensor of shape ", shape_str(shape), " and dtype ", dtype_name(dtype),
+         " is too large to allocate");
+  impl->storage = Storage::allocate(std::size_t(n) * dtype_size(dtype), device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  impl->device = device;
+  impl->id = next_tensor_id();
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::view_of(const Tensor& base, Shape shape, Strides strides, std::int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  impl->device = base.device();
+  impl->id = next_tensor_id();
+  return Tensor(std::move(impl));
+}
+
+TensorImpl& Tensor::impl() const {
+  if (!impl_) throw Error("tensor: use of an undefined (empty) Tensor handle");
+  return *impl_;
+}
+
+std::int64_t Tensor::dim(std::int64_t axis) const {
+  return shape()[normalize_axis(axis, rank(), "dim")];
+}
+
+bool Tensor::is_contiguous() const {
+  const auto& s = shape();
+  const auto& st = strides();
+  std::int64_t acc = 1;
+  for (std::size_t i = s.size(); i-- > 0;) {
+    if (s[i] != 1 && st[i] != acc) return false;
+    acc *= s[i];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  return static_cast<char*>(impl().storage->data) + impl().offset * std::int64_t(dtype_size(dtype()));
+}
+
+void Tensor::check_dtype(DType want, const char* what) const {
+  if (dtype() != want)
+    fail(what, "tensor has dtype ", dtype_name(dtype()), " but ", dtype_name(want),
+         " was requested");
+}
+
+namespace {
+// Storage offset (in elements) of the element at row-major linear index `i`.
+std::int64_t offset_of(const Tensor& t, std::int64_t i) {
+  std::int64_t off = t.offset();
+  const auto& s = t.shape();
+  const auto& st = t.strides();
+  for (std::size_t d = s.size(); d-- > 0;) {
+    off += (i % s[d]) * st[d];
+    i /= s[d];
+  }
+  return off;
+}
+
+template <class T>
+T read_converted(const Tensor& t, std::int64_t storage_offset) {
+  if (!t.device().is_cpu())
+    fail("read", "tensor is on ", t.device().str(), "; copy it to the CPU first with to(Device::cpu())");
+  return detail::dispatch_dtype(t.dtype(), [&]<class S>() {
+    return detail::convert<T>(static_cast<const S*>(t.storage()->data)[storage_offset]);
+  });
+}
+}  // namespace
+
+template <class T>
+T Tensor::item() const {
+  if (numel() != 1)
+    fail("item", "expected a tensor with one element, got shape ", shape_str(shape()));
+  return read_converted<T>(*this, offset_of(*this, 0));
+}
+
+template <class T>
+T Tensor::at(const std::vector<std::int64_t>& index) const {
+  if (std::int64_t(index.size()) != rank())
+    fail("at", "index has ", index.size(), " entries for a tensor of shape ", shape_str(shape()));
+  std::int64_t off = offset();
+  for (std::size_t d = 0; d < index.size(); ++d) {
+    std::int64_t i = index[d] < 0 ? index[d] + shape()[d] : index[d];
+    if (i < 0 || i >= shape()[d])
+      fail("at", "index ", index[d], " is out of range for dimension ", d, " of size ",
+           shape()[d], " (shape ", shape_str(shape()), ")");
+    off += i * strides()[d];
+  }
+  return read_converted<T>(*this, off);
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  std::int64_t n = numel();
+  std::vector<T> out(static_cast<std::size_t>(n));
+  if (n == 0) return out;
+  if (!device().is_cpu())
+    fail("to_vector", "tensor is on ", device().str(), "; copy it to the CPU first");
+  Tensor c = contiguous();
+  detail::dispatch_dtype(c.dtype(), [&]<class S>() {
+    const S* p = static_cast<const S*>(c.raw_data());
+    for (std::int64_t i = 0; i < n; ++i) out[std::size_t(i)] = detail::convert<T>(p[i]);
+  });
+  return out;
+}
+
+#define SOMA_INSTANTIATE(T)                                             \
+  template T Tensor::item<T>() const;                                   \
+  template T Tensor::at<T>(const std::vector<std::int64_t>&) const;     \
+  template std::vector<T> Tensor::to_vector<T>() const;
+SOMA_INSTANTIATE(float)
+SOMA_INSTANTIATE(double)
+SOMA_INSTANTIATE(Half)
+SOMA_INSTANTIATE(BFloat16)
+SOMA_INSTANTIATE(std::int32_t)
+SOMA_INSTANTIATE(std::int64_t)
+SOMA_INSTANTIATE(std::uint8_t)
+SOMA_INSTANTIATE(bool)
+#undef SOMA_INSTANTIATE
+
+double load_as_double(const void* p, DType t, std::int64_t i) {
+  return detail::dispatch_dtype(t, [&]<class S>() {
+    return detail::convert<double>(static_cast<const S*>(p)[i]);
+  });
+}
+
+Tensor Tensor::contiguous() const { return soma::contiguous(*this); }
+Tensor Tensor::clone() const { return soma::copy(*this); }
+Tensor Tensor::cast(DType t) const { return soma::cast(*this, t); }
+Tensor Tensor::to(Device d) const {
+  if (d == device()) return *this;
+  fail("to", "device ", d.str(), " is not available in this build");
+}
+Tensor Tensor::reshape(const Shape& s) const { return soma::reshape(*this, s); }
+Tensor Tensor::transpose() const { return soma::transpose(*this); }
+Tensor Tensor::transpose(std::int64_t a, std::int64_t b) const {
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(rank()));
+  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = std::int64_t(i);
+  std::swap(perm[std::size_t(normalize_axis(a, rank(), "transpose"))],
+            perm[std::size_t(normalize_axis(b, rank(), "transpose"))]);
+  return soma::transpose(*this, perm);
+}
+Tensor Tensor::permute(const std::vector<std::int64_t>& p) const { return soma::transpose(*this, p); }
+Tensor Tensor::slice(const std::vector<Slice>& s) const { return soma::slice(*this, s); }
+Tensor Tensor::slice(std::int64_t axis, std::optional<std::int64_t> start,
+                     std::optional<std::int64_t> stop, std::int64_t step) const {
+  int ax = normalize_axis(axis, rank(), "slice");
+  std::vector<Slice> s(std::size_t(ax) + 1);
+  s[std::size_t(ax)] = Slice{start, stop, step};
+  return soma::slice(*this, s);
+}
+Tensor Tensor::squeeze(const std::vector<std::int64_t>& axes) const { return soma::squeeze(*this, axes); }
+Tensor Tensor::expand_dims(std::int64_t axis) const { return soma::expand_dims(*this, axis); }
+Tensor Tensor::broadcast_to(const Shape& s) const { return soma::broadcast_to(*this, s); }
+Tensor Tensor::operator[](std::int64_t i) const {
+  if (rank() == 0) fail("index", "cannot index a scalar (shape [])");
+  std::int64_t n = shape()[0];
+  std::int64_t j = i < 0 ? i + n : i;
+  if (j < 0 || j >= n)
+    fail("index", "index ", i, " is out of range for axis 0 of size ", n, " (shape ",
+         shape_str(shape()), ")");
+  return soma::squeeze(soma::slice(*this, {Slice{j, j + 1, 1}}), {0});
+}
+
+}  // namespace soma

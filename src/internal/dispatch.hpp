@@ -1,0 +1,57 @@
+#pragma once
+// Internal: run a template lambda for a runtime dtype: dispatch_dtype(t, [&]<class T>() {...}).
+#include <cstdint>
+
+#include "soma/dtype.hpp"
+#include "soma/error.hpp"
+
+namespace soma::detail {
+
+template <class F>
+decltype(auto) dispatch_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f.template operator()<float>();
+    case DType::f64: return f.template operator()<double>();
+    case DType::f16: return f.template operator()<Half>();
+    case DType::bf16: return f.template operator()<BFloat16>();
+    case DType::i32: return f.template operator()<std::int32_t>();
+    case DType::i64: return f.template operator()<std::int64_t>();
+    case DType::u8: return f.template operator()<std::uint8_t>();
+    case DType::boolean: return f.template operator()<bool>();
+  }
+  throw Error("dispatch: unknown dtype");
+}
+
+// Floating dtypes only (f32, f64, f16, bf16); anything else is an error naming the op.
+template <class F>
+decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: return f.template operator()<float>();
+    case DType::f64: return f.template operator()<double>();
+    case DType::f16: return f.template operator()<Half>();
+    case DType::bf16: return f.template operator()<BFloat16>();
+    default:
+      fail(op, "dtype ", dtype_name(t), " is not supported (expected f32, f64, f16 or bf16)");
+  }
+}
+
+// The type arithmetic is done in: f32 for the 16-bit floats, the type itself otherwise.
+template <class T> struct compute_type { using type = T; };
+template <> struct compute_type<Half> { using type = float; };
+template <> struct compute_type<BFloat16> { using type = float; };
+template <class T> using compute_t = typename compute_type<T>::type;
+
+template <class To, class From>
+inline To convert(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<float>(static_cast<compute_t<From>>(v)) != 0.0f;
+  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
+    return static_cast<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+    return To(static_cast<float>(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+}  // namespace soma::detail

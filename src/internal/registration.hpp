@@ -1,0 +1,14 @@
+#pragma once
+// Internal: the functions that fill the op registry, one per area. Op definitions (src/ops/) are
+// registered first, then each backend attaches its kernels (src/backend/<device>/).
+namespace soma::detail {
+void register_elementwise_ops();  // also registers the view ops
+void register_reduction_ops();
+void register_shape_ops();
+void register_linalg_ops();
+
+void register_cpu_elementwise_kernels();
+void register_cpu_reduction_kernels();
+void register_cpu_shape_kernels();
+void register_cpu_linalg_kernels();
+}  // namespace soma::detail
