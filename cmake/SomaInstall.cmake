@@ -1,4 +1,7 @@
 include(CMakePackageConfigHelpers)
+# Keep the OpenMP OpenBLAS directory in the installed library's RUNPATH, so an installed libsoma
+# loads that build even where the system's default libopenblas.so.0 is another one.
+set_target_properties(soma PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
 install(TARGETS soma EXPORT somaTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

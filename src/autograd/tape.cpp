@@ -84,7 +84,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   std::unordered_map<std::uint64_t, bool> relevant;
   for (const auto& s : sources) {
     if (!s.defined()) fail(op, "a source is an undefined Tensor");
-    relevant[s.id()] = true;
+    if (is_watched(s)) relevant[s.id()] = true;  // an unwatched source gets no gradient
   }
   std::vector<bool> node_relevant(nodes_.size(), false);
   for (std::size_t n = 0; n < nodes_.size(); ++n) {

@@ -69,6 +69,7 @@ std::int64_t Tensor::dim(std::int64_t axis) const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;
   const auto& s = shape();
   const auto& st = strides();
   std::int64_t acc = 1;

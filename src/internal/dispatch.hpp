@@ -1,6 +1,9 @@
 #pragma once
 // Internal: run a template lambda for a runtime dtype: dispatch_dtype(t, [&]<class T>() {...}).
+#include <bit>
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "soma/dtype.hpp"
 #include "soma/error.hpp"
@@ -41,12 +44,25 @@ template <> struct compute_type<Half> { using type = float; };
 template <> struct compute_type<BFloat16> { using type = float; };
 template <class T> using compute_t = typename compute_type<T>::type;
 
+// f64 -> f32 rounded to odd (truncate, then set the last bit if anything was lost), so that a
+// second rounding to 16 bits gives the same result as rounding f64 to 16 bits directly.
+inline float round_to_odd_f32(double d) {
+  float f = static_cast<float>(d);
+  if (!(static_cast<double>(f) != d) || std::isinf(f) || d != d) return f;
+  std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
+  if (std::abs(static_cast<double>(f)) > std::abs(d)) --bits;  // truncate toward zero
+  return std::bit_cast<float>(bits | 1u);
+}
+
 template <class To, class From>
 inline To convert(From v) {
   if constexpr (std::is_same_v<To, bool>) {
     return static_cast<float>(static_cast<compute_t<From>>(v)) != 0.0f;
   } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
     return static_cast<To>(static_cast<float>(v));
+  } else if constexpr ((std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) &&
+                       std::is_same_v<From, double>) {
+    return To(round_to_odd_f32(v));
   } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
     return To(static_cast<float>(v));
   } else {

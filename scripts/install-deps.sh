@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what soma needs to build and test on Debian 12. Idempotent: when every package is
+# already installed it only asks dpkg and returns (no apt-get update, no network).
+set -euo pipefail
+
+# OpenBLAS must be the OpenMP build (libopenblas-openmp-dev, not -pthread-dev) so that BLAS and
+# soma's own loops share one thread pool.
+PACKAGES=(
+  build-essential
+  cmake
+  ninja-build
+  ccache
+  pkg-config
+  libopenblas-openmp-dev
+  libgtest-dev
+  libgmock-dev
+  libbenchmark-dev
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+  else
+    echo "install-deps: missing ${missing[*]}; run as root (or install sudo)" >&2
+    exit 1
+  fi
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y --no-install-recommends "${missing[@]}"

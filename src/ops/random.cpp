@@ -1,0 +1,329 @@
+// Random tensors from a counter-based generator (Philox4x32-10, Salmon et al., "Parallel Random
+// Numbers: As Easy as 1, 2, 3", SC 2011). Element i's bits are a pure function of
+// (seed, stream, i), so generation is split across threads freely and the same seed gives the
+// same numbers on every run and for any soma::set_num_threads value.
+//
+// Seeds, as in TensorFlow:
+//   - a per-call seed fixes the stream: the same call with the same seed returns the same numbers;
+//   - without one, each call takes the next value of a global call counter as its stream under
+//     the global seed. set_seed(s) sets the global seed and restarts the counter, so a program
+//     that sets the seed reproduces its whole sequence. Calls with a per-call seed leave the
+//     counter alone.
+//   - when set_seed was never called, the global seed is kDefaultSeed (0x736f6d61, "soma" in
+//     ASCII): programs are reproducible by default.
+//
+// Counter layout of one Philox block: ctr[0..1] = block index (48 bits) | redraw attempt << 48,
+// ctr[2..3] = stream (the global call number with the top bit set; 0 for per-call seeds, so the
+// two kinds of stream never meet); key = the 64-bit seed.
+//
+// These functions take no differentiable input (random_shuffle's output is a fresh copy that
+// carries no gradient), so they are not ops on the tape, like the creation functions.
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <numbers>
+
+#include "internal/dispatch.hpp"
+#include "internal/parallel.hpp"
+#include "soma/ops.hpp"
+
+namespace soma {
+
+namespace {
+
+constexpr std::uint64_t kDefaultSeed = 0x736f6d61;  // "soma"
+
+struct GlobalRng {
+  std::mutex mu;
+  std::uint64_t seed = kDefaultSeed;
+  std::uint64_t calls = 0;
+};
+GlobalRng& global_rng() {
+  static GlobalRng g;
+  return g;
+}
+
+struct Stream {
+  std::uint64_t seed;
+  std::uint64_t stream;
+};
+
+Stream next_stream(std::optional<std::uint64_t> seed) {
+  if (seed) return {*seed, 0};
+  auto& g = global_rng();
+  std::lock_guard lock(g.mu);
+  return {g.seed, (g.calls++) | (std::uint64_t(1) << 63)};
+}
+
+// ---- Philox4x32-10 ----------------------------------------------------------------------------
+using Block = std::array<std::uint32_t, 4>;
+
+inline Block philox(Block ctr, std::uint32_t k0, std::uint32_t k1) {
+  constexpr std::uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;  // round multipliers
+  constexpr std::uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;  // Weyl key increments
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += W0;
+      k1 += W1;
+    }
+    std::uint64_t p0 = std::uint64_t(M0) * ctr[0];
+    std::uint64_t p1 = std::uint64_t(M1) * ctr[2];
+    ctr = {std::uint32_t(p1 >> 32) ^ ctr[1] ^ k0, std::uint32_t(p1),
+           std::uint32_t(p0 >> 32) ^ ctr[3] ^ k1, std::uint32_t(p0)};
+  }
+  return ctr;
+}
+
+// The four 32-bit words of block `index` (redraw `attempt`) of stream `s`.
+inline Block bits(const Stream& s, std::uint64_t index, std::uint32_t attempt = 0) {
+  Block ctr = {std::uint32_t(index), std::uint32_t(index >> 32) | (attempt << 16),
+               std::uint32_t(s.stream), std::uint32_t(s.stream >> 32)};
+  return philox(ctr, std::uint32_t(s.seed), std::uint32_t(s.seed >> 32));
+}
+
+inline std::uint64_t u64(std::uint32_t hi, std::uint32_t lo) {
+  return (std::uint64_t(hi) << 32) | lo;
+}
+// Uniform in [0, 1) and in (0, 1] with the precision of the type.
+inline float unit_f(std::uint32_t x) { return float(x >> 8) * 0x1p-24f; }
+inline float unit_open_f(std::uint32_t x) { return float((x >> 8) + 1) * 0x1p-24f; }
+inline double unit_d(std::uint64_t x) { return double(x >> 11) * 0x1p-53; }
+inline double unit_open_d(std::uint64_t x) { return double((x >> 11) + 1) * 0x1p-53; }
+
+// Standard normals of one block: four in float precision, or two in double precision.
+inline std::array<float, 4> normals_f(const Block& b) {
+  std::array<float, 4> z;
+  for (int k = 0; k < 2; ++k) {
+    float r = std::sqrt(-2.0f * std::log(unit_open_f(b[2 * k])));
+    float theta = 2.0f * std::numbers::pi_v<float> * unit_f(b[2 * k + 1]);
+    z[2 * k] = r * std::cos(theta);
+    z[2 * k + 1] = r * std::sin(theta);
+  }
+  return z;
+}
+inline std::array<double, 2> normals_d(const Block& b) {
+  double r = std::sqrt(-2.0 * std::log(unit_open_d(u64(b[0], b[1]))));
+  double theta = 2.0 * std::numbers::pi * unit_d(u64(b[2], b[3]));
+  return {r * std::cos(theta), r * std::sin(theta)};
+}
+
+// Fills n values, `lanes` per Philox block, with gen(block_index, out, first_lane, last_lane).
+// Work is cut into tiles of a fixed size, so every element goes through the same code path (the
+// same vector/scalar split) whatever the thread count: results are bit-identical.
+template <class Gen>
+void generate(std::int64_t n, int lanes, Gen&& gen) {
+  constexpr std::int64_t kTileBlocks = 1024;
+  std::int64_t blocks = (n + lanes - 1) / lanes;
+  std::int64_t tiles = (blocks + kTileBlocks - 1) / kTileBlocks;
+  detail::parallel_for(tiles, std::max<std::int64_t>(1, detail::kParallelGrain / (kTileBlocks * lanes)),
+                       [&](std::int64_t t0, std::int64_t t1) {
+                         for (std::int64_t t = t0; t < t1; ++t) {
+                           std::int64_t b1 = std::min(blocks, (t + 1) * kTileBlocks);
+                           for (std::int64_t b = t * kTileBlocks; b < b1; ++b) {
+                             std::int64_t first = b * lanes;
+                             gen(std::uint64_t(b), first, int(std::min<std::int64_t>(lanes, n - first)));
+                           }
+                         }
+                       });
+}
+
+void check_shape(const Shape& shape, const char* op) {
+  for (auto d : shape)
+    if (d < 0) fail(op, "negative dimension in shape ", shape_str(shape));
+}
+
+void check_normal_args(const char* op, double mean, double stddev, DType dtype) {
+  if (!is_floating(dtype))
+    fail(op, "dtype ", dtype_name(dtype), " is not supported (expected f32, f64, f16 or bf16)");
+  if (!(stddev >= 0) || !std::isfinite(stddev))
+    fail(op, "stddev must be finite and non-negative, got ", stddev);
+  if (!std::isfinite(mean)) fail(op, "mean must be finite, got ", mean);
+}
+
+// Largest value of T strictly below x (x finite).
+template <class T> T below(T x) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return std::nextafter(x, -std::numeric_limits<T>::infinity());
+  } else {  // f16 / bf16: step the bit pattern towards -inf
+    T r = x;
+    if (r.bits == 0x0000 || r.bits == 0x8000) r.bits = 0x8001;
+    else if (r.bits & 0x8000) ++r.bits;
+    else --r.bits;
+    return r;
+  }
+}
+
+template <class T>
+void fill_normal(Tensor& out, const Stream& s, double mean, double stddev, bool truncate) {
+  T* p = out.data<T>();
+  const std::int64_t n = out.numel();
+  if constexpr (std::is_same_v<T, double>) {
+    generate(n, 2, [&](std::uint64_t b, std::int64_t first, int count) {
+      auto z = normals_d(bits(s, b));
+      for (int k = 0; k < count; ++k) {
+        double v = z[std::size_t(k)];
+        // Redraw with fresh counters (attempt 1, 2, ...) for this element only.
+        for (std::uint32_t a = 1; truncate && !(std::abs(v) < 2.0) && a < 0xffff; ++a)
+          v = normals_d(bits(s, b, a))[std::size_t(k)];
+        p[first + k] = mean + stddev * v;
+      }
+    });
+  } else {
+    const float m = float(mean), sd = float(stddev);
+    generate(n, 4, [&](std::uint64_t b, std::int64_t first, int count) {
+      auto z = normals_f(bits(s, b));
+      for (int k = 0; k < count; ++k) {
+        float v = z[std::size_t(k)];
+        for (std::uint32_t a = 1; truncate && !(std::abs(v) < 2.0f) && a < 0xffff; ++a)
+          v = normals_f(bits(s, b, a))[std::size_t(k)];
+        p[first + k] = detail::convert<T>(m + sd * v);
+      }
+    });
+  }
+}
+
+Tensor normal_impl(const char* op, const Shape& shape, double mean, double stddev, DType dtype,
+                   std::optional<std::uint64_t> seed, bool truncate) {
+  check_shape(shape, op);
+  check_normal_args(op, mean, stddev, dtype);
+  Tensor out = Tensor::empty(shape, dtype);
+  Stream s = next_stream(seed);
+  detail::dispatch_floating(dtype, op, [&]<class T>() {
+    fill_normal<T>(out, s, mean, stddev, truncate);
+  });
+  return out;
+}
+
+}  // namespace
+
+void set_seed(std::uint64_t seed) {
+  auto& g = global_rng();
+  std::lock_guard lock(g.mu);
+  g.seed = seed;
+  g.calls = 0;
+}
+
+Tensor random_normal(const Shape& shape, double mean, double stddev, DType dtype,
+                     std::optional<std::uint64_t> seed) {
+  return normal_impl("random_normal", shape, mean, stddev, dtype, seed, false);
+}
+
+Tensor truncated_normal(const Shape& shape, double mean, double stddev, DType dtype,
+                        std::optional<std::uint64_t> seed) {
+  return normal_impl("truncated_normal", shape, mean, stddev, dtype, seed, true);
+}
+
+Tensor random_uniform(const Shape& shape, double minval, double maxval, DType dtype,
+                      std::optional<std::uint64_t> seed) {
+  const char* op = "random_uniform";
+  check_shape(shape, op);
+  if (!std::isfinite(minval) || !std::isfinite(maxval))
+    fail(op, "bounds must be finite, got [", minval, ", ", maxval, ")");
+  if (!(minval < maxval))
+    fail(op, "minval must be less than maxval, got minval ", minval, " and maxval ", maxval);
+  Tensor out;
+  if (dtype == DType::i32 || dtype == DType::i64) {
+    // Integers in [minval, maxval): the bounds must be integers that the dtype holds.
+    double lo_lim = dtype == DType::i32 ? -2147483648.0 : -9223372036854775808.0;
+    double hi_lim = dtype == DType::i32 ? 2147483648.0 : 9223372036854775808.0;
+    if (minval != std::floor(minval) || maxval != std::floor(maxval))
+      fail(op, "dtype ", dtype_name(dtype), " needs integer bounds, got [", minval, ", ", maxval,
+           ")");
+    if (minval < lo_lim || maxval > hi_lim)
+      fail(op, "bounds [", minval, ", ", maxval, ") do not fit dtype ", dtype_name(dtype));
+    out = Tensor::empty(shape, dtype);
+    Stream s = next_stream(seed);
+    const std::int64_t lo = std::int64_t(minval);
+    // maxval - minval <= 2^64 - 1 when both fit an i64 (2^63 itself is excluded as maxval).
+    const std::uint64_t range = maxval >= 9223372036854775808.0
+                                    ? std::uint64_t(std::int64_t(9223372036854775807LL)) -
+                                          std::uint64_t(lo) + 1
+                                    : std::uint64_t(std::int64_t(maxval)) - std::uint64_t(lo);
+    detail::dispatch_dtype(dtype, [&]<class T>() {
+      if constexpr (std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>) {
+        T* p = out.data<T>();
+        generate(out.numel(), 2, [&](std::uint64_t b, std::int64_t first, int count) {
+          Block w = bits(s, b);
+          for (int k = 0; k < count; ++k) {
+            // Multiply-shift maps 64 random bits onto [0, range); bias <= range / 2^64.
+            std::uint64_t x = u64(w[std::size_t(2 * k)], w[std::size_t(2 * k + 1)]);
+            auto off = range == 0 ? x  // the whole i64 range (2^64 wrapped to 0)
+                                  : std::uint64_t((unsigned __int128)x * range >> 64);
+            p[first + k] = T(std::uint64_t(lo) + off);
+          }
+        });
+      }
+    });
+    return out;
+  }
+  if (!is_floating(dtype))
+    fail(op, "dtype ", dtype_name(dtype),
+         " is not supported (expected f32, f64, f16, bf16, i32 or i64)");
+  out = Tensor::empty(shape, dtype);
+  detail::dispatch_floating(dtype, op, [&]<class T>() {
+    const T lo = detail::convert<T>(minval), hi = detail::convert<T>(maxval);
+    if (!(detail::convert<double>(lo) < detail::convert<double>(hi)))
+      fail(op, "bounds [", minval, ", ", maxval, ") collapse to one value in dtype ",
+           dtype_name(dtype));
+    // Rounding to T can land on maxval itself; such values are moved just below it.
+    const T top = below(hi);
+    Stream s = next_stream(seed);
+    T* p = out.data<T>();
+    if constexpr (std::is_same_v<T, double>) {
+      generate(out.numel(), 2, [&](std::uint64_t b, std::int64_t first, int count) {
+        Block w = bits(s, b);
+        for (int k = 0; k < count; ++k) {
+          double v = minval + (maxval - minval) * unit_d(u64(w[std::size_t(2 * k)],
+                                                              w[std::size_t(2 * k + 1)]));
+          p[first + k] = v < maxval ? v : top;
+        }
+      });
+    } else {
+      const double width = maxval - minval;
+      const double hi_d = detail::convert<double>(hi);
+      generate(out.numel(), 4, [&](std::uint64_t b, std::int64_t first, int count) {
+        Block w = bits(s, b);
+        for (int k = 0; k < count; ++k) {
+          T v = detail::convert<T>(minval + width * double(w[std::size_t(k)] >> 8) * 0x1p-24);
+          p[first + k] = detail::convert<double>(v) < hi_d ? v : top;
+        }
+      });
+    }
+  });
+  return out;
+}
+
+Tensor random_shuffle(const Tensor& t, std::optional<std::uint64_t> seed) {
+  const char* op = "random_shuffle";
+  if (t.rank() == 0) fail(op, "expected a tensor of rank >= 1 to shuffle along axis 0, got shape []");
+  if (!t.device().is_cpu())
+    fail(op, "tensor is on ", t.device().str(), "; only CPU tensors are supported in this build");
+  const std::int64_t n = t.shape()[0];
+  Stream s = next_stream(seed);
+  // Fisher-Yates: swap k with a uniform j in [0, k]; step k draws from block (n - 1 - k).
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) perm[std::size_t(i)] = i;
+  for (std::int64_t k = n - 1; k > 0; --k) {
+    Block w = bits(s, std::uint64_t(n - 1 - k));
+    auto j = std::int64_t((unsigned __int128)u64(w[0], w[1]) * std::uint64_t(k + 1) >> 64);
+    std::swap(perm[std::size_t(k)], perm[std::size_t(j)]);
+  }
+  Tensor src = contiguous(t);
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  const std::size_t row_bytes = std::size_t(t.numel() / std::max<std::int64_t>(n, 1)) *
+                                dtype_size(t.dtype());
+  const char* sp = static_cast<const char*>(src.raw_data());
+  char* dp = static_cast<char*>(out.raw_data());
+  std::int64_t grain = std::max<std::int64_t>(
+      1, detail::kParallelGrain * 4 / std::max<std::int64_t>(std::int64_t(row_bytes), 1));
+  detail::parallel_for(n, grain, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)
+      std::memcpy(dp + std::size_t(r) * row_bytes, sp + std::size_t(perm[std::size_t(r)]) * row_bytes,
+                  row_bytes);
+  });
+  return out;
+}
+
+}  // namespace soma
