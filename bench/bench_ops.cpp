@@ -18,12 +18,16 @@ void elementwise_sizes(benchmark::internal::Benchmark* b) {
   b->Arg(1000)->Arg(100000)->Arg(10000000);
 }
 
-// Reports `bytes` moved (or `flops` done) per iteration as a rate in units of 1e9 per second.
+// Every benchmark measures wall time: the ops run on several threads, and a rate over the
+// calling thread's CPU time alone would flatter them.
+
+// Reports `bytes` moved (or `flops` done) per iteration as a rate in units of 1e9 per second;
+// Google Benchmark prints it as `GB=12.3/s` or `GFLOP=45.6/s`.
 void report_bytes(benchmark::State& state, double bytes) {
-  state.counters["GB/s"] = Counter(bytes * double(state.iterations()) / 1e9, Counter::kIsRate);
+  state.counters["GB"] = Counter(bytes * double(state.iterations()) / 1e9, Counter::kIsRate);
 }
 void report_flops(benchmark::State& state, double flops) {
-  state.counters["GFLOP/s"] = Counter(flops * double(state.iterations()) / 1e9, Counter::kIsRate);
+  state.counters["GFLOP"] = Counter(flops * double(state.iterations()) / 1e9, Counter::kIsRate);
 }
 
 soma::Tensor input(const soma::Shape& shape, std::uint64_t seed = 1) {
@@ -45,7 +49,7 @@ void BM_add(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(soma::add(a, b));
   report_bytes(state, 3.0 * 4 * double(n));
 }
-BENCHMARK(BM_add)->Apply(elementwise_sizes);
+BENCHMARK(BM_add)->Apply(elementwise_sizes)->UseRealTime();
 
 // [rows, 1000] * [1000]: the row vector is broadcast down the rows.
 void BM_multiply_broadcast(benchmark::State& state) {
@@ -54,7 +58,7 @@ void BM_multiply_broadcast(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(soma::multiply(a, b));
   report_bytes(state, 4.0 * (2.0 * double(n) + 1000));
 }
-BENCHMARK(BM_multiply_broadcast)->Apply(elementwise_sizes);
+BENCHMARK(BM_multiply_broadcast)->Apply(elementwise_sizes)->UseRealTime();
 
 void BM_exp(benchmark::State& state) {
   const std::int64_t n = state.range(0);
@@ -62,7 +66,7 @@ void BM_exp(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(soma::exp(a));
   report_bytes(state, 2.0 * 4 * double(n));
 }
-BENCHMARK(BM_exp)->Apply(elementwise_sizes);
+BENCHMARK(BM_exp)->Apply(elementwise_sizes)->UseRealTime();
 
 void BM_relu(benchmark::State& state) {
   const std::int64_t n = state.range(0);
@@ -70,7 +74,7 @@ void BM_relu(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(soma::relu(a));
   report_bytes(state, 2.0 * 4 * double(n));
 }
-BENCHMARK(BM_relu)->Apply(elementwise_sizes);
+BENCHMARK(BM_relu)->Apply(elementwise_sizes)->UseRealTime();
 
 void BM_sum_all(benchmark::State& state) {
   const std::int64_t n = state.range(0);
@@ -78,7 +82,7 @@ void BM_sum_all(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(soma::sum(a));
   report_bytes(state, 4.0 * double(n));
 }
-BENCHMARK(BM_sum_all)->Apply(elementwise_sizes);
+BENCHMARK(BM_sum_all)->Apply(elementwise_sizes)->UseRealTime();
 
 // Along the rows (axis 1, contiguous) and down the columns (axis 0, strided): two kernel paths.
 void BM_sum_axis1(benchmark::State& state) {
@@ -87,7 +91,7 @@ void BM_sum_axis1(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(soma::sum(a, {1}));
   report_bytes(state, 4.0 * double(n));
 }
-BENCHMARK(BM_sum_axis1)->Apply(elementwise_sizes);
+BENCHMARK(BM_sum_axis1)->Apply(elementwise_sizes)->UseRealTime();
 
 void BM_sum_axis0(benchmark::State& state) {
   const std::int64_t n = state.range(0);
@@ -95,7 +99,7 @@ void BM_sum_axis0(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(soma::sum(a, {0}));
   report_bytes(state, 4.0 * double(n));
 }
-BENCHMARK(BM_sum_axis0)->Apply(elementwise_sizes);
+BENCHMARK(BM_sum_axis0)->Apply(elementwise_sizes)->UseRealTime();
 
 void BM_softmax(benchmark::State& state) {
   const std::int64_t n = state.range(0);
@@ -103,7 +107,7 @@ void BM_softmax(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(soma::softmax(a, -1));
   report_bytes(state, 2.0 * 4 * double(n));
 }
-BENCHMARK(BM_softmax)->Apply(elementwise_sizes);
+BENCHMARK(BM_softmax)->Apply(elementwise_sizes)->UseRealTime();
 
 void BM_matmul_f32(benchmark::State& state) {
   const std::int64_t n = state.range(0);
@@ -111,7 +115,7 @@ void BM_matmul_f32(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(soma::matmul(a, b));
   report_flops(state, 2.0 * double(n) * double(n) * double(n));
 }
-BENCHMARK(BM_matmul_f32)->Arg(64)->Arg(256)->Arg(1024);
+BENCHMARK(BM_matmul_f32)->Arg(64)->Arg(256)->Arg(1024)->UseRealTime();
 
 // A strided view packed into new memory: the copy kernel's general path. Square sides close to
 // the elementwise sizes (32^2, 320^2, 3200^2).
@@ -121,7 +125,7 @@ void BM_transpose_contiguous(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(soma::contiguous(soma::transpose(a)));
   report_bytes(state, 2.0 * 4 * double(side) * double(side));
 }
-BENCHMARK(BM_transpose_contiguous)->Arg(32)->Arg(320)->Arg(3200);
+BENCHMARK(BM_transpose_contiguous)->Arg(32)->Arg(320)->Arg(3200)->UseRealTime();
 
 void BM_cast_f32_to_f16(benchmark::State& state) {
   const std::int64_t n = state.range(0);
@@ -129,7 +133,7 @@ void BM_cast_f32_to_f16(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(soma::cast(a, soma::DType::f16));
   report_bytes(state, (4.0 + 2.0) * double(n));
 }
-BENCHMARK(BM_cast_f32_to_f16)->Apply(elementwise_sizes);
+BENCHMARK(BM_cast_f32_to_f16)->Apply(elementwise_sizes)->UseRealTime();
 
 // ---- naive baselines: the loop a user would write over std::vector -----------------------------
 
@@ -144,7 +148,7 @@ void BM_naive_add(benchmark::State& state) {
   }
   report_bytes(state, 3.0 * 4 * double(n));
 }
-BENCHMARK(BM_naive_add)->Apply(elementwise_sizes);
+BENCHMARK(BM_naive_add)->Apply(elementwise_sizes)->UseRealTime();
 
 void BM_naive_exp(benchmark::State& state) {
   const std::int64_t n = state.range(0);
@@ -157,7 +161,7 @@ void BM_naive_exp(benchmark::State& state) {
   }
   report_bytes(state, 2.0 * 4 * double(n));
 }
-BENCHMARK(BM_naive_exp)->Apply(elementwise_sizes);
+BENCHMARK(BM_naive_exp)->Apply(elementwise_sizes)->UseRealTime();
 
 void BM_naive_sum(benchmark::State& state) {
   const std::int64_t n = state.range(0);
@@ -169,7 +173,7 @@ void BM_naive_sum(benchmark::State& state) {
   }
   report_bytes(state, 4.0 * double(n));
 }
-BENCHMARK(BM_naive_sum)->Apply(elementwise_sizes);
+BENCHMARK(BM_naive_sum)->Apply(elementwise_sizes)->UseRealTime();
 
 void BM_naive_matmul_f32(benchmark::State& state) {
   const std::int64_t n = state.range(0);
@@ -188,7 +192,7 @@ void BM_naive_matmul_f32(benchmark::State& state) {
   }
   report_flops(state, 2.0 * double(n) * double(n) * double(n));
 }
-BENCHMARK(BM_naive_matmul_f32)->Arg(256);
+BENCHMARK(BM_naive_matmul_f32)->Arg(256)->UseRealTime();
 
 // ---- eager overhead: one tiny op on one-element tensors ----------------------------------------
 
@@ -197,7 +201,7 @@ void BM_eager_add_scalar(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(a + b);
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_eager_add_scalar);
+BENCHMARK(BM_eager_add_scalar)->UseRealTime();
 
 // The same op recorded on a tape that watches its input (the tape is reset now and then so its
 // record does not grow without bound; the reset is part of the per-op cost).
@@ -216,7 +220,7 @@ void BM_eager_add_scalar_on_tape(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_eager_add_scalar_on_tape);
+BENCHMARK(BM_eager_add_scalar_on_tape)->UseRealTime();
 
 // A whole tiny training-style step: new tape, forward y = x * x, backward dy/dx.
 void BM_eager_scalar_forward_backward(benchmark::State& state) {
@@ -229,7 +233,7 @@ void BM_eager_scalar_forward_backward(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_eager_scalar_forward_backward);
+BENCHMARK(BM_eager_scalar_forward_backward)->UseRealTime();
 
 }  // namespace
 

@@ -56,15 +56,16 @@ Decimal shortest(double v, DType t) {
   v = std::abs(v);
   char buf[64];
   if (t == DType::f64 || t == DType::f32) {
-    auto r = t == DType::f64 ? std::to_chars(buf, buf + 63, v, std::chars_format::scientific)
-                             : std::to_chars(buf, buf + 63, float(v), std::chars_format::scientific);
+    auto r = t == DType::f64
+                 ? std::to_chars(buf, buf + 63, v, std::chars_format::scientific)
+                 : std::to_chars(buf, buf + 63, float(v), std::chars_format::scientific);
     *r.ptr = '\0';
     return parse_scientific(buf);
   }
   // f16 / bf16: the fewest digits that round-trip through the 16-bit type.
   auto same = [&](double x) {
-    return t == DType::f16 ? Half(float(x)).bits == Half(float(v)).bits
-                           : BFloat16(float(x)).bits == BFloat16(float(v)).bits;
+    return t == DType::f16 ? detail::convert<Half>(x).bits == detail::convert<Half>(v).bits
+                           : detail::convert<BFloat16>(x).bits == detail::convert<BFloat16>(v).bits;
   };
   for (int p = 0; p < 17; ++p) {
     std::snprintf(buf, sizeof buf, "%.*e", p, v);
@@ -131,7 +132,8 @@ class FloatFormat {
     std::vector<double> finite;
     bool any_nonfinite = false, neg_inf = false;
     for (double v : values) {
-      if (std::isfinite(v)) finite.push_back(v);
+      if (std::isfinite(v))
+        finite.push_back(v);
       else {
         any_nonfinite = true;
         if (std::isinf(v) && v < 0) neg_inf = true;
@@ -169,8 +171,9 @@ class FloatFormat {
       // Every mantissa gets the same number of digits (zeros appended), exponents equal width.
       Parts p = scientific(v, dtype_);
       std::string e = std::to_string(std::abs(p.exp));
-      return pad_left(p.int_part, pad_left_) + "." + p.frac + std::string(frac_ - p.frac.size(), '0') +
-             "e" + (p.exp < 0 ? "-" : "+") + std::string(exp_digits_ - e.size(), '0') + e;
+      return pad_left(p.int_part, pad_left_) + "." + p.frac +
+             std::string(frac_ - p.frac.size(), '0') + "e" + (p.exp < 0 ? "-" : "+") +
+             std::string(exp_digits_ - e.size(), '0') + e;
     }
     // Positional: points aligned, fractions padded with spaces.
     Parts p = positional(v, dtype_);
@@ -185,8 +188,7 @@ class FloatFormat {
 
 class Printer {
  public:
-  explicit Printer(const Tensor& t)
-      : t_(t), summarize_(t.numel() > kSummaryThreshold) {}
+  explicit Printer(const Tensor& t) : t_(t), summarize_(t.numel() > kSummaryThreshold) {}
 
   std::string body() {
     // Fit the formatter on the shown values.
@@ -204,9 +206,12 @@ class Printer {
       auto text = [base, dt](std::int64_t o) -> std::string {
         return detail::dispatch_dtype(dt, [&]<class T>() -> std::string {
           T v = static_cast<const T*>(base)[o];
-          if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-          else if constexpr (std::is_integral_v<T>) return std::to_string(v);
-          else return "?";  // floats are handled above
+          if constexpr (std::is_same_v<T, bool>)
+            return v ? "true" : "false";
+          else if constexpr (std::is_integral_v<T>)
+            return std::to_string(v);
+          else
+            return "?";  // floats are handled above
         });
       };
       std::size_t width = 0;
@@ -255,7 +260,8 @@ class Printer {
   }
 
   // NumPy's _formatArray recursion: `hanging` is the indent of continuation lines.
-  std::string recurse(int axis, std::int64_t offset, const std::string& hanging, std::size_t width) {
+  std::string recurse(int axis, std::int64_t offset, const std::string& hanging,
+                      std::size_t width) {
     if (axis == t_.rank()) return format_(offset);
     const std::string next_hanging = hanging + " ";
     const std::size_t next_width = width - 1;  // room for this level's "]"
@@ -267,9 +273,9 @@ class Printer {
       const std::size_t elem_width = width - 1;  // room for "," or "]"
       std::string line = hanging;
       for (std::size_t k = 0; k < idx.size(); ++k) {
-        std::string word = idx[k] < 0 ? std::string("...")
-                                      : recurse(axis + 1, offset + idx[k] * stride, next_hanging,
-                                                next_width);
+        std::string word =
+            idx[k] < 0 ? std::string("...")
+                       : recurse(axis + 1, offset + idx[k] * stride, next_hanging, next_width);
         extend(s, line, word, elem_width, hanging);
         if (k + 1 < idx.size()) line += ", ";
       }

@@ -116,20 +116,30 @@ Tensor eye(std::int64_t n, std::optional<std::int64_t> m, DType dtype) {
 
 Tensor linspace(double start, double stop, std::int64_t num, DType dtype) {
   if (num < 0) fail("linspace", "num must be non-negative, got ", num);
-  std::vector<double> v(static_cast<std::size_t>(num));
+  if (num > (std::int64_t(1) << 48)) fail("linspace", "num ", num, " is too large");
+  // Computed in f64 straight into a tensor (its allocator reports failure as soma::Error).
+  Tensor t = Tensor::empty({num}, DType::f64);
+  double* v = t.data<double>();
   for (std::int64_t i = 0; i < num; ++i)
-    v[std::size_t(i)] = num == 1 ? start : start + (stop - start) * double(i) / double(num - 1);
-  if (num > 1) v.back() = stop;
-  return cast(constant(v, {num}), dtype);
+    v[i] = num == 1 ? start : start + (stop - start) * double(i) / double(num - 1);
+  if (num > 1) v[num - 1] = stop;
+  return cast(t, dtype);
 }
 
 Tensor arange(double start, double stop, double step, DType dtype) {
+  if (!std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
+    fail("arange", "start, stop and step must be finite, got ", start, ", ", stop, ", ", step);
   if (step == 0) fail("arange", "step must not be zero");
   double span = std::ceil((stop - start) / step);
+  // Checked before converting: a double past the i64 range has no defined conversion.
+  if (span > double(std::int64_t(1) << 48))
+    fail("arange", "[", start, ", ", stop, ") with step ", step, " has too many values (", span,
+         ")");
   std::int64_t n = span > 0 ? std::int64_t(span) : 0;
-  std::vector<double> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = start + double(i) * step;
-  return cast(constant(v, {n}), dtype);
+  Tensor t = Tensor::empty({n}, DType::f64);
+  double* v = t.data<double>();
+  for (std::int64_t i = 0; i < n; ++i) v[i] = start + double(i) * step;
+  return cast(t, dtype);
 }
 
 Tensor arange(double stop, DType dtype) { return arange(0.0, stop, 1.0, dtype); }

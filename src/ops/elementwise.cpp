@@ -145,12 +145,18 @@ void check_not_bool(const Tensor& t, const char* op) {
     fail(op, "dtype bool is not supported (cast to a numeric dtype first)");
 }
 
-Tensor binary(const char* name, const Tensor& a, const Tensor& b) {
-  const OpDef& d = get_op(name);
-  if (!a.defined() || !b.defined()) fail(name, "an input is an undefined Tensor");
+Tensor binary(const OpDef& d, const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) fail(d.name, "an input is an undefined Tensor");
   DType t = promote_types(a.dtype(), b.dtype());
   return call_op1(d, {cast(a, t), cast(b, t)});
 }
+// The definition for a name, looked up once per op rather than per call.
+template <const char* Name>
+const OpDef& def_of() {
+  static const OpDef& d = get_op(Name);
+  return d;
+}
+
 Tensor unary(const OpDef& d, const Tensor& t, const Attrs& attrs = {}) {
   return call_op1(d, {t}, attrs);
 }
@@ -217,48 +223,48 @@ void register_elementwise_ops() {
 // ---- public functions ----
 Tensor add(const Tensor& a, const Tensor& b) {
   check_not_bool(a, "add");
-  return binary("add", a, b);
+  return binary(def_of<add_name>(), a, b);
 }
 Tensor subtract(const Tensor& a, const Tensor& b) {
   check_not_bool(a, "subtract");
-  return binary("subtract", a, b);
+  return binary(def_of<subtract_name>(), a, b);
 }
 Tensor multiply(const Tensor& a, const Tensor& b) {
   check_not_bool(a, "multiply");
-  return binary("multiply", a, b);
+  return binary(def_of<multiply_name>(), a, b);
 }
 // True division: integer operands divide as f32 (as NumPy's / gives a float).
 Tensor divide(const Tensor& a, const Tensor& b) {
   DType t = promote_types(a.dtype(), b.dtype());
   if (!is_floating(t)) {
     check_not_bool(a, "divide");
-    return binary("divide", cast(a, DType::f32), cast(b, DType::f32));
+    return binary(def_of<divide_name>(), cast(a, DType::f32), cast(b, DType::f32));
   }
-  return binary("divide", a, b);
+  return binary(def_of<divide_name>(), a, b);
 }
-Tensor floor_div(const Tensor& a, const Tensor& b) { return binary("floor_div", a, b); }
-Tensor mod(const Tensor& a, const Tensor& b) { return binary("mod", a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary("pow", a, b); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary("maximum", a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary("minimum", a, b); }
+Tensor floor_div(const Tensor& a, const Tensor& b) { return binary(def_of<floor_div_name>(), a, b); }
+Tensor mod(const Tensor& a, const Tensor& b) { return binary(def_of<mod_name>(), a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary(def_of<pow_name>(), a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary(def_of<maximum_name>(), a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary(def_of<minimum_name>(), a, b); }
 Tensor squared_difference(const Tensor& a, const Tensor& b) {
-  return binary("squared_difference", a, b);
+  return binary(def_of<squared_difference_name>(), a, b);
 }
-Tensor equal(const Tensor& a, const Tensor& b) { return binary("equal", a, b); }
-Tensor not_equal(const Tensor& a, const Tensor& b) { return binary("not_equal", a, b); }
-Tensor less(const Tensor& a, const Tensor& b) { return binary("less", a, b); }
-Tensor less_equal(const Tensor& a, const Tensor& b) { return binary("less_equal", a, b); }
-Tensor greater(const Tensor& a, const Tensor& b) { return binary("greater", a, b); }
-Tensor greater_equal(const Tensor& a, const Tensor& b) { return binary("greater_equal", a, b); }
+Tensor equal(const Tensor& a, const Tensor& b) { return binary(def_of<equal_name>(), a, b); }
+Tensor not_equal(const Tensor& a, const Tensor& b) { return binary(def_of<not_equal_name>(), a, b); }
+Tensor less(const Tensor& a, const Tensor& b) { return binary(def_of<less_name>(), a, b); }
+Tensor less_equal(const Tensor& a, const Tensor& b) { return binary(def_of<less_equal_name>(), a, b); }
+Tensor greater(const Tensor& a, const Tensor& b) { return binary(def_of<greater_name>(), a, b); }
+Tensor greater_equal(const Tensor& a, const Tensor& b) { return binary(def_of<greater_equal_name>(), a, b); }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   check_bool(a, "logical_and");
   check_bool(b, "logical_and");
-  return binary("logical_and", a, b);
+  return binary(def_of<logical_and_name>(), a, b);
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
   check_bool(a, "logical_or");
   check_bool(b, "logical_or");
-  return binary("logical_or", a, b);
+  return binary(def_of<logical_or_name>(), a, b);
 }
 Tensor logical_not(const Tensor& a) {
   check_bool(a, "logical_not");

@@ -109,7 +109,8 @@ inline std::array<double, 2> normals_d(const Block& b) {
   return {r * std::cos(theta), r * std::sin(theta)};
 }
 
-// Fills n values, `lanes` per Philox block, with gen(block_index, out, first_lane, last_lane).
+// Fills n values, `lanes` per Philox block: gen(block, first, count) writes elements
+// [first, first + count) from block `block`.
 // Work is cut into tiles of a fixed size, so every element goes through the same code path (the
 // same vector/scalar split) whatever the thread count: results are bit-identical.
 template <class Gen>
@@ -117,16 +118,17 @@ void generate(std::int64_t n, int lanes, Gen&& gen) {
   constexpr std::int64_t kTileBlocks = 1024;
   std::int64_t blocks = (n + lanes - 1) / lanes;
   std::int64_t tiles = (blocks + kTileBlocks - 1) / kTileBlocks;
-  detail::parallel_for(tiles, std::max<std::int64_t>(1, detail::kParallelGrain / (kTileBlocks * lanes)),
-                       [&](std::int64_t t0, std::int64_t t1) {
-                         for (std::int64_t t = t0; t < t1; ++t) {
-                           std::int64_t b1 = std::min(blocks, (t + 1) * kTileBlocks);
-                           for (std::int64_t b = t * kTileBlocks; b < b1; ++b) {
-                             std::int64_t first = b * lanes;
-                             gen(std::uint64_t(b), first, int(std::min<std::int64_t>(lanes, n - first)));
-                           }
-                         }
-                       });
+  detail::parallel_for(
+      tiles, std::max<std::int64_t>(1, detail::kParallelGrain / (kTileBlocks * lanes)),
+      [&](std::int64_t t0, std::int64_t t1) {
+        for (std::int64_t t = t0; t < t1; ++t) {
+          std::int64_t b1 = std::min(blocks, (t + 1) * kTileBlocks);
+          for (std::int64_t b = t * kTileBlocks; b < b1; ++b) {
+            std::int64_t first = b * lanes;
+            gen(std::uint64_t(b), first, int(std::min<std::int64_t>(lanes, n - first)));
+          }
+        }
+      });
 }
 
 void check_shape(const Shape& shape, const char* op) {
@@ -143,14 +145,18 @@ void check_normal_args(const char* op, double mean, double stddev, DType dtype) 
 }
 
 // Largest value of T strictly below x (x finite).
-template <class T> T below(T x) {
+template <class T>
+T below(T x) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     return std::nextafter(x, -std::numeric_limits<T>::infinity());
   } else {  // f16 / bf16: step the bit pattern towards -inf
     T r = x;
-    if (r.bits == 0x0000 || r.bits == 0x8000) r.bits = 0x8001;
-    else if (r.bits & 0x8000) ++r.bits;
-    else --r.bits;
+    if (r.bits == 0x0000 || r.bits == 0x8000)
+      r.bits = 0x8001;
+    else if (r.bits & 0x8000)
+      ++r.bits;
+    else
+      --r.bits;
     return r;
   }
 }
@@ -190,9 +196,8 @@ Tensor normal_impl(const char* op, const Shape& shape, double mean, double stdde
   check_normal_args(op, mean, stddev, dtype);
   Tensor out = Tensor::empty(shape, dtype);
   Stream s = next_stream(seed);
-  detail::dispatch_floating(dtype, op, [&]<class T>() {
-    fill_normal<T>(out, s, mean, stddev, truncate);
-  });
+  detail::dispatch_floating(dtype, op,
+                            [&]<class T>() { fill_normal<T>(out, s, mean, stddev, truncate); });
   return out;
 }
 
@@ -237,10 +242,10 @@ Tensor random_uniform(const Shape& shape, double minval, double maxval, DType dt
     Stream s = next_stream(seed);
     const std::int64_t lo = std::int64_t(minval);
     // maxval - minval <= 2^64 - 1 when both fit an i64 (2^63 itself is excluded as maxval).
-    const std::uint64_t range = maxval >= 9223372036854775808.0
-                                    ? std::uint64_t(std::int64_t(9223372036854775807LL)) -
-                                          std::uint64_t(lo) + 1
-                                    : std::uint64_t(std::int64_t(maxval)) - std::uint64_t(lo);
+    const std::uint64_t range =
+        maxval >= 9223372036854775808.0
+            ? std::uint64_t(std::int64_t(9223372036854775807LL)) - std::uint64_t(lo) + 1
+            : std::uint64_t(std::int64_t(maxval)) - std::uint64_t(lo);
     detail::dispatch_dtype(dtype, [&]<class T>() {
       if constexpr (std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>) {
         T* p = out.data<T>();
@@ -275,8 +280,8 @@ Tensor random_uniform(const Shape& shape, double minval, double maxval, DType dt
       generate(out.numel(), 2, [&](std::uint64_t b, std::int64_t first, int count) {
         Block w = bits(s, b);
         for (int k = 0; k < count; ++k) {
-          double v = minval + (maxval - minval) * unit_d(u64(w[std::size_t(2 * k)],
-                                                              w[std::size_t(2 * k + 1)]));
+          double v = minval + (maxval - minval) *
+                                  unit_d(u64(w[std::size_t(2 * k)], w[std::size_t(2 * k + 1)]));
           p[first + k] = v < maxval ? v : top;
         }
       });
@@ -297,7 +302,8 @@ Tensor random_uniform(const Shape& shape, double minval, double maxval, DType dt
 
 Tensor random_shuffle(const Tensor& t, std::optional<std::uint64_t> seed) {
   const char* op = "random_shuffle";
-  if (t.rank() == 0) fail(op, "expected a tensor of rank >= 1 to shuffle along axis 0, got shape []");
+  if (t.rank() == 0)
+    fail(op, "expected a tensor of rank >= 1 to shuffle along axis 0, got shape []");
   if (!t.device().is_cpu())
     fail(op, "tensor is on ", t.device().str(), "; only CPU tensors are supported in this build");
   const std::int64_t n = t.shape()[0];
@@ -312,16 +318,16 @@ Tensor random_shuffle(const Tensor& t, std::optional<std::uint64_t> seed) {
   }
   Tensor src = contiguous(t);
   Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
-  const std::size_t row_bytes = std::size_t(t.numel() / std::max<std::int64_t>(n, 1)) *
-                                dtype_size(t.dtype());
+  const std::size_t row_bytes =
+      std::size_t(t.numel() / std::max<std::int64_t>(n, 1)) * dtype_size(t.dtype());
   const char* sp = static_cast<const char*>(src.raw_data());
   char* dp = static_cast<char*>(out.raw_data());
   std::int64_t grain = std::max<std::int64_t>(
       1, detail::kParallelGrain * 4 / std::max<std::int64_t>(std::int64_t(row_bytes), 1));
   detail::parallel_for(n, grain, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r)
-      std::memcpy(dp + std::size_t(r) * row_bytes, sp + std::size_t(perm[std::size_t(r)]) * row_bytes,
-                  row_bytes);
+      std::memcpy(dp + std::size_t(r) * row_bytes,
+                  sp + std::size_t(perm[std::size_t(r)]) * row_bytes, row_bytes);
   });
   return out;
 }

@@ -53,10 +53,8 @@ std::int64_t one_axis(std::int64_t axis, const Shape& shape, const char* op) {
 
 Shape reduced_shape(const Shape& in, const std::vector<std::int64_t>& axes, bool keepdims) {
   Shape out;
-  std::size_t k = 0;
   for (std::size_t i = 0; i < in.size(); ++i) {
-    bool red = k < axes.size() && axes[k] == std::int64_t(i);
-    if (red) ++k;
+    bool red = std::find(axes.begin(), axes.end(), std::int64_t(i)) != axes.end();
     if (!red) out.push_back(in[i]);
     else if (keepdims) out.push_back(1);
   }

@@ -57,7 +57,8 @@ TEST(Constant, TwoLevelListIsRowMajor) {
 }
 
 TEST(Constant, ThreeLevelListIsRowMajor) {
-  Tensor t = constant({{{1.0, 2.0}, {3.0, 4.0}, {5.0, 6.0}}, {{7.0, 8.0}, {9.0, 10.0}, {11.0, 12.0}}});
+  Tensor t =
+      constant({{{1.0, 2.0}, {3.0, 4.0}, {5.0, 6.0}}, {{7.0, 8.0}, {9.0, 10.0}, {11.0, 12.0}}});
   EXPECT_EQ(t.shape(), (Shape{2, 3, 2}));
   EXPECT_EQ(t.at<double>({1, 2, 0}), 11.0);
   EXPECT_EQ(t.at<double>({0, 1, 1}), 4.0);
@@ -160,8 +161,8 @@ TEST(Eye, Rectangular) {
 }
 
 TEST(Eye, AllDtypesAndZeroSize) {
-  for (DType dt : {DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8,
-                   DType::boolean}) {
+  for (DType dt :
+       {DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::boolean}) {
     Tensor t = eye(3, 2, dt);
     EXPECT_EQ(t.dtype(), dt);
     EXPECT_TRUE(all_close(t, naive_eye(3, 2))) << dt;
@@ -244,7 +245,30 @@ TEST(Arange, ZeroStepIsAnError) {
   EXPECT_NE(msg.find("step"), std::string::npos) << msg;
 }
 
-// ---- reading values back -------------------------------------------------------------------------
+TEST(Arange, NonFiniteArgumentsAreAnError) {
+  for (double bad : {double(INFINITY), double(-INFINITY), double(NAN)}) {
+    std::string msg = error_of([&] { arange(0.0, bad); });
+    EXPECT_NE(msg.find("arange"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("finite"), std::string::npos) << msg;
+    EXPECT_THROW(arange(bad, 1.0), Error);
+    EXPECT_THROW(arange(0.0, 1.0, bad), Error);
+  }
+}
+
+TEST(Arange, TooManyValuesIsAnError) {
+  std::string msg = error_of([] { arange(0.0, 1e20); });
+  EXPECT_NE(msg.find("arange"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("too many"), std::string::npos) << msg;
+  EXPECT_THROW(arange(0.0, 1.0, 1e-300), Error);
+}
+
+TEST(Linspace, TooManyValuesIsAnError) {
+  std::string msg = error_of([] { linspace(0.0, 1.0, std::int64_t(1) << 62); });
+  EXPECT_NE(msg.find("linspace"), std::string::npos) << msg;
+}
+
+// ---- reading values back
+// -------------------------------------------------------------------------
 
 TEST(Item, ConvertsToRequestedType) {
   Tensor t = constant(3.75f);

@@ -31,8 +31,10 @@ std::uint16_t nearest(float f, std::uint16_t max_bits, std::uint16_t inf_bits, D
   std::uint32_t lo = 0, hi = max_bits;
   while (lo < hi) {
     std::uint32_t mid = (lo + hi + 1) / 2;
-    if (decode(std::uint16_t(mid)) <= a) lo = mid;
-    else hi = mid - 1;
+    if (decode(std::uint16_t(mid)) <= a)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   std::uint16_t below = std::uint16_t(lo);
   if (below == max_bits) return std::uint16_t(sign | below);
@@ -70,7 +72,8 @@ std::vector<float> probe_floats() {
   return v;
 }
 
-// ---- Half ----------------------------------------------------------------------------------------
+// ---- Half
+// ----------------------------------------------------------------------------------------
 
 TEST(Half, DecodesEveryEncoding) {
   for (std::uint32_t h = 0; h < 0x10000; ++h) {
@@ -96,8 +99,8 @@ TEST(Half, EveryNonNanEncodingRoundTrips) {
 TEST(Half, RoundsToNearestEvenLikeAnExactSearch) {
   for (float f : probe_floats()) {
     std::uint16_t want = nearest(f, 0x7bff, 0x7c00, half_value);
-    ASSERT_EQ(Half::from_float(f), want) << "f = " << f << " (bits " << std::hex
-                                         << std::bit_cast<std::uint32_t>(f) << ")";
+    ASSERT_EQ(Half::from_float(f), want)
+        << "f = " << f << " (bits " << std::hex << std::bit_cast<std::uint32_t>(f) << ")";
   }
 }
 
@@ -118,12 +121,12 @@ TEST(Half, OverflowsToInfinity) {
 }
 
 TEST(Half, Subnormals) {
-  EXPECT_EQ(Half::from_float(0x1p-24f), 0x0001);        // smallest subnormal
-  EXPECT_EQ(Half::from_float(0x1p-25f), 0x0000);        // tie with zero: even
-  EXPECT_EQ(Half::from_float(0x1.02p-25f), 0x0001);     // just above the tie
-  EXPECT_EQ(Half::from_float(3 * 0x1p-25f), 0x0002);    // tie between 1 and 2: even
+  EXPECT_EQ(Half::from_float(0x1p-24f), 0x0001);             // smallest subnormal
+  EXPECT_EQ(Half::from_float(0x1p-25f), 0x0000);             // tie with zero: even
+  EXPECT_EQ(Half::from_float(0x1.02p-25f), 0x0001);          // just above the tie
+  EXPECT_EQ(Half::from_float(3 * 0x1p-25f), 0x0002);         // tie between 1 and 2: even
   EXPECT_EQ(Half::from_float(0x1p-14f - 0x1p-25f), 0x0400);  // tie up into the normals
-  EXPECT_EQ(Half::from_float(-1e-10f), 0x8000);         // underflow keeps the sign
+  EXPECT_EQ(Half::from_float(-1e-10f), 0x8000);              // underflow keeps the sign
   EXPECT_EQ(Half::to_float(0x0001), 0x1p-24f);
   EXPECT_EQ(Half::to_float(0x03ff), 0x1p-14f - 0x1p-24f);
 }
@@ -158,8 +161,8 @@ TEST(BFloat16, EveryNonNanEncodingRoundTrips) {
 TEST(BFloat16, RoundsToNearestEvenLikeAnExactSearch) {
   for (float f : probe_floats()) {
     std::uint16_t want = nearest(f, 0x7f7f, 0x7f80, bf16_value);
-    ASSERT_EQ(BFloat16::from_float(f), want) << "f = " << f << " (bits " << std::hex
-                                             << std::bit_cast<std::uint32_t>(f) << ")";
+    ASSERT_EQ(BFloat16::from_float(f), want)
+        << "f = " << f << " (bits " << std::hex << std::bit_cast<std::uint32_t>(f) << ")";
   }
 }
 

@@ -166,6 +166,30 @@ TEST(Matmul, NonContiguousAndReversedViewsMatchNaiveLoop) {
   EXPECT_TRUE(all_close(matmul(af, bf), naive_matmul(af, bf).values, 1e-5, 1e-5));
 }
 
+// Products of more than a few thousand multiply-adds go to BLAS (smaller ones to a plain loop),
+// so the layout handling (transposes, strides, broadcasting) is checked at this size as well.
+TEST(Matmul, BlasSizedViewsAndBroadcastingMatchNaiveLoop) {
+  const std::int64_t m = 20, k = 30, n = 25;
+  Tensor a = rand_tensor({m, k}, 80), b = rand_tensor({k, n}, 81);
+  Tensor at = rand_tensor({k, m}, 82).transpose(), bt = rand_tensor({n, k}, 83).transpose();
+  EXPECT_TRUE(matches_naive(a, b));
+  EXPECT_TRUE(matches_naive(at, b));
+  EXPECT_TRUE(matches_naive(a, bt));
+  EXPECT_TRUE(matches_naive(at, bt));
+  EXPECT_TRUE(matches_naive(noncontiguous(a), noncontiguous(b)));
+  EXPECT_TRUE(matches_naive(a, b.slice(0, std::nullopt, std::nullopt, -1)));
+  EXPECT_TRUE(matches_naive(a, rand_tensor({1, n}, 84).broadcast_to({k, n})));
+  EXPECT_TRUE(matches_naive(rand_tensor({200}, 85), rand_tensor({200, 40}, 86)));
+  EXPECT_TRUE(matches_naive(rand_tensor({40, 200}, 87), noncontiguous(rand_tensor({200}, 88))));
+  EXPECT_TRUE(matches_naive(rand_tensor({2, 1, m, k}, 89), swap_last(rand_tensor({3, n, k}, 90))));
+  EXPECT_TRUE(matches_naive(rand_tensor({64, m, k}, 91), rand_tensor({64, k, n}, 92)));
+  Tensor af = rand_tensor({m, k}, 93, -1, 1, DType::f32), bf = rand_tensor({n, k}, 94, -1, 1, DType::f32);
+  EXPECT_TRUE(all_close(matmul(af, bf.transpose()), naive_matmul(af, bf.transpose()).values, 1e-5, 1e-5));
+  Tensor ah = rand_tensor({m, k}, 95, -1, 1, DType::f16), bh = rand_tensor({k, n}, 96, -1, 1, DType::f16);
+  Tensor ref = cast(constant(naive_matmul(ah, bh).values, {m, n}), DType::f16);
+  EXPECT_TRUE(all_close(matmul(ah, bh), ref, 2e-2, 2e-2));
+}
+
 TEST(Matmul, ZeroInnerDimGivesZeros) {
   Tensor c = matmul(zeros({3, 0}, DType::f64), zeros({0, 5}, DType::f64));
   EXPECT_EQ(c.shape(), (Shape{3, 5}));

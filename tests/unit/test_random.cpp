@@ -56,11 +56,14 @@ TEST(Random, PhiloxMatchesPublishedKnownAnswer) {
 
 TEST(Random, SamePerCallSeedGivesSameValues) {
   for (DType dt : kFloatTypes) {
-    EXPECT_EQ(values(random_normal({7, 5}, 0, 1, dt, 123)), values(random_normal({7, 5}, 0, 1, dt, 123)))
+    EXPECT_EQ(values(random_normal({7, 5}, 0, 1, dt, 123)),
+              values(random_normal({7, 5}, 0, 1, dt, 123)))
         << dt;
-    EXPECT_EQ(values(random_uniform({7, 5}, -2, 3, dt, 9)), values(random_uniform({7, 5}, -2, 3, dt, 9)))
+    EXPECT_EQ(values(random_uniform({7, 5}, -2, 3, dt, 9)),
+              values(random_uniform({7, 5}, -2, 3, dt, 9)))
         << dt;
-    EXPECT_EQ(values(truncated_normal({7, 5}, 1, 2, dt, 4)), values(truncated_normal({7, 5}, 1, 2, dt, 4)))
+    EXPECT_EQ(values(truncated_normal({7, 5}, 1, 2, dt, 4)),
+              values(truncated_normal({7, 5}, 1, 2, dt, 4)))
         << dt;
   }
   EXPECT_EQ(values(random_uniform({100}, -5, 5, DType::i32, 1)),
@@ -69,8 +72,10 @@ TEST(Random, SamePerCallSeedGivesSameValues) {
 
 TEST(Random, DifferentSeedsGiveDifferentValues) {
   for (DType dt : kFloatTypes) {
-    EXPECT_NE(values(random_normal({64}, 0, 1, dt, 1)), values(random_normal({64}, 0, 1, dt, 2))) << dt;
-    EXPECT_NE(values(random_uniform({64}, 0, 1, dt, 1)), values(random_uniform({64}, 0, 1, dt, 2))) << dt;
+    EXPECT_NE(values(random_normal({64}, 0, 1, dt, 1)), values(random_normal({64}, 0, 1, dt, 2)))
+        << dt;
+    EXPECT_NE(values(random_uniform({64}, 0, 1, dt, 1)), values(random_uniform({64}, 0, 1, dt, 2)))
+        << dt;
   }
   EXPECT_NE(values(random_uniform({64}, 0, 1000, DType::i64, 1)),
             values(random_uniform({64}, 0, 1000, DType::i64, 2)));
@@ -263,7 +268,8 @@ TEST(Random, UniformIntegersCoverHalfOpenRangeEvenly) {
 }
 
 TEST(Random, UniformIntegersReachI32Limits) {
-  auto v = random_uniform({1000}, -2147483648.0, 2147483648.0, DType::i32, 45).to_vector<std::int64_t>();
+  auto v =
+      random_uniform({1000}, -2147483648.0, 2147483648.0, DType::i32, 45).to_vector<std::int64_t>();
   auto [lo, hi] = std::minmax_element(v.begin(), v.end());
   EXPECT_LT(*lo, -2000000000);
   EXPECT_GT(*hi, 2000000000);
@@ -293,8 +299,10 @@ TEST(Random, TruncatedNormalKeepsInRangeDrawsOfTheNormal) {
   auto t = values(truncated_normal({10000}, 0, 1, DType::f32, 54));
   int redrawn = 0;
   for (std::size_t i = 0; i < n.size(); ++i) {
-    if (std::abs(n[i]) < 2) EXPECT_EQ(t[i], n[i]) << i;
-    else ++redrawn;
+    if (std::abs(n[i]) < 2)
+      EXPECT_EQ(t[i], n[i]) << i;
+    else
+      ++redrawn;
   }
   EXPECT_GT(redrawn, 300);  // about 4.55% of 10000
   EXPECT_LT(redrawn, 620);
@@ -306,7 +314,8 @@ std::vector<std::vector<double>> rows_of(const Tensor& t) {
   auto v = values(t);
   std::int64_t n = t.shape()[0], w = n ? t.numel() / n : 0;
   std::vector<std::vector<double>> rows;
-  for (std::int64_t i = 0; i < n; ++i) rows.emplace_back(v.begin() + i * w, v.begin() + (i + 1) * w);
+  for (std::int64_t i = 0; i < n; ++i)
+    rows.emplace_back(v.begin() + i * w, v.begin() + (i + 1) * w);
   return rows;
 }
 

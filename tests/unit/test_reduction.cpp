@@ -110,6 +110,7 @@ const std::vector<Case> kCases = {
     {{2, 3, 4}, {}},      {{2, 3, 4}, {0}},     {{2, 3, 4}, {1}},        {{2, 3, 4}, {-1}},
     {{2, 3, 4}, {0, 2}},  {{2, 3, 4}, {-1, 0}}, {{2, 3, 4}, {0, 1, 2}},  {{5}, {0}},
     {{3, 1, 4}, {1}},     {{7, 33}, {1}},       {{33, 7}, {0}},          {{2, 3, 4, 5}, {1, 3}},
+    {{3, 600}, {0}},      {{2, 3, 4, 5}, {0, 1}},  // column chunks; two merged kept dims
 };
 
 using TensorReduction = Tensor (*)(const Tensor&, const Axes&, bool);
@@ -436,6 +437,23 @@ TEST(Softmax, LargeInputsStayFiniteAndCorrect) {
   Tensor neg = constant<double>({-1000.0, -1001.0});
   EXPECT_TRUE(all_close(softmax(neg), {1 / (1 + e), e / (1 + e)}, 1e-12, 1e-12));
   EXPECT_TRUE(all_close(logsumexp(neg), {-1000 + std::log1p(e)}, 1e-12, 1e-12));
+}
+
+TEST(Softmax, FloatMatchesDoubleReferenceToFloatPrecision) {
+  Tensor x = rand_tensor({6, 1000}, 52, -40, 40);  // many entries far below the max
+  Tensor y = softmax(cast(x, DType::f32), 1);
+  Ref ref = naive_softmax(cast(cast(x, DType::f32), DType::f64), 1, false);
+  // x - max rounds in f32 (up to 2e-6 absolute at |x - max| ~ 40), hence 1e-5 relative.
+  EXPECT_TRUE(all_close(y, ref.values, 1e-30, 1e-5));
+  EXPECT_TRUE(all_close(log_softmax(cast(x, DType::f32), 0),
+                        naive_softmax(cast(cast(x, DType::f32), DType::f64), 0, true).values, 1e-5, 1e-6));
+}
+
+TEST(Softmax, MinusInfinityEntriesGetZeroProbability) {
+  Tensor x = constant<float>({{0.0f, -INFINITY, 1.0f}, {-INFINITY, -INFINITY, 2.0f}});
+  double e = std::exp(1.0);
+  EXPECT_TRUE(all_close(softmax(x, 1), {1 / (1 + e), 0, e / (1 + e), 0, 0, 1}, 1e-7, 1e-6));
+  EXPECT_TRUE(all_close(softmax(transpose(x), 0), {1 / (1 + e), 0, 0, 0, e / (1 + e), 1}, 1e-7, 1e-6));
 }
 
 TEST(Softmax, HalfPrecisionComputesInFloat) {

@@ -61,12 +61,54 @@ void batch_offsets(const Tensor& t, const Shape& batch, std::vector<std::int64_t
   }
 }
 
-// Work per matrix (multiply-adds) below which the batch loop is threaded instead of BLAS.
+// A plain loop for any strides: integer matmul (accumulating in 64 bits, wrapping on the way
+// back as NumPy does) and tiny float products, where a BLAS call costs more than the arithmetic.
+template <class T, class Acc = std::conditional_t<std::is_floating_point_v<T>, T, std::int64_t>>
+void matmul_loop(const Tensor& a, const Tensor& b, const Tensor& c, const Shape& batch) {
+  const std::int64_t m = a.dim(-2), k = a.dim(-1), n = b.dim(-1);
+  const std::size_t ra = std::size_t(a.rank()), rb = std::size_t(b.rank());
+  const std::int64_t ars = a.strides()[ra - 2], acs = a.strides()[ra - 1];
+  const std::int64_t brs = b.strides()[rb - 2], bcs = b.strides()[rb - 1];
+  std::vector<std::int64_t> oa, ob;
+  batch_offsets(a, batch, oa);
+  batch_offsets(b, batch, ob);
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* pc = c.data<T>();
+  const std::int64_t rows = numel(batch) * m;
+  parallel_for(rows, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(n * k, 1)),
+               [&](std::int64_t r0, std::int64_t r1) {
+                 std::vector<Acc> acc(static_cast<std::size_t>(n));
+                 for (std::int64_t r = r0; r < r1; ++r) {
+                   const std::int64_t bi = r / m, i = r % m;
+                   const T* x = pa + oa[std::size_t(bi)] + i * ars;
+                   const T* y = pb + ob[std::size_t(bi)];
+                   std::fill(acc.begin(), acc.end(), 0);
+                   for (std::int64_t p = 0; p < k; ++p) {
+                     const Acc xv = Acc(x[p * acs]);
+                     const T* yr = y + p * brs;
+                     Acc* ac = acc.data();
+                     if (bcs == 1) {
+                       for (std::int64_t j = 0; j < n; ++j) ac[j] += xv * Acc(yr[j]);
+                     } else {
+                       for (std::int64_t j = 0; j < n; ++j) ac[j] += xv * Acc(yr[j * bcs]);
+                     }
+                   }
+                   T* z = pc + r * n;
+                   for (std::int64_t j = 0; j < n; ++j) z[j] = T(acc[std::size_t(j)]);
+                 }
+               });
+}
+
+// Work per matrix (multiply-adds) below which the batch loop is threaded instead of BLAS, and
+// below which the plain loop beats a BLAS call outright.
 constexpr std::int64_t kSmallGemm = 48 * 48 * 48;
+constexpr std::int64_t kTinyGemm = 12 * 12 * 12;
 
 template <class T>
 void gemm_batched(Tensor a, Tensor b, const Tensor& c, const Shape& batch) {
   const std::int64_t m = a.dim(-2), k = a.dim(-1), n = b.dim(-1);
+  if (m * n * k <= kTinyGemm) return matmul_loop<T>(a, b, c, batch);
   const std::size_t ra = std::size_t(a.rank()), rb = std::size_t(b.rank());
   BlasLayout la = blas_layout(m, k, a.strides()[ra - 2], a.strides()[ra - 1]);
   if (!la.ok) {
@@ -107,39 +149,6 @@ void gemm_batched(Tensor a, Tensor b, const Tensor& c, const Shape& batch) {
   } else {
     for (std::int64_t i = 0; i < nb; ++i) one(i);  // BLAS threads each product itself
   }
-}
-
-// Integer matmul: a plain loop accumulating in 64 bits (wrapping on the way back, as NumPy).
-template <class T>
-void matmul_loop(const Tensor& a, const Tensor& b, const Tensor& c, const Shape& batch) {
-  const std::int64_t m = a.dim(-2), k = a.dim(-1), n = b.dim(-1);
-  const std::size_t ra = std::size_t(a.rank()), rb = std::size_t(b.rank());
-  const std::int64_t ars = a.strides()[ra - 2], acs = a.strides()[ra - 1];
-  const std::int64_t brs = b.strides()[rb - 2], bcs = b.strides()[rb - 1];
-  std::vector<std::int64_t> oa, ob;
-  batch_offsets(a, batch, oa);
-  batch_offsets(b, batch, ob);
-  const T* pa = a.data<T>();
-  const T* pb = b.data<T>();
-  T* pc = c.data<T>();
-  const std::int64_t rows = numel(batch) * m;
-  parallel_for(rows, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(n * k, 1)),
-               [&](std::int64_t r0, std::int64_t r1) {
-                 std::vector<std::int64_t> acc(static_cast<std::size_t>(n));
-                 for (std::int64_t r = r0; r < r1; ++r) {
-                   const std::int64_t bi = r / m, i = r % m;
-                   const T* x = pa + oa[std::size_t(bi)] + i * ars;
-                   const T* y = pb + ob[std::size_t(bi)];
-                   std::fill(acc.begin(), acc.end(), 0);
-                   for (std::int64_t p = 0; p < k; ++p) {
-                     const std::int64_t xv = std::int64_t(x[p * acs]);
-                     const T* yr = y + p * brs;
-                     for (std::int64_t j = 0; j < n; ++j) acc[std::size_t(j)] += xv * std::int64_t(yr[j * bcs]);
-                   }
-                   T* z = pc + r * n;
-                   for (std::int64_t j = 0; j < n; ++j) z[j] = T(acc[std::size_t(j)]);
-                 }
-               });
 }
 
 void matmul_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {

@@ -12,6 +12,7 @@
 // into fixed-size blocks whose partials are combined in order, so results do not depend on the
 // thread count.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -89,23 +90,32 @@ ReduceGeom make_geom(const Tensor& x, const std::vector<std::int64_t>& axes) {
   return g;
 }
 
-// Odometer over a list of dims, tracking one or two offsets.
+// Odometer over the first `count` dims of a list, tracking input and output offsets. No heap
+// allocation below rank 16: it is built once per output element on some paths.
 struct Odometer {
-  const std::vector<Dim>* dims;
-  std::vector<std::int64_t> idx;
+  const Dim* dims;
+  std::size_t count;
+  std::array<std::int64_t, 16> small{};
+  std::vector<std::int64_t> big;
+  std::int64_t* idx;
   std::int64_t in = 0, out = 0;
-  Odometer(const std::vector<Dim>& d, std::int64_t flat) : dims(&d), idx(d.size(), 0) {
+  Odometer(const Dim* d, std::size_t n, std::int64_t flat) : dims(d), count(n), idx(small.data()) {
+    if (n > small.size()) {
+      big.assign(n, 0);
+      idx = big.data();
+    }
     if (flat == 0) return;  // also keeps a size-0 dim from dividing by zero
-    for (std::size_t k = d.size(); k-- > 0;) {
+    for (std::size_t k = n; k-- > 0;) {
       idx[k] = flat % d[k].size;
       flat /= d[k].size;
       in += idx[k] * d[k].in;
       out += idx[k] * d[k].out;
     }
   }
+  Odometer(const std::vector<Dim>& d, std::int64_t flat) : Odometer(d.data(), d.size(), flat) {}
   void next() {
-    for (std::size_t k = idx.size(); k-- > 0;) {
-      const Dim& d = (*dims)[k];
+    for (std::size_t k = count; k-- > 0;) {
+      const Dim& d = dims[k];
       if (++idx[k] < d.size) {
         in += d.in;
         out += d.out;
@@ -280,11 +290,18 @@ typename R::Acc reduce_span(const typename R::T* base, const std::vector<Dim>& r
   Acc a = R::init();
   if (r0 >= r1) return a;
   const Dim& last = red.back();
+  if (red.size() == 1) {
+    const auto* p = base + r0 * last.in;
+    const std::int64_t n = r1 - r0;
+    if (n > 8) return R::row(p, n, last.in);
+    // Short rows: a plain loop beats the lane set-up (the result is exact enough at this size).
+    for (std::int64_t i = 0; i < n; ++i) a = R::step(a, compute_t<typename R::T>(p[i * last.in]));
+    return a;
+  }
   const std::int64_t row = last.size;
   // Odometer over all but the innermost reduced dim.
-  std::vector<Dim> outer(red.begin(), red.end() - 1);
   std::int64_t r = r0;
-  Odometer od(outer, r0 / row);
+  Odometer od(red.data(), red.size() - 1, r0 / row);
   std::int64_t j = r0 % row;
   bool first = true;
   while (r < r1) {
@@ -333,6 +350,24 @@ void reduce_into(const Tensor& x, const Tensor& out, const std::vector<std::int6
       return;
     }
     const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(N, 1));
+    if (g.kept.size() == 1 && g.red.size() == 1) {
+      // A 2-d problem (rows of one reduced dim): no odometer, just two strides.
+      const Dim k = g.kept[0], r = g.red[0];
+      parallel_for(g.M, grain, [&](std::int64_t m0, std::int64_t m1) {
+        for (std::int64_t m = m0; m < m1; ++m) {
+          const T* p = px + m * k.in;
+          Acc a;
+          if (N <= 8) {
+            a = R::init();
+            for (std::int64_t i = 0; i < N; ++i) a = R::step(a, C(p[i * r.in]));
+          } else {
+            a = R::row(p, N, r.in);
+          }
+          po[m * k.out] = R::finish(a, N);
+        }
+      });
+      return;
+    }
     parallel_for(g.M, grain, [&](std::int64_t m0, std::int64_t m1) {
       Odometer ko(g.kept, m0);
       for (std::int64_t m = m0; m < m1; ++m, ko.next())
@@ -349,8 +384,9 @@ void reduce_into(const Tensor& x, const Tensor& out, const std::vector<std::int6
       std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, N * std::min(col.size, kCols)));
   parallel_for(tasks, grain, [&](std::int64_t t0, std::int64_t t1) {
     Acc acc[kCols];
+    Odometer ko(okept, t0 / chunks);
     for (std::int64_t t = t0; t < t1; ++t) {
-      Odometer ko(okept, t / chunks);
+      if (t != t0 && t % chunks == 0) ko.next();
       const std::int64_t c0 = (t % chunks) * kCols;
       const std::int64_t nc = std::min(kCols, col.size - c0);
       for (std::int64_t c = 0; c < nc; ++c) acc[c] = R::init();
@@ -467,8 +503,9 @@ void arg_into(const Tensor& x, const Tensor& out, std::int64_t axis) {
   parallel_for(tasks, grain, [&](std::int64_t t0, std::int64_t t1) {
     C best[kCols];
     std::int64_t bi[kCols];
+    Odometer ko(okept, t0 / chunks);
     for (std::int64_t t = t0; t < t1; ++t) {
-      Odometer ko(okept, t / chunks);
+      if (t != t0 && t % chunks == 0) ko.next();
       const std::int64_t c0 = (t % chunks) * kCols;
       const std::int64_t nc = std::min(kCols, col.size - c0);
       const T* b = px + ko.in + c0 * col.in;
@@ -500,10 +537,11 @@ void arg_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const A
 // ---- softmax / log_softmax over one axis -----------------------------------------------------
 // exp for arguments <= 0 (softmax shifts by the max first), written without calls or branches so
 // the loops around it vectorise: exp(x) = 2^n exp(r), |r| <= ln2/2, with Cephes' degree-6
-// polynomial (about 1 ulp). Below -87.3 (where f32 goes subnormal) it returns 0; NaN stays NaN.
+// polynomial (within 1.5 ulp). Below -87.3 (where f32 goes subnormal) it returns 0; NaN stays NaN.
 inline float exp_nonpositive(float x) {
   const float xc = x < -87.3f ? -87.3f : x;
-  const float fn = std::floor(xc * 1.44269504088896341f + 0.5f);
+  // Round to nearest by adding and removing 1.5 * 2^23 (std::floor would block vectorising).
+  const float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - fn * 0.693359375f;
   r = r - fn * -2.12194440e-4f;
   const float z = r * r;
@@ -548,20 +586,20 @@ void softmax_into(const Tensor& x0, const Tensor& out, std::int64_t axis) {
         const T* xr = px + o * n;
         T* orow = po + o * n;
         const C m = shift_of(MaxR<T>::row(xr, n, 1));
-        C l[8] = {};
-        std::int64_t i = 0;
-        // f32/f64 keep exp(x - m) in the output; 16-bit types recompute it (more precise).
+        // exp(x - m) a block at a time into a buffer (a loop that vectorises), then summed in
+        // 8 lanes; f32/f64 also keep it in the output, 16-bit types recompute it later.
         constexpr bool store = !Log && std::is_same_v<T, C>;
-        for (; i + 8 <= n; i += 8)
-          for (int j = 0; j < 8; ++j) {
-            C e = exp_nonpositive(C(xr[i + j]) - m);
-            if constexpr (store) orow[i + j] = e;
-            l[j] += e;
-          }
-        for (; i < n; ++i) {
-          C e = exp_nonpositive(C(xr[i]) - m);
-          if constexpr (store) orow[i] = e;
-          l[0] += e;
+        C l[8] = {};
+        C buf[kCols];
+        for (std::int64_t i0 = 0; i0 < n; i0 += kCols) {
+          const std::int64_t nb = std::min(kCols, n - i0);
+          for (std::int64_t k = 0; k < nb; ++k) buf[k] = exp_nonpositive(C(xr[i0 + k]) - m);
+          if constexpr (store)
+            for (std::int64_t k = 0; k < nb; ++k) orow[i0 + k] = buf[k];
+          std::int64_t k = 0;
+          for (; k + 8 <= nb; k += 8)
+            for (int j = 0; j < 8; ++j) l[j] += buf[k + j];
+          for (; k < nb; ++k) l[0] += buf[k];
         }
         const C sum = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
         if constexpr (Log) {
