@@ -22,6 +22,8 @@ struct UnaryCase {
   bool differentiable;
 };
 
+void PrintTo(const UnaryCase& c, std::ostream* os) { *os << c.name; }
+
 double ref_gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2)); }
 double ref_gelu_tanh(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
@@ -159,6 +161,8 @@ struct BinaryCase {
   double lo, hi;  // domain for both operands
   bool differentiable;
 };
+
+void PrintTo(const BinaryCase& c, std::ostream* os) { *os << c.name; }
 
 double py_mod(double a, double b) {
   double r = std::fmod(a, b);

@@ -10,18 +10,6 @@
 namespace soma::detail {
 namespace {
 
-enum class Allowed { Numeric, Floating, Bool, Any };
-
-bool allowed(Allowed a, DType t) {
-  switch (a) {
-    case Allowed::Numeric: return t != DType::boolean;
-    case Allowed::Floating: return is_floating(t);
-    case Allowed::Bool: return t == DType::boolean;
-    case Allowed::Any: return true;
-  }
-  return false;
-}
-
 template <class T> T* base_ptr(const Tensor& t) { return static_cast<T*>(t.storage()->data); }
 
 // out = op(a, b) with broadcasting; T is the input type, R the output type.
@@ -95,7 +83,7 @@ void unary_loop(const Tensor& a, const Tensor& out, const Op& op) {
 // Output type: the input's own type, or bool for predicates.
 template <class T, bool Predicate> using out_t = std::conditional_t<Predicate, bool, T>;
 
-template <class Op, Allowed A, bool Predicate = false>
+template <class Op, bool Predicate = false>
 void binary_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
   const Op op(attrs);
   dispatch_dtype(in[0].dtype(), [&]<class T>() {
@@ -114,7 +102,6 @@ void binary_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
       fail(Op::name, "dtype ", dtype_name(in[0].dtype()), " is not supported");
     }
   });
-  (void)A;
 }
 
 template <class Op, bool Predicate = false>
@@ -310,24 +297,24 @@ void where_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
 
 void register_cpu_elementwise_kernels() {
   auto reg = [](const char* name, KernelFn fn) { register_kernel(name, DeviceKind::CPU, fn); };
-  reg("add", binary_kernel<add, Allowed::Numeric>);
-  reg("subtract", binary_kernel<subtract, Allowed::Numeric>);
-  reg("multiply", binary_kernel<multiply, Allowed::Numeric>);
-  reg("divide", binary_kernel<divide, Allowed::Floating>);
-  reg("floor_div", binary_kernel<floor_div, Allowed::Numeric>);
-  reg("mod", binary_kernel<mod, Allowed::Numeric>);
-  reg("pow", binary_kernel<pow, Allowed::Numeric>);
-  reg("maximum", binary_kernel<maximum, Allowed::Numeric>);
-  reg("minimum", binary_kernel<minimum, Allowed::Numeric>);
-  reg("squared_difference", binary_kernel<squared_difference, Allowed::Numeric>);
-  reg("equal", binary_kernel<equal, Allowed::Any, true>);
-  reg("not_equal", binary_kernel<not_equal, Allowed::Any, true>);
-  reg("less", binary_kernel<less, Allowed::Any, true>);
-  reg("less_equal", binary_kernel<less_equal, Allowed::Any, true>);
-  reg("greater", binary_kernel<greater, Allowed::Any, true>);
-  reg("greater_equal", binary_kernel<greater_equal, Allowed::Any, true>);
-  reg("logical_and", binary_kernel<logical_and, Allowed::Bool>);
-  reg("logical_or", binary_kernel<logical_or, Allowed::Bool>);
+  reg("add", binary_kernel<add>);
+  reg("subtract", binary_kernel<subtract>);
+  reg("multiply", binary_kernel<multiply>);
+  reg("divide", binary_kernel<divide>);
+  reg("floor_div", binary_kernel<floor_div>);
+  reg("mod", binary_kernel<mod>);
+  reg("pow", binary_kernel<pow>);
+  reg("maximum", binary_kernel<maximum>);
+  reg("minimum", binary_kernel<minimum>);
+  reg("squared_difference", binary_kernel<squared_difference>);
+  reg("equal", binary_kernel<equal, true>);
+  reg("not_equal", binary_kernel<not_equal, true>);
+  reg("less", binary_kernel<less, true>);
+  reg("less_equal", binary_kernel<less_equal, true>);
+  reg("greater", binary_kernel<greater, true>);
+  reg("greater_equal", binary_kernel<greater_equal, true>);
+  reg("logical_and", binary_kernel<logical_and>);
+  reg("logical_or", binary_kernel<logical_or>);
   reg("abs", unary_kernel<abs>);
   reg("negative", unary_kernel<negative>);
   reg("sign", unary_kernel<sign>);
