@@ -6,9 +6,11 @@ void register_elementwise_ops();  // also registers the view ops
 void register_reduction_ops();
 void register_shape_ops();
 void register_linalg_ops();
+void register_nn_ops();  // convolution and pooling
 
 void register_cpu_elementwise_kernels();
 void register_cpu_reduction_kernels();
 void register_cpu_shape_kernels();
 void register_cpu_linalg_kernels();
+void register_cpu_nn_kernels();
 }  // namespace soma::detail

@@ -71,10 +71,12 @@ void ensure_initialized() {
     detail::register_reduction_ops();
     detail::register_shape_ops();
     detail::register_linalg_ops();
+    detail::register_nn_ops();
     detail::register_cpu_elementwise_kernels();
     detail::register_cpu_reduction_kernels();
     detail::register_cpu_shape_kernels();
     detail::register_cpu_linalg_kernels();
+    detail::register_cpu_nn_kernels();
   });
 }
 }  // namespace
