@@ -37,6 +37,10 @@ struct BFloat16 {
 };
 
 inline std::uint16_t Half::from_float(float f) {
+#if defined(__FLT16_MAX__) && defined(__F16C__)
+  // The hardware conversion (vcvtps2ph) rounds to nearest even, like the portable code below.
+  return std::bit_cast<std::uint16_t>(static_cast<_Float16>(f));
+#endif
   std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   std::uint32_t sign = (x >> 16) & 0x8000u;
   std::uint32_t absx = x & 0x7fffffffu;
@@ -60,6 +64,9 @@ inline std::uint16_t Half::from_float(float f) {
 }
 
 inline float Half::to_float(std::uint16_t h) {
+#if defined(__FLT16_MAX__) && defined(__F16C__)
+  return static_cast<float>(std::bit_cast<_Float16>(h));
+#endif
   std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
   std::uint32_t exp = (h >> 10) & 0x1fu;
   std::uint32_t mant = h & 0x3ffu;

@@ -628,3 +628,20 @@ TEST(StopGradient, BlocksOnlyItsOwnPath) {
 
 }  // namespace
 }  // namespace soma
+
+// Transposed layouts big enough for the tiled copy path (tiles of 32, ragged edges included).
+TEST(Contiguous, TiledTransposeCopyMatchesElementwiseReadsForAllWidths) {
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::u8}) {
+    Tensor base = cast(soma::testing::rand_tensor({3, 70, 45}, 5, 0, 100), t);
+    Tensor sliced = base.slice({Slice{1, std::nullopt, 1}, Slice{3, std::nullopt, 1}});  // offset
+    Tensor v = sliced.permute({0, 2, 1});
+    ASSERT_FALSE(v.is_contiguous());
+    Tensor c = v.contiguous();
+    ASSERT_TRUE(c.is_contiguous());
+    ASSERT_EQ(c.shape(), (Shape{2, 45, 67}));
+    for (std::int64_t a = 0; a < 2; ++a)
+      for (std::int64_t i = 0; i < 45; ++i)
+        for (std::int64_t j = 0; j < 67; ++j)
+          ASSERT_EQ(c.at<double>({a, i, j}), base.at<double>({a + 1, j + 3, i})) << dtype_name(t);
+  }
+}

@@ -1,5 +1,5 @@
 #pragma once
-// Loss base: losses are objects (never enums). A loss computes a per-sample value, then applies
+// Loss base: losses are objects (never enums). A loss computes per-sample values, then applies
 // optional sample weights and a reduction.
 #include <string>
 
@@ -13,16 +13,25 @@ enum class Reduction { SumOverBatchSize, Sum, None };  // Keras' names; mean is 
 class Loss {
  public:
   virtual ~Loss() = default;
-  // y_true, y_pred batched on axis 0. sample_weight (optional) has shape [batch] (or broadcasts
-  // to the per-sample loss). Returns a scalar, or per-sample values with Reduction::None.
+  // y_true, y_pred batched on axis 0. sample_weight (optional) has shape [batch] (or any shape
+  // that lines up with the leading axes of the per-sample loss: it is expanded on the right, as
+  // Keras does). Returns a scalar, or the weighted per-sample values with Reduction::None.
+  // SumOverBatchSize divides the weighted sum by the number of loss values (Keras' semantics,
+  // not by the sum of the weights).
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor()) const;
+  // The unweighted, unreduced loss values (what keras.losses.<fn> returns); metrics such as
+  // metrics::LossMean average these.
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const {
+    return per_sample(y_true, y_pred);
+  }
   virtual std::string name() const = 0;
   Reduction reduction() const { return reduction_; }
 
  protected:
   explicit Loss(Reduction r = Reduction::SumOverBatchSize) : reduction_(r) {}
-  // Loss per sample: shape [batch] (one value per row of y_pred).
+  // Loss per sample: y_pred's shape without the reduced (class/feature) axis, so [batch] for
+  // the usual [batch, features] inputs.
   virtual Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const = 0;
 
  private:

@@ -50,6 +50,13 @@ class Module {
   std::int64_t count_params() const;
   std::vector<std::pair<std::string, ModuleRef>> named_children() const { return children_; }
 
+  // Keras' `layer.trainable = false`: freezes every weight of this module and its submodules
+  // (they count as non-trainable and tapes stop watching them); true gives each weight back the
+  // trainability it was created with. Recursive. BatchNormalization runs in inference mode
+  // while frozen, as in Keras.
+  void set_trainable(bool on);
+  bool trainable() const { return trainable_; }
+
   void train(bool on = true);  // recursive
   void eval() { train(false); }
   bool training() const { return training_; }
@@ -64,6 +71,8 @@ class Module {
 
  protected:
   Module();
+  // A copy takes the configuration only: it is unbuilt (it builds its own weights on its first
+  // call) and gets a fresh name unless the source was named with set_name().
   Module(const Module&);
   Module& operator=(const Module&) = delete;
 
@@ -76,18 +85,30 @@ class Module {
                       Fans fans, bool trainable = true, DType dtype = DType::f32);
   Variable add_weight(const std::string& name, const Tensor& value, bool trainable = true);
   void add_regularizer(const Variable& v, const Regularizer& r);
+  // An empty name uses the submodule's own name().
   ModuleRef register_module(const std::string& name, ModuleRef m);
 
  private:
-  std::string name_;
+  void check_new_param_name(const std::string& name) const;
+  Variable push_weight(const std::string& name, const Tensor& value, bool trainable);
+  void restore_modes(const std::vector<bool>& modes, std::size_t& i);
+
+  mutable std::string name_;  // assigned on first use: the constructor cannot call type_name()
+  bool name_explicit_ = false;
   bool built_ = false;
+  bool building_ = false;
   bool training_ = true;
+  bool trainable_ = true;
   std::vector<std::pair<std::string, Variable>> params_;
+  std::vector<bool> created_trainable_;  // parallel to params_: trainability at creation
   std::vector<std::pair<std::string, ModuleRef>> children_;
+  std::vector<bool> child_from_build_;  // parallel to children_: registered inside build()
   std::vector<std::pair<Variable, Regularizer>> regularizers_;
 };
 
 // "Dense" -> "dense", then "dense_1", "dense_2", ... (process-wide counters, like Keras).
 std::string unique_layer_name(const std::string& type_name);
+// Restarts those counters (Keras' clear_session()); names already given are kept.
+void reset_layer_name_counters();
 
 }  // namespace soma::nn

@@ -2,61 +2,157 @@
 // Optimizer base. TF style: apply_gradients(grads, vars); libtorch style: bind the parameters at
 // construction (or with set_parameters) and call step(grads). Per-variable state (moments) is
 // keyed by the variable's identity and can be saved and restored (state_dict).
+//
+// One apply_gradients call, as in Keras 3:
+//   1. variables whose gradient is an undefined Tensor are skipped (not connected to the loss);
+//   2. gradients are clipped: clipnorm (each gradient to that L2 norm) or global_clipnorm (all
+//      together), then clipvalue (each element to [-v, v]);
+//   3. lr = schedule(iterations()) or the constant rate;
+//   4. decoupled weight decay: var -= lr * weight_decay * var;
+//   5. the optimiser's update rule, in place (no reallocation of variables or slots);
+//   6. iterations() += 1.
+#include <concepts>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "soma/optim/schedules.hpp"
 #include "soma/ref.hpp"
 #include "soma/tensor.hpp"
 #include "soma/variable.hpp"
 
 namespace soma::optim {
 
-class LearningRateSchedule;
+// A learning rate: a constant or a schedule of the step count. Converts implicitly from both, so
+// `Adam({.learning_rate = 1e-3})` and `SGD({.learning_rate = ExponentialDecay({...})})` both read
+// like Keras.
+class LearningRate {
+ public:
+  LearningRate(double value) : value_(value) {}  // NOLINT: implicit by design
+  LearningRate(ScheduleRef schedule);             // NOLINT
+  template <class S>
+    requires std::derived_from<std::decay_t<S>, LearningRateSchedule>
+  LearningRate(S&& schedule)  // NOLINT
+      : LearningRate(ScheduleRef(std::forward<S>(schedule))) {}
 
-// Options every optimiser takes (each concrete optimiser adds its own fields).
+  bool is_schedule() const { return bool(schedule_); }
+  const ScheduleRef& schedule() const { return schedule_; }
+  double at(std::int64_t step) const { return schedule_ ? (*schedule_)(step) : value_; }
+
+ private:
+  double value_ = 0.0;
+  ScheduleRef schedule_;
+};
+
+// Options every optimiser takes, in Keras' order. Each concrete optimiser has one flat options
+// struct holding these fields next to its own (designated initialisers cannot reach base-class
+// fields), converted to CommonOptions for the base.
 struct CommonOptions {
-  double learning_rate = 0.01;
-  std::optional<double> clipvalue;     // clip each gradient element to [-v, v]
-  std::optional<double> clipnorm;      // clip each gradient to this L2 norm
+  LearningRate learning_rate = 0.01;
+  double weight_decay = 0.0;              // decoupled: var -= lr * weight_decay * var
+  std::optional<double> clipnorm;         // clip each gradient to this L2 norm
+  std::optional<double> clipvalue;        // clip each gradient element to [-v, v]
   std::optional<double> global_clipnorm;  // clip all gradients jointly to this global norm
-  double weight_decay = 0.0;           // decoupled (AdamW-style) when the optimiser supports it
 };
 
 class Optimizer {
  public:
+  using Slots = std::map<std::string, Tensor>;
+
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
 
+  // grads[i] is the gradient for vars[i] (an undefined Tensor skips that variable). Throws when
+  // the counts differ, a shape differs, or no variable has a gradient at all.
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
   void set_parameters(std::vector<Variable> vars) { params_ = std::move(vars); }
   const std::vector<Variable>& parameters() const { return params_; }
   void step(const std::vector<Tensor>& grads) { apply_gradients(grads, params_); }
 
-  double learning_rate() const;  // current value (from the schedule when one is set)
+  double learning_rate() const;  // current value: schedule(iterations()) or the constant
+  // Replaces a constant rate (what ReduceLROnPlateau does). Throws when the rate is a schedule,
+  // as Keras does.
   void set_learning_rate(double lr);
+  // Replaces the rate by a schedule; a null Ref turns the rate back into a constant (the
+  // schedule's current value).
   void set_schedule(Ref<LearningRateSchedule> schedule);
+  bool has_schedule() const { return options_.learning_rate.is_schedule(); }
   std::int64_t iterations() const { return iterations_; }
+  const CommonOptions& common_options() const { return options_; }
 
-  // Slots (moments etc.) by "<var name or index>/<slot>", plus "iterations" and "learning_rate".
+  // "<i>/<slot>" for vars[i]'s slots (Keras' slot names: "momentum", "velocity", ...), plus
+  // "iterations" (i64), "learning_rate" (f64, the current value) and optimiser-wide state
+  // (Nadam's "u_product"). Tensors are copies. Loading into the same variables (or copies of
+  // them, in the same order) makes the next steps bit-identical to an uninterrupted run.
   virtual std::map<std::string, Tensor> state_dict(const std::vector<Variable>& vars) const;
   virtual void load_state_dict(const std::map<std::string, Tensor>& state,
                                const std::vector<Variable>& vars);
+  std::map<std::string, Tensor> state_dict() const { return state_dict(params_); }
+  void load_state_dict(const std::map<std::string, Tensor>& state) {
+    load_state_dict(state, params_);
+  }
+  // Forgets all slots and the step count.
+  void reset_state();
+
+  // Updates of contiguous f32/f64 CPU variables run as fused loops over raw memory; other dtypes
+  // (and everything when this is off) go through ops. Tests compare the two paths.
+  static void set_fused_kernels(bool enabled);
+  static bool fused_kernels();
 
  protected:
-  explicit Optimizer(const CommonOptions& o) : options_(o) {}
-  // One update of one variable with its (already clipped) gradient; `slots` is this variable's
-  // persistent state, created on first use.
-  virtual void update(Variable& var, const Tensor& grad, std::map<std::string, Tensor>& slots) = 0;
+  explicit Optimizer(const CommonOptions& o);
+  Optimizer(const Optimizer& other);  // deep-copies the slots: copies never share state
+  Optimizer& operator=(const Optimizer& other);
+  Optimizer(Optimizer&&) = default;
+  Optimizer& operator=(Optimizer&&) = default;
+
+  // One update of one variable with its gradient (already clipped, cast to the variable's dtype
+  // and contiguous); `slots` is this variable's persistent state, created on first use with
+  // slot(). The update applies the weight decay itself (apply_weight_decay or fused).
+  virtual void update(Variable& var, const Tensor& grad, Slots& slots) = 0;
+  // Called once per apply_gradients before the per-variable updates (iterations_ not yet
+  // incremented).
+  virtual void begin_step() {}
+  // Optimiser-wide state beyond slots and iterations.
+  virtual void save_extra_state(std::map<std::string, Tensor>& /*state*/) const {}
+  virtual void load_extra_state(const std::map<std::string, Tensor>& /*state*/) {}
+  virtual void reset_extra_state() {}
+  virtual bool is_extra_state_key(const std::string& /*key*/) const { return false; }
+
+  // The slot `name` of a variable, created as a contiguous tensor of its shape and dtype filled
+  // with `init` when absent.
+  static Tensor& slot(Slots& slots, const std::string& name, const Variable& var,
+                      double init = 0.0);
+  // Whether update() may use raw f32/f64 loops on this variable, gradient and slots.
+  static bool can_fuse(const Variable& var, const Tensor& grad,
+                       std::initializer_list<const Tensor*> slots);
+  // Generic path helpers: var -= lr * wd * var; dst <- value, in place.
+  void apply_weight_decay(Variable& var) const;
+  static void write(const Tensor& dst, const Tensor& value);
+  // Records an in-place write to a variable's memory done through raw pointers.
+  static void mark_written(const Variable& var);
+
+  double step_lr() const { return step_lr_; }  // the rate of the step being applied
+  double decay_factor() const { return step_lr_ * options_.weight_decay; }  // lr * wd
+
   CommonOptions options_;
   std::int64_t iterations_ = 0;
 
  private:
+  struct Entry {
+    std::weak_ptr<Storage> owner;  // detects a dead variable whose address was reused
+    Slots slots;
+  };
+  Slots& slots_for(const Variable& var);
+
   std::vector<Variable> params_;
-  Ref<LearningRateSchedule> schedule_;
-  std::map<const void*, std::map<std::string, Tensor>> slots_;  // keyed by variable storage
+  double step_lr_ = 0.0;
+  std::map<const void*, Entry> slots_;  // keyed by variable storage
 };
 using OptimizerRef = Ref<Optimizer>;
 

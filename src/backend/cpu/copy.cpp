@@ -6,6 +6,60 @@
 
 namespace soma::detail {
 
+namespace {
+// Packs a tensor whose last two axes are transposed in memory (source stride 1 on axis -2, not
+// on axis -1) into a contiguous destination, in square tiles so that both the reads and the
+// writes stay in cache. A plain row loop would stride through memory on every read.
+template <class E>
+void transpose_tiles(const E* src, E* dst, const Shape& shape, const Strides& ss,
+                     std::int64_t src_offset) {
+  constexpr std::int64_t kTile = 32;
+  const std::size_t r = shape.size();
+  const std::int64_t rows = shape[r - 2], cols = shape[r - 1];
+  const std::int64_t col_stride = ss[r - 1];  // source stride along the destination's rows
+  const std::int64_t outer = numel(shape) / (rows * cols);
+  const std::int64_t row_tiles = (rows + kTile - 1) / kTile;
+  parallel_for(outer * row_tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      std::int64_t o = t / row_tiles, i0 = (t % row_tiles) * kTile;
+      std::int64_t soff = src_offset, rem = o;
+      for (std::size_t d = r - 2; d-- > 0;) {
+        soff += (rem % shape[d]) * ss[d];
+        rem /= shape[d];
+      }
+      const E* s = src + soff;
+      E* out = dst + o * rows * cols;
+      std::int64_t i1 = std::min(rows, i0 + kTile);
+      for (std::int64_t j0 = 0; j0 < cols; j0 += kTile) {
+        std::int64_t j1 = std::min(cols, j0 + kTile);
+        for (std::int64_t i = i0; i < i1; ++i)
+          for (std::int64_t j = j0; j < j1; ++j) out[i * cols + j] = s[i + j * col_stride];
+      }
+    }
+  });
+}
+
+bool transpose_copy(const Tensor& src, const Strides& ss, const Tensor& dst) {
+  const std::size_t r = dst.shape().size();
+  if (r < 2 || !dst.is_contiguous() || ss[r - 2] != 1 || ss[r - 1] == 1 || ss[r - 1] == 0 ||
+      dst.shape()[r - 2] < 16 || dst.shape()[r - 1] < 16)
+    return false;
+  for (std::size_t d = 0; d + 2 < r; ++d)
+    if (ss[d] == 0) return false;  // broadcast outer dims: leave to the general loop
+  auto run = [&]<class E>() {
+    transpose_tiles<E>(static_cast<const E*>(src.storage()->data), static_cast<E*>(dst.raw_data()),
+                       dst.shape(), ss, src.offset());
+  };
+  switch (dtype_size(dst.dtype())) {
+    case 1: run.template operator()<std::uint8_t>(); return true;
+    case 2: run.template operator()<std::uint16_t>(); return true;
+    case 4: run.template operator()<std::uint32_t>(); return true;
+    case 8: run.template operator()<std::uint64_t>(); return true;
+  }
+  return false;
+}
+}  // namespace
+
 void copy_into(const Tensor& src, const Tensor& dst) {
   if (!src.device().is_cpu() || !dst.device().is_cpu())
     fail("copy", "only CPU tensors can be copied in this build");
@@ -28,6 +82,7 @@ void copy_into(const Tensor& src, const Tensor& dst) {
     return;
   }
   Strides ss = broadcast_strides(src.shape(), src.strides(), dst.shape());
+  if (src.dtype() == dst.dtype() && transpose_copy(src, ss, dst)) return;
   dispatch_dtype(src.dtype(), [&]<class S>() {
     dispatch_dtype(dst.dtype(), [&]<class D>() {
       const S* ps = static_cast<const S*>(src.storage()->data);

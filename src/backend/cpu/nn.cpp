@@ -1,7 +1,463 @@
-// CPU kernels for convolution and pooling (to be filled in).
+// CPU kernels for convolution and pooling.
+//
+// Convolution is im2col + GEMM (OpenBLAS), per image and per group:
+//   forward          y[n, g]  = W[g] [O/g, K] @ col(x[n, g]) [K, P]           (K = C/g*KH*KW)
+//   backprop_input   dx[n, g] = col2im(W[g]^T @ dy[n, g])
+//   backprop_filter  dW[g]   += dy[n, g] [O/g, P] @ col(x[n, g])^T [P, K]      (P = H'*W')
+// A 1x1, stride-1, unpadded convolution needs no im2col: col(x) is x itself.
+// Threads: with several images and threads, the images are split across the OpenMP pool and
+// each GEMM runs single-threaded (OpenBLAS stays on one thread inside an OpenMP region); with one
+// image, the loop is serial and OpenBLAS threads each GEMM itself. Nothing nests.
+// f32 and f64 are computed natively; f16/bf16 through f32. Inputs of any strides are packed.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "internal/copy.hpp"
+#include "internal/parallel.hpp"
 #include "internal/registration.hpp"
 #include "soma/op.hpp"
 
 namespace soma::detail {
-void register_cpu_nn_kernels() {}
+namespace {
+
+using Ints = std::vector<std::int64_t>;
+
+// The tensor itself when already packed in `dtype`, else a packed copy in it.
+Tensor packed(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype && t.is_contiguous()) return t;
+  Tensor p = Tensor::empty(t.shape(), dtype, t.device());
+  copy_into(t, p);
+  return p;
+}
+
+DType work_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+// Runs `body(inputs in the work dtype, output in the work dtype)`, then converts the output back
+// when the op's dtype is f16/bf16.
+template <class Body>
+void with_work_dtype(const std::vector<Tensor>& in, Tensor& out, Body&& body) {
+  const DType wt = work_dtype(out.dtype());
+  std::vector<Tensor> win;
+  for (const auto& t : in) win.push_back(packed(t, wt));
+  if (out.dtype() == wt && out.is_contiguous()) {
+    body(win, out);
+  } else {
+    Tensor tmp = Tensor::empty(out.shape(), wt, out.device());
+    body(win, tmp);
+    copy_into(tmp, out);
+  }
+}
+
+// ---- convolution geometry ----
+struct Conv {
+  std::int64_t n, c, h, w;     // input
+  std::int64_t o, kh, kw;      // kernel
+  std::int64_t oh, ow;         // output
+  std::int64_t sh, sw, pt, pl, dh, dw, groups;
+  std::int64_t cg() const { return c / groups; }
+  std::int64_t og() const { return o / groups; }
+  std::int64_t k() const { return cg() * kh * kw; }  // GEMM inner size
+  std::int64_t p() const { return oh * ow; }         // output pixels per image
+  // 1x1, stride 1, no padding: the input plane is already the im2col matrix.
+  bool pointwise() const {
+    return kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w;
+  }
+};
+
+Conv make_conv(const Shape& x, const Shape& w, const Shape& y, const Attrs& a) {
+  const Ints &st = a.ints("strides"), &pads = a.ints("pads"), &dil = a.ints("dilation");
+  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3],
+          st[0], st[1], pads[0], pads[2], dil[0], dil[1], a.i("groups")};
+}
+
+// col [cg*kh*kw, oh*ow] from one group of one image, x [cg, h, w]; zeros where the window
+// reaches into the padding.
+template <class T>
+void im2col(const Conv& cv, const T* x, T* col) {
+  const std::int64_t P = cv.p();
+  for (std::int64_t ci = 0; ci < cv.cg(); ++ci) {
+    const T* plane = x + ci * cv.h * cv.w;
+    for (std::int64_t i = 0; i < cv.kh; ++i)
+      for (std::int64_t j = 0; j < cv.kw; ++j) {
+        T* row = col + ((ci * cv.kh + i) * cv.kw + j) * P;
+        const std::int64_t off_w = j * cv.dw - cv.pl;
+        // Output columns whose input column lies inside [0, w): [ow0, ow1).
+        std::int64_t ow0 = off_w >= 0 ? 0 : (-off_w + cv.sw - 1) / cv.sw;
+        std::int64_t ow1 = cv.w - off_w <= 0 ? 0 : (cv.w - off_w + cv.sw - 1) / cv.sw;
+        ow0 = std::min(ow0, cv.ow);
+        ow1 = std::clamp(ow1, ow0, cv.ow);
+        for (std::int64_t oy = 0; oy < cv.oh; ++oy) {
+          T* r = row + oy * cv.ow;
+          const std::int64_t iy = oy * cv.sh - cv.pt + i * cv.dh;
+          if (iy < 0 || iy >= cv.h) {
+            std::fill(r, r + cv.ow, T(0));
+            continue;
+          }
+          const T* src = plane + iy * cv.w;
+          std::fill(r, r + ow0, T(0));
+          if (cv.sw == 1 && ow1 > ow0) std::copy(src + ow0 + off_w, src + ow1 + off_w, r + ow0);
+          else
+            for (std::int64_t ox = ow0; ox < ow1; ++ox) r[ox] = src[ox * cv.sw + off_w];
+          std::fill(r + ow1, r + cv.ow, T(0));
+        }
+      }
+  }
+}
+
+// The adjoint of im2col: adds col back into dx [cg, h, w] (which the caller zeroed).
+template <class T>
+void col2im(const Conv& cv, const T* col, T* dx) {
+  const std::int64_t P = cv.p();
+  for (std::int64_t ci = 0; ci < cv.cg(); ++ci) {
+    T* plane = dx + ci * cv.h * cv.w;
+    for (std::int64_t i = 0; i < cv.kh; ++i)
+      for (std::int64_t j = 0; j < cv.kw; ++j) {
+        const T* row = col + ((ci * cv.kh + i) * cv.kw + j) * P;
+        const std::int64_t off_w = j * cv.dw - cv.pl;
+        std::int64_t ow0 = off_w >= 0 ? 0 : (-off_w + cv.sw - 1) / cv.sw;
+        std::int64_t ow1 = cv.w - off_w <= 0 ? 0 : (cv.w - off_w + cv.sw - 1) / cv.sw;
+        ow0 = std::min(ow0, cv.ow);
+        ow1 = std::clamp(ow1, ow0, cv.ow);
+        for (std::int64_t oy = 0; oy < cv.oh; ++oy) {
+          const std::int64_t iy = oy * cv.sh - cv.pt + i * cv.dh;
+          if (iy < 0 || iy >= cv.h) continue;
+          const T* r = row + oy * cv.ow;
+          T* dst = plane + iy * cv.w;
+          if (cv.sw == 1)
+            for (std::int64_t ox = ow0; ox < ow1; ++ox) dst[ox + off_w] += r[ox];
+          else
+            for (std::int64_t ox = ow0; ox < ow1; ++ox) dst[ox * cv.sw + off_w] += r[ox];
+        }
+      }
+  }
+}
+
+// Row-major C = alpha * op(A) @ op(B) + beta * C.
+template <class T>
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb),
+                beta, c, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb),
+                beta, c, int(ldc));
+}
+
+void check_blas_size(const char* op, const Conv& cv) {
+  for (std::int64_t v : {cv.k(), cv.p(), cv.og()})
+    if (v > std::numeric_limits<int>::max())
+      fail(op, "a GEMM dimension (", v, ") is too large for BLAS");
+}
+
+// Runs per_image(n, scratch) for every image: split across threads when there are several
+// images and threads (each thread with its own scratch), else serially with BLAS threading.
+template <class T, class F>
+void for_each_image(std::int64_t n_images, std::int64_t scratch_elems, std::int64_t work_per_image,
+                    F&& per_image) {
+  const int threads = omp_get_max_threads();
+  // Images in parallel when there are enough of them, or when each is too small for BLAS to
+  // thread well; tiny problems stay on one thread (a parallel region costs more).
+  const bool split = n_images > 1 && threads > 1 && !omp_in_parallel() &&
+                     n_images * work_per_image >= (1 << 16) &&
+                     (n_images >= threads || work_per_image < (1 << 21));
+  if (!split) {
+    std::vector<T> scratch(std::size_t(std::max<std::int64_t>(scratch_elems, 0)));
+    for (std::int64_t i = 0; i < n_images; ++i) per_image(i, scratch.data(), 0);
+    return;
+  }
+  const int nt = int(std::min<std::int64_t>(threads, n_images));
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    std::vector<T> scratch(std::size_t(std::max<std::int64_t>(scratch_elems, 0)));
+    const std::int64_t chunk = (n_images + nt - 1) / nt;
+    const std::int64_t b = t * chunk, e = std::min(n_images, b + chunk);
+    for (std::int64_t i = b; i < e; ++i) per_image(i, scratch.data(), t);
+  }
+}
+
+template <class T>
+void conv2d_forward(const Conv& cv, const T* x, const T* w, T* y) {
+  const std::int64_t K = cv.k(), P = cv.p(), og = cv.og(), cg = cv.cg();
+  const bool pw = cv.pointwise();
+  for_each_image<T>(cv.n, pw ? 0 : K * P, cv.o * K * P, [&](std::int64_t n, T* col, int) {
+    for (std::int64_t g = 0; g < cv.groups; ++g) {
+      const T* xg = x + (n * cv.c + g * cg) * cv.h * cv.w;
+      const T* b = xg;
+      if (!pw) {
+        im2col(cv, xg, col);
+        b = col;
+      }
+      gemm<T>(false, false, og, P, K, w + g * og * K, K, b, P, T(0),
+              y + (n * cv.o + g * og) * P, P);
+    }
+  });
+}
+
+template <class T>
+void conv2d_backprop_input(const Conv& cv, const T* gy, const T* w, T* dx) {
+  const std::int64_t K = cv.k(), P = cv.p(), og = cv.og(), cg = cv.cg();
+  const bool pw = cv.pointwise();
+  for_each_image<T>(cv.n, pw ? 0 : K * P, cv.o * K * P, [&](std::int64_t n, T* col, int) {
+    T* dxn = dx + n * cv.c * cv.h * cv.w;
+    if (!pw) std::fill(dxn, dxn + cv.c * cv.h * cv.w, T(0));
+    for (std::int64_t g = 0; g < cv.groups; ++g) {
+      T* dxg = dxn + g * cg * cv.h * cv.w;
+      T* dst = pw ? dxg : col;
+      gemm<T>(true, false, K, P, og, w + g * og * K, K, gy + (n * cv.o + g * og) * P, P, T(0),
+              dst, P);
+      if (!pw) col2im(cv, col, dxg);
+    }
+  });
+}
+
+template <class T>
+void conv2d_backprop_filter(const Conv& cv, const T* x, const T* gy, T* dw) {
+  const std::int64_t K = cv.k(), P = cv.p(), og = cv.og(), cg = cv.cg();
+  const bool pw = cv.pointwise();
+  const std::int64_t wsize = cv.o * K;
+  // One accumulator per thread (the first is dw itself), summed at the end.
+  const int threads = std::max(1, omp_get_max_threads());
+  std::vector<std::vector<T>> partial(std::size_t(threads - 1));
+  std::fill(dw, dw + wsize, T(0));
+  for_each_image<T>(cv.n, pw ? 0 : K * P, cv.o * K * P, [&](std::int64_t n, T* col, int t) {
+    T* acc = dw;
+    if (t > 0) {
+      auto& buf = partial[std::size_t(t - 1)];
+      if (buf.empty()) buf.assign(std::size_t(wsize), T(0));
+      acc = buf.data();
+    }
+    for (std::int64_t g = 0; g < cv.groups; ++g) {
+      const T* xg = x + (n * cv.c + g * cg) * cv.h * cv.w;
+      const T* b = xg;
+      if (!pw) {
+        im2col(cv, xg, col);
+        b = col;
+      }
+      gemm<T>(false, true, og, K, P, gy + (n * cv.o + g * og) * P, P, b, P, T(1),
+              acc + g * og * K, K);
+    }
+  });
+  for (const auto& buf : partial)
+    if (!buf.empty())
+      for (std::int64_t i = 0; i < wsize; ++i) dw[i] += buf[std::size_t(i)];
+}
+
+template <class F>
+void dispatch_work(DType t, F&& f) {
+  if (t == DType::f64) f.template operator()<double>();
+  else f.template operator()<float>();
+}
+
+void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  Conv cv = make_conv(in[0].shape(), in[1].shape(), out[0].shape(), a);
+  if (out[0].numel() == 0) return;
+  check_blas_size("conv2d", cv);
+  with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
+    dispatch_work(o.dtype(), [&]<class T>() {
+      if (cv.k() == 0) return fill_value(o, 0.0);
+      conv2d_forward<T>(cv, wi[0].data<T>(), wi[1].data<T>(), o.data<T>());
+    });
+  });
+}
+
+void backprop_input_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                           const Attrs& a) {
+  Conv cv = make_conv(out[0].shape(), in[1].shape(), in[0].shape(), a);
+  if (out[0].numel() == 0) return;
+  check_blas_size("conv2d_backprop_input", cv);
+  with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
+    dispatch_work(o.dtype(), [&]<class T>() {
+      if (cv.og() == 0 || cv.p() == 0) return fill_value(o, 0.0);
+      conv2d_backprop_input<T>(cv, wi[0].data<T>(), wi[1].data<T>(), o.data<T>());
+    });
+  });
+}
+
+void backprop_filter_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                            const Attrs& a) {
+  Conv cv = make_conv(in[0].shape(), out[0].shape(), in[1].shape(), a);
+  if (out[0].numel() == 0) return;
+  check_blas_size("conv2d_backprop_filter", cv);
+  with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
+    dispatch_work(o.dtype(), [&]<class T>() {
+      if (cv.n == 0 || cv.p() == 0) return fill_value(o, 0.0);
+      conv2d_backprop_filter<T>(cv, wi[0].data<T>(), wi[1].data<T>(), o.data<T>());
+    });
+  });
+}
+
+// ---- pooling: direct loops over (image, channel) planes ----
+struct Pool {
+  std::int64_t planes, h, w, oh, ow, ph, pw, sh, sw, pt, pl;
+  // Window rows [y0, y1) and columns [x0, x1), clipped to the input (padding excluded).
+  void window(std::int64_t oy, std::int64_t ox, std::int64_t& y0, std::int64_t& y1,
+              std::int64_t& x0, std::int64_t& x1) const {
+    y0 = oy * sh - pt;
+    x0 = ox * sw - pl;
+    y1 = std::min(y0 + ph, h);
+    x1 = std::min(x0 + pw, w);
+    y0 = std::max<std::int64_t>(y0, 0);
+    x0 = std::max<std::int64_t>(x0, 0);
+  }
+  // Offset within the plane of the window's first maximum (row-major order).
+  template <class T>
+  std::int64_t argmax(const T* plane, std::int64_t oy, std::int64_t ox) const {
+    std::int64_t y0, y1, x0, x1;
+    window(oy, ox, y0, y1, x0, x1);
+    std::int64_t best = y0 * w + x0;
+    T bv = plane[best];
+    for (std::int64_t y = y0; y < y1; ++y)
+      for (std::int64_t x = x0; x < x1; ++x) {
+        const T v = plane[y * w + x];
+        if (v > bv || (std::isnan(v) && !std::isnan(bv))) {  // NaN propagates, as in TF
+          bv = v;
+          best = y * w + x;
+        }
+      }
+    return best;
+  }
+};
+
+Pool make_pool(const Shape& x, const Shape& y, const Attrs& a) {
+  const Ints &pool = a.ints("pool"), &st = a.ints("strides"), &pads = a.ints("pads");
+  return {x[0] * x[1], x[2], x[3], y[2], y[3], pool[0], pool[1], st[0], st[1], pads[0], pads[2]};
+}
+
+template <class F>
+void for_each_plane(const Pool& p, F&& f) {
+  const std::int64_t per = std::max<std::int64_t>(1, p.oh * p.ow * p.ph * p.pw + p.h * p.w);
+  parallel_for(p.planes, std::max<std::int64_t>(1, kParallelGrain / per),
+               [&](std::int64_t b, std::int64_t e) {
+                 for (std::int64_t i = b; i < e; ++i) f(i);
+               });
+}
+
+void max_pool_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  Pool p = make_pool(in[0].shape(), out[0].shape(), a);
+  with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
+    dispatch_work(o.dtype(), [&]<class T>() {
+      const T* x = wi[0].data<T>();
+      T* y = o.data<T>();
+      for_each_plane(p, [&](std::int64_t i) {
+        const T* plane = x + i * p.h * p.w;
+        T* yo = y + i * p.oh * p.ow;
+        for (std::int64_t oy = 0; oy < p.oh; ++oy)
+          for (std::int64_t ox = 0; ox < p.ow; ++ox)
+            yo[oy * p.ow + ox] = plane[p.argmax(plane, oy, ox)];
+      });
+    });
+  });
+}
+
+// in: x, g (pooled shape) -> dx (x's shape): each g goes to its window's first maximum.
+void max_pool_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                          const Attrs& a) {
+  Pool p = make_pool(in[0].shape(), in[1].shape(), a);
+  with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
+    dispatch_work(o.dtype(), [&]<class T>() {
+      const T* x = wi[0].data<T>();
+      const T* g = wi[1].data<T>();
+      T* dx = o.data<T>();
+      for_each_plane(p, [&](std::int64_t i) {
+        const T* plane = x + i * p.h * p.w;
+        const T* gi = g + i * p.oh * p.ow;
+        T* d = dx + i * p.h * p.w;
+        std::fill(d, d + p.h * p.w, T(0));
+        for (std::int64_t oy = 0; oy < p.oh; ++oy)
+          for (std::int64_t ox = 0; ox < p.ow; ++ox)
+            d[p.argmax(plane, oy, ox)] += gi[oy * p.ow + ox];
+      });
+    });
+  });
+}
+
+// in: x, h (x's shape) -> h read at each window's first maximum (pooled shape).
+void max_pool_grad_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                               const Attrs& a) {
+  Pool p = make_pool(in[0].shape(), out[0].shape(), a);
+  with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
+    dispatch_work(o.dtype(), [&]<class T>() {
+      const T* x = wi[0].data<T>();
+      const T* h = wi[1].data<T>();
+      T* y = o.data<T>();
+      for_each_plane(p, [&](std::int64_t i) {
+        const T* plane = x + i * p.h * p.w;
+        const T* hi = h + i * p.h * p.w;
+        T* yo = y + i * p.oh * p.ow;
+        for (std::int64_t oy = 0; oy < p.oh; ++oy)
+          for (std::int64_t ox = 0; ox < p.ow; ++ox)
+            yo[oy * p.ow + ox] = hi[p.argmax(plane, oy, ox)];
+      });
+    });
+  });
+}
+
+void avg_pool_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  Pool p = make_pool(in[0].shape(), out[0].shape(), a);
+  with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
+    dispatch_work(o.dtype(), [&]<class T>() {
+      const T* x = wi[0].data<T>();
+      T* y = o.data<T>();
+      for_each_plane(p, [&](std::int64_t i) {
+        const T* plane = x + i * p.h * p.w;
+        T* yo = y + i * p.oh * p.ow;
+        for (std::int64_t oy = 0; oy < p.oh; ++oy)
+          for (std::int64_t ox = 0; ox < p.ow; ++ox) {
+            std::int64_t y0, y1, x0, x1;
+            p.window(oy, ox, y0, y1, x0, x1);
+            T s = 0;
+            for (std::int64_t yy = y0; yy < y1; ++yy)
+              for (std::int64_t xx = x0; xx < x1; ++xx) s += plane[yy * p.w + xx];
+            yo[oy * p.ow + ox] = s / T((y1 - y0) * (x1 - x0));
+          }
+      });
+    });
+  });
+}
+
+// in: g (pooled shape) -> dx (attr input_shape): g / count spread over each window.
+void avg_pool_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                          const Attrs& a) {
+  Pool p = make_pool(out[0].shape(), in[0].shape(), a);
+  with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
+    dispatch_work(o.dtype(), [&]<class T>() {
+      const T* g = wi[0].data<T>();
+      T* dx = o.data<T>();
+      for_each_plane(p, [&](std::int64_t i) {
+        const T* gi = g + i * p.oh * p.ow;
+        T* d = dx + i * p.h * p.w;
+        std::fill(d, d + p.h * p.w, T(0));
+        for (std::int64_t oy = 0; oy < p.oh; ++oy)
+          for (std::int64_t ox = 0; ox < p.ow; ++ox) {
+            std::int64_t y0, y1, x0, x1;
+            p.window(oy, ox, y0, y1, x0, x1);
+            const T v = gi[oy * p.ow + ox] / T((y1 - y0) * (x1 - x0));
+            for (std::int64_t yy = y0; yy < y1; ++yy)
+              for (std::int64_t xx = x0; xx < x1; ++xx) d[yy * p.w + xx] += v;
+          }
+      });
+    });
+  });
+}
+
+}  // namespace
+
+void register_cpu_nn_kernels() {
+  register_kernel("conv2d", DeviceKind::CPU, conv2d_kernel);
+  register_kernel("conv2d_backprop_input", DeviceKind::CPU, backprop_input_kernel);
+  register_kernel("conv2d_backprop_filter", DeviceKind::CPU, backprop_filter_kernel);
+  register_kernel("max_pool2d", DeviceKind::CPU, max_pool_kernel);
+  register_kernel("max_pool2d_grad", DeviceKind::CPU, max_pool_grad_kernel);
+  register_kernel("max_pool2d_grad_grad", DeviceKind::CPU, max_pool_grad_grad_kernel);
+  register_kernel("avg_pool2d", DeviceKind::CPU, avg_pool_kernel);
+  register_kernel("avg_pool2d_grad", DeviceKind::CPU, avg_pool_grad_kernel);
+}
+
 }  // namespace soma::detail

@@ -1,0 +1,248 @@
+#pragma once
+// Callbacks: hooks fit() / evaluate() / predict() call at train, epoch, batch and test begin and
+// end, with Keras' names and defaults.
+//
+//   model.fit(x, y, {.epochs = 100, .validation_split = 0.2,
+//                    .callbacks = {callbacks::EarlyStopping({.patience = 5,
+//                                                             .restore_best_weights = true}),
+//                                  callbacks::CSVLogger("log.csv")}});
+//
+// A callback passed by value is copied into fit(); pass a std::shared_ptr to read its state
+// afterwards (e.g. EarlyStopping::stopped_epoch()).
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "soma/model/history.hpp"
+#include "soma/optim/schedules.hpp"
+#include "soma/ref.hpp"
+#include "soma/tensor.hpp"
+
+namespace soma::nn {
+class Model;
+}
+
+namespace soma::callbacks {
+
+using nn::Logs;
+
+// What fit() tells callbacks before training starts.
+struct TrainParams {
+  int epochs = 1;
+  std::int64_t steps = 0;  // batches per epoch
+  int verbose = 0;
+};
+
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void set_model(nn::Model* model) { model_ = model; }
+  virtual void set_params(const TrainParams& params) { params_ = params; }
+
+  // Epoch-end and batch-end logs may be extended by a callback (e.g. "learning_rate"); later
+  // callbacks and the History see the additions.
+  virtual void on_train_begin(Logs& logs) { (void)logs; }
+  virtual void on_train_end(Logs& logs) { (void)logs; }
+  virtual void on_epoch_begin(int epoch, Logs& logs) { (void)epoch, (void)logs; }
+  virtual void on_epoch_end(int epoch, Logs& logs) { (void)epoch, (void)logs; }
+  virtual void on_train_batch_begin(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
+  virtual void on_train_batch_end(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
+  virtual void on_test_begin(Logs& logs) { (void)logs; }
+  virtual void on_test_end(Logs& logs) { (void)logs; }
+  virtual void on_test_batch_begin(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
+  virtual void on_test_batch_end(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
+  virtual void on_predict_begin(Logs& logs) { (void)logs; }
+  virtual void on_predict_end(Logs& logs) { (void)logs; }
+  virtual void on_predict_batch_begin(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
+  virtual void on_predict_batch_end(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
+
+ protected:
+  nn::Model& model() const;  // throws when no model is set
+  const TrainParams& params() const { return params_; }
+
+ private:
+  nn::Model* model_ = nullptr;
+  TrainParams params_;
+};
+using CallbackRef = Ref<Callback>;
+
+// Calls every callback of a list in order (used by fit/evaluate/predict).
+class CallbackList {
+ public:
+  CallbackList() = default;
+  explicit CallbackList(std::vector<CallbackRef> cbs) : cbs_(std::move(cbs)) {}
+  void add(CallbackRef cb) { cbs_.push_back(std::move(cb)); }
+  void set_model(nn::Model* m);
+  void set_params(const TrainParams& p);
+  void on_train_begin(Logs& logs);
+  void on_train_end(Logs& logs);
+  void on_epoch_begin(int epoch, Logs& logs);
+  void on_epoch_end(int epoch, Logs& logs);
+  void on_train_batch_begin(std::int64_t batch, Logs& logs);
+  void on_train_batch_end(std::int64_t batch, Logs& logs);
+  void on_test_begin(Logs& logs);
+  void on_test_end(Logs& logs);
+  void on_test_batch_begin(std::int64_t batch, Logs& logs);
+  void on_test_batch_end(std::int64_t batch, Logs& logs);
+  void on_predict_begin(Logs& logs);
+  void on_predict_end(Logs& logs);
+  void on_predict_batch_begin(std::int64_t batch, Logs& logs);
+  void on_predict_batch_end(std::int64_t batch, Logs& logs);
+  std::size_t size() const { return cbs_.size(); }
+
+ private:
+  std::vector<CallbackRef> cbs_;
+};
+
+// User hooks as functions; unset hooks do nothing.
+struct LambdaCallback : Callback {
+  std::function<void(Logs&)> on_train_begin_fn, on_train_end_fn;
+  std::function<void(int, Logs&)> on_epoch_begin_fn, on_epoch_end_fn;
+  std::function<void(std::int64_t, Logs&)> on_train_batch_begin_fn, on_train_batch_end_fn;
+  std::function<void(Logs&)> on_test_begin_fn, on_test_end_fn;
+  std::function<void(std::int64_t, Logs&)> on_test_batch_begin_fn, on_test_batch_end_fn;
+
+  void on_train_begin(Logs& l) override { if (on_train_begin_fn) on_train_begin_fn(l); }
+  void on_train_end(Logs& l) override { if (on_train_end_fn) on_train_end_fn(l); }
+  void on_epoch_begin(int e, Logs& l) override { if (on_epoch_begin_fn) on_epoch_begin_fn(e, l); }
+  void on_epoch_end(int e, Logs& l) override { if (on_epoch_end_fn) on_epoch_end_fn(e, l); }
+  void on_train_batch_begin(std::int64_t b, Logs& l) override {
+    if (on_train_batch_begin_fn) on_train_batch_begin_fn(b, l);
+  }
+  void on_train_batch_end(std::int64_t b, Logs& l) override {
+    if (on_train_batch_end_fn) on_train_batch_end_fn(b, l);
+  }
+  void on_test_begin(Logs& l) override { if (on_test_begin_fn) on_test_begin_fn(l); }
+  void on_test_end(Logs& l) override { if (on_test_end_fn) on_test_end_fn(l); }
+  void on_test_batch_begin(std::int64_t b, Logs& l) override {
+    if (on_test_batch_begin_fn) on_test_batch_begin_fn(b, l);
+  }
+  void on_test_batch_end(std::int64_t b, Logs& l) override {
+    if (on_test_batch_end_fn) on_test_batch_end_fn(b, l);
+  }
+};
+
+// "min", "max" or "auto" (max when the monitor's name contains "acc", "auc", "precision",
+// "recall" or "f1", else min).
+bool monitor_maximises(const std::string& monitor, const std::string& mode, const char* who);
+
+// ---- ModelCheckpoint ------------------------------------------------------------------------
+struct ModelCheckpointOptions {
+  std::string monitor = "val_loss";
+  int verbose = 0;
+  bool save_best_only = false;
+  std::string mode = "auto";
+  bool save_weights_only = true;  // whole-model files come with the io issue
+};
+// Saves the weights at the end of epochs. filepath may hold fields: {epoch} (1-based, as in
+// Keras), {epoch:02d}, or any log key such as {val_loss:.4f}.
+class ModelCheckpoint : public Callback {
+ public:
+  explicit ModelCheckpoint(std::string filepath, ModelCheckpointOptions options = {});
+  void on_train_begin(Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  double best() const { return best_; }
+  const std::vector<std::string>& saved_paths() const { return saved_; }
+
+ private:
+  std::string filepath_;
+  ModelCheckpointOptions o_;
+  bool maximise_ = false;
+  double best_ = 0.0;
+  std::vector<std::string> saved_;
+};
+// Formats a checkpoint path template (see ModelCheckpoint).
+std::string format_filepath(const std::string& pattern, int epoch, const Logs& logs);
+
+// ---- EarlyStopping --------------------------------------------------------------------------
+struct EarlyStoppingOptions {
+  std::string monitor = "val_loss";
+  double min_delta = 0.0;  // an improvement must exceed this
+  int patience = 0;        // epochs without improvement before stopping
+  int verbose = 0;
+  std::string mode = "auto";
+  std::optional<double> baseline;
+  bool restore_best_weights = false;  // on stopping, go back to the best epoch's weights
+  int start_from_epoch = 0;
+};
+class EarlyStopping : public Callback {
+ public:
+  explicit EarlyStopping(EarlyStoppingOptions options = {});
+  void on_train_begin(Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  void on_train_end(Logs& logs) override;
+  int stopped_epoch() const { return stopped_epoch_; }  // 0: did not stop early
+  int best_epoch() const { return best_epoch_; }
+  double best() const { return best_; }
+
+ private:
+  bool improved(double value, double reference) const;
+  EarlyStoppingOptions o_;
+  bool maximise_ = false;
+  int wait_ = 0, stopped_epoch_ = 0, best_epoch_ = 0;
+  double best_ = 0.0;
+  std::map<std::string, Tensor> best_weights_;
+};
+
+// ---- CSVLogger ------------------------------------------------------------------------------
+// One row per epoch: "epoch" then the log keys in sorted order (as Keras writes them).
+class CSVLogger : public Callback {
+ public:
+  explicit CSVLogger(std::string filename, char separator = ',', bool append = false);
+  void on_train_begin(Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  void on_train_end(Logs& logs) override;
+
+ private:
+  std::string filename_;
+  char sep_;
+  bool append_;
+  std::shared_ptr<std::ofstream> file_;
+  std::vector<std::string> keys_;
+  bool header_written_ = false;
+};
+
+// ---- LearningRateScheduler ------------------------------------------------------------------
+// Sets the optimiser's learning rate at each epoch's start to fn(epoch, current_lr).
+class LearningRateScheduler : public Callback {
+ public:
+  explicit LearningRateScheduler(std::function<double(int, double)> schedule, int verbose = 0);
+  void on_epoch_begin(int epoch, Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+
+ private:
+  std::function<double(int, double)> fn_;
+  int verbose_;
+};
+
+// ---- ReduceLROnPlateau ----------------------------------------------------------------------
+// The rule lives in optim::ReduceLROnPlateau; this feeds it the monitored value once per epoch.
+class ReduceLROnPlateau : public Callback {
+ public:
+  explicit ReduceLROnPlateau(optim::ReduceLROnPlateauOptions options = {}, int verbose = 0);
+  void on_train_begin(Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+
+ private:
+  optim::ReduceLROnPlateau rule_;
+  int verbose_;
+};
+
+// ---- TerminateOnNaN -------------------------------------------------------------------------
+// Stops training after the first batch whose loss is NaN or infinite.
+class TerminateOnNaN : public Callback {
+ public:
+  void on_train_batch_end(std::int64_t batch, Logs& logs) override;
+  bool terminated() const { return terminated_; }
+
+ private:
+  bool terminated_ = false;
+};
+
+}  // namespace soma::callbacks

@@ -1,0 +1,168 @@
+#pragma once
+// nn::Model: a Module that can be trained Keras-style (compile / fit / evaluate / predict).
+// Three ways to get one:
+//   - nn::Sequential{layers...} (sequential.hpp), a Model subclass;
+//   - the functional API: nn::Model(inputs, outputs) over symbolic tensors (functional.hpp);
+//   - subclassing: derive from nn::Model and override forward() (or call()) and type_name().
+// Model lives in soma::nn next to Module, since a model is also a layer (it can be nested).
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "soma/model/callbacks.hpp"
+#include "soma/model/functional.hpp"
+#include "soma/model/history.hpp"
+#include "soma/nn/loss.hpp"
+#include "soma/nn/metric.hpp"
+#include "soma/nn/module.hpp"
+#include "soma/optim/optimizer.hpp"
+#include "soma/ref.hpp"
+
+namespace soma::nn {
+
+struct CompileOptions {
+  // One weight per output: the total loss is sum_i loss_weights[i] * loss_i. Empty: all 1.
+  std::vector<double> loss_weights;
+};
+
+// Validation data for fit(): one input and one target (`{{x_val, y_val}}`), or vectors of them
+// for models with several inputs/outputs. (A Dataset alternative arrives with the data API.)
+struct ValidationData {
+  std::vector<Tensor> x, y;
+  ValidationData(Tensor x_, Tensor y_) : x{std::move(x_)}, y{std::move(y_)} {}
+  ValidationData(std::vector<Tensor> x_, std::vector<Tensor> y_)
+      : x(std::move(x_)), y(std::move(y_)) {}
+};
+
+struct FitOptions {
+  int epochs = 1;
+  std::int64_t batch_size = 32;
+  bool shuffle = true;  // a new permutation every epoch, drawn from soma's seeded RNG
+  std::optional<ValidationData> validation_data;
+  double validation_split = 0.0;  // the last fraction of x/y, taken before shuffling
+  std::map<std::int64_t, double> class_weight;  // class id -> weight of its samples' loss
+  Tensor sample_weight;                         // [n]: per-sample loss weights
+  std::vector<callbacks::CallbackRef> callbacks;
+  int verbose = 1;  // 0 silent, 1 progress bar, 2 one line per epoch
+  int initial_epoch = 0;
+  std::optional<std::uint64_t> seed;  // shuffling seed; default: soma's global seed and counter
+  std::int64_t validation_batch_size = 0;  // 0: batch_size
+  // Where progress goes (default std::cout) and whether it is a terminal (default: isatty of
+  // stdout when writing to std::cout, else false).
+  std::ostream* output = nullptr;
+  std::optional<bool> is_terminal;
+};
+
+struct EvaluateOptions {
+  std::int64_t batch_size = 32;
+  int verbose = 1;
+  Tensor sample_weight;
+  std::vector<callbacks::CallbackRef> callbacks;
+  std::ostream* output = nullptr;
+  std::optional<bool> is_terminal;
+};
+
+struct PredictOptions {
+  std::int64_t batch_size = 32;
+  int verbose = 0;
+  std::vector<callbacks::CallbackRef> callbacks;
+  std::ostream* output = nullptr;
+  std::optional<bool> is_terminal;
+};
+
+class Model : public Module {
+ public:
+  // Functional model from symbolic inputs to symbolic outputs (see functional.hpp).
+  Model(const SymbolicTensor& input, const SymbolicTensor& output);
+  Model(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs);
+
+  std::string type_name() const override { return graph_ ? "Functional" : "Model"; }
+
+  using Module::operator();
+  // Several inputs (functional models); returns every output.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) { return call(inputs); }
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
+
+  // ---- training configuration ----
+  void compile(optim::OptimizerRef optimizer, LossRef loss,
+               std::vector<metrics::MetricRef> metrics = {}, CompileOptions options = {});
+  // Several outputs: one loss per output, and for each output its own metric objects.
+  void compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
+               std::vector<std::vector<metrics::MetricRef>> metrics = {},
+               CompileOptions options = {});
+  bool compiled() const { return optimizer_.get() != nullptr; }
+  optim::Optimizer& optimizer() const;
+  // Names in logs, in display order: "loss", then per-output losses, then metrics.
+  std::vector<std::string> metrics_names() const;
+
+  // ---- training and inference ----
+  History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
+  History fit(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+              const FitOptions& options = {});
+  Logs evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options = {});
+  Logs evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                const EvaluateOptions& options = {});
+  Tensor predict(const Tensor& x, const PredictOptions& options = {});  // one output
+  std::vector<Tensor> predict(const std::vector<Tensor>& x, const PredictOptions& options = {});
+  // One step on one batch; metrics cover this batch only (Keras' reset_metrics=True).
+  Logs train_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight = Tensor());
+  Logs train_on_batch(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                      const Tensor& sample_weight = Tensor());
+  Logs test_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight = Tensor());
+  Tensor predict_on_batch(const Tensor& x);  // eval mode, no tape
+  std::vector<Tensor> predict_on_batch(const std::vector<Tensor>& x);
+
+  // Set by a callback (EarlyStopping, TerminateOnNaN) to end fit() after the current batch.
+  bool stop_training = false;
+
+  // ---- weights ----
+  std::map<std::string, Tensor> get_weights() const { return state_dict(); }
+  void set_weights(const std::map<std::string, Tensor>& w) { load_state_dict(w); }
+  // A simple binary file (see weights.hpp), written to a temporary file and renamed.
+  void save_weights(const std::string& path) const;
+  void load_weights(const std::string& path);
+
+  // Keras' summary table; the model must be built (an Input, build_for(shape) or one call).
+  virtual void summary(std::ostream& os = std::cout) const;
+
+  // Functional graph access (empty for other models).
+  const std::vector<SymbolicTensor>& inputs() const { return inputs_; }
+  const std::vector<SymbolicTensor>& outputs() const { return outputs_; }
+
+ protected:
+  Model() = default;  // for subclasses
+
+  Tensor forward(const Tensor& x) override;
+  // Runs the model on a batch: the functional graph, or operator() for one input.
+  std::vector<Tensor> run(const std::vector<Tensor>& x);
+  void print_totals(std::ostream& os) const;
+
+ private:
+  struct Graph;
+  struct Compiled;
+
+  // Losses, metrics, progress: the per-batch work shared by fit/evaluate/train_on_batch.
+  Logs train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                  const Tensor& sample_weight);
+  void test_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                 const Tensor& sample_weight);
+  void reset_metrics();
+  Logs collect_logs() const;
+  Logs evaluate_impl(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                     const Tensor& sample_weight, std::int64_t batch_size,
+                     callbacks::CallbackList& cbs, bool is_validation);
+  void check_compiled(const char* what) const;
+  void summary_functional(std::ostream& os) const;
+
+  std::shared_ptr<const Graph> graph_;
+  std::vector<SymbolicTensor> inputs_, outputs_;
+  std::shared_ptr<Compiled> compiled_;
+  optim::OptimizerRef optimizer_;
+};
+
+}  // namespace soma::nn

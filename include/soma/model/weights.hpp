@@ -1,0 +1,16 @@
+#pragma once
+// A simple weights file (until the io issue brings the checkpoint format):
+//   "SOMAWTS1" (8 bytes), u64 count, then per tensor: u32 name length, name bytes, u8 dtype,
+//   u32 rank, i64 extents[rank], u64 byte count, raw little-endian data (row-major).
+// Written to "<path>.tmp" and renamed over the target, so a crash never leaves half a file.
+#include <map>
+#include <string>
+
+#include "soma/tensor.hpp"
+
+namespace soma::nn {
+
+void write_weights_file(const std::string& path, const std::map<std::string, Tensor>& tensors);
+std::map<std::string, Tensor> read_weights_file(const std::string& path);
+
+}  // namespace soma::nn

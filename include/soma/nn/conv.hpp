@@ -1,0 +1,146 @@
+#pragma once
+// Convolution and pooling layers, NCHW throughout (inputs [batch, channels, height, width]).
+//   Conv2D(32, 3, {.padding = "same", .activation = nn::relu})
+//   Conv2DTranspose(16, {4, 4}, {.strides = 2, .padding = "same"})
+//   MaxPool2D(2), AvgPool2D({3, 3}, 2, "same"), GlobalAveragePooling2D()
+// Kernels are OIHW: Conv2D [filters, in/groups, kh, kw]; Conv2DTranspose [in, filters/groups,
+// kh, kw]. Inputs are cast to the layer's dtype, as Keras does.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "soma/nn/activation.hpp"
+#include "soma/nn/initializers.hpp"
+#include "soma/nn/module.hpp"
+#include "soma/nn_ops.hpp"
+
+namespace soma::nn {
+
+struct Conv2DOptions {
+  Size2 strides = {1, 1};
+  Padding padding = "valid";
+  Size2 dilation_rate = {1, 1};
+  std::int64_t groups = 1;
+  Activation activation{};
+  bool use_bias = true;
+  Initializer kernel_initializer = init::glorot_uniform();
+  Initializer bias_initializer = init::zeros();
+  Regularizer kernel_regularizer{};
+  Regularizer bias_regularizer{};
+  DType dtype = DType::f32;  // of the weights
+};
+
+// y = activation(conv2d(x, kernel) + bias): kernel [filters, in/groups, kh, kw], bias [filters].
+class Conv2D : public Module {
+ public:
+  Conv2D(std::int64_t filters, Size2 kernel_size, Conv2DOptions options = {});
+  std::string type_name() const override { return "Conv2D"; }
+  Shape output_shape(const Shape& input_shape) override;
+
+  std::int64_t filters() const { return filters_; }
+  Size2 kernel_size() const { return kernel_size_; }
+  const Conv2DOptions& options() const { return opt_; }
+  const Variable& kernel() const { return kernel_; }  // undefined until built
+  const Variable& bias() const { return bias_; }      // undefined until built / without bias
+
+ protected:
+  void build(const Shape& input_shape) override;
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::int64_t filters_;
+  Size2 kernel_size_;
+  Conv2DOptions opt_;
+  Variable kernel_, bias_;
+};
+
+struct Conv2DTransposeOptions {
+  Size2 strides = {1, 1};
+  Padding padding = "valid";
+  std::optional<Size2> output_padding{};  // Keras' rule for the output size when unset
+  Size2 dilation_rate = {1, 1};
+  std::int64_t groups = 1;
+  Activation activation{};
+  bool use_bias = true;
+  Initializer kernel_initializer = init::glorot_uniform();
+  Initializer bias_initializer = init::zeros();
+  Regularizer kernel_regularizer{};
+  Regularizer bias_regularizer{};
+  DType dtype = DType::f32;
+};
+
+// y = activation(conv2d_transpose(x, kernel) + bias): kernel [in, filters/groups, kh, kw].
+class Conv2DTranspose : public Module {
+ public:
+  Conv2DTranspose(std::int64_t filters, Size2 kernel_size, Conv2DTransposeOptions options = {});
+  std::string type_name() const override { return "Conv2DTranspose"; }
+  Shape output_shape(const Shape& input_shape) override;
+
+  std::int64_t filters() const { return filters_; }
+  Size2 kernel_size() const { return kernel_size_; }
+  const Conv2DTransposeOptions& options() const { return opt_; }
+  const Variable& kernel() const { return kernel_; }
+  const Variable& bias() const { return bias_; }
+
+ protected:
+  void build(const Shape& input_shape) override;
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::int64_t filters_;
+  Size2 kernel_size_;
+  Conv2DTransposeOptions opt_;
+  Variable kernel_, bias_;
+};
+
+// Max / average over pool_size windows of H and W; strides default to pool_size. "same"
+// average pooling divides by the number of real (unpadded) elements, as TensorFlow does.
+class MaxPool2D : public Module {
+ public:
+  explicit MaxPool2D(Size2 pool_size = {2, 2}, std::optional<Size2> strides = std::nullopt,
+                     Padding padding = "valid");
+  std::string type_name() const override { return "MaxPool2D"; }
+  Shape output_shape(const Shape& input_shape) override;
+  Size2 pool_size() const { return pool_; }
+  Size2 strides() const { return strides_; }
+
+ protected:
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  Size2 pool_, strides_;
+  Padding padding_;
+};
+
+class AvgPool2D : public Module {
+ public:
+  explicit AvgPool2D(Size2 pool_size = {2, 2}, std::optional<Size2> strides = std::nullopt,
+                     Padding padding = "valid");
+  std::string type_name() const override { return "AvgPool2D"; }
+  Shape output_shape(const Shape& input_shape) override;
+  Size2 pool_size() const { return pool_; }
+  Size2 strides() const { return strides_; }
+
+ protected:
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  Size2 pool_, strides_;
+  Padding padding_;
+};
+
+// Mean over H and W: [N, C, H, W] -> [N, C] ([N, C, 1, 1] with keepdims).
+class GlobalAveragePooling2D : public Module {
+ public:
+  explicit GlobalAveragePooling2D(bool keepdims = false) : keepdims_(keepdims) {}
+  std::string type_name() const override { return "GlobalAveragePooling2D"; }
+  Shape output_shape(const Shape& input_shape) override;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  bool keepdims_;
+};
+
+}  // namespace soma::nn

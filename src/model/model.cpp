@@ -1,0 +1,705 @@
+#include "soma/model/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "soma/autograd.hpp"
+#include "soma/metrics.hpp"
+#include "soma/model/progress.hpp"
+#include "model/summary_table.hpp"
+#include "soma/model/weights.hpp"
+#include "soma/ops.hpp"
+
+namespace soma::nn {
+
+// ---- the functional graph -------------------------------------------------------------------
+struct Model::Graph {
+  std::vector<std::shared_ptr<detail::SymbolicNode>> nodes;  // topological order, inputs first
+  std::vector<ModuleRef> layers;                             // distinct, first use first
+};
+
+namespace {
+using NodePtr = std::shared_ptr<detail::SymbolicNode>;
+
+void topo_visit(const NodePtr& n, std::unordered_set<const detail::SymbolicNode*>& seen,
+                std::vector<NodePtr>& order) {
+  if (seen.count(n.get())) return;
+  seen.insert(n.get());
+  for (auto& in : n->inputs) topo_visit(in.node(), seen, order);
+  order.push_back(n);
+}
+}  // namespace
+
+Model::Model(const SymbolicTensor& input, const SymbolicTensor& output)
+    : Model(std::vector<SymbolicTensor>{input}, std::vector<SymbolicTensor>{output}) {}
+
+Model::Model(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs)
+    : inputs_(std::move(inputs)), outputs_(std::move(outputs)) {
+  const char* who = "Model";
+  if (inputs_.empty()) fail(who, "a functional model needs at least one input");
+  if (outputs_.empty()) fail(who, "a functional model needs at least one output");
+  std::unordered_set<const detail::SymbolicNode*> input_nodes;
+  for (std::size_t i = 0; i < inputs_.size(); ++i) {
+    if (!inputs_[i].defined()) fail(who, "input ", i, " is an unset SymbolicTensor");
+    if (!inputs_[i].is_input())
+      fail(who, "input ", i, " ('", inputs_[i].name(),
+           "') is a layer's output; inputs must come from nn::Input()");
+    if (!input_nodes.insert(inputs_[i].node().get()).second)
+      fail(who, "input '", inputs_[i].name(), "' is listed twice");
+  }
+  auto g = std::make_shared<Graph>();
+  std::unordered_set<const detail::SymbolicNode*> seen;
+  for (std::size_t i = 0; i < outputs_.size(); ++i) {
+    if (!outputs_[i].defined()) fail(who, "output ", i, " is an unset SymbolicTensor");
+    topo_visit(outputs_[i].node(), seen, g->nodes);
+  }
+  std::unordered_set<const Module*> layer_seen;
+  for (auto& n : g->nodes) {
+    if (!n->layer) {
+      if (!input_nodes.count(n.get()))
+        fail(who, "the outputs depend on input '", n->name,
+             "', which is not among the model's inputs");
+      continue;
+    }
+    if (layer_seen.insert(n->layer.get()).second) g->layers.push_back(n->layer);
+  }
+  // Children by position: state_dict keys do not depend on process-wide name counters.
+  for (std::size_t i = 0; i < g->layers.size(); ++i) register_module(std::to_string(i), g->layers[i]);
+  graph_ = std::move(g);
+  build_for(inputs_[0].shape());  // the layers were built while the graph was recorded
+}
+
+std::vector<Tensor> Model::call(const std::vector<Tensor>& xs) {
+  if (!graph_) return Module::call(xs);
+  const std::string who = "Functional";
+  if (xs.size() != inputs_.size())
+    fail(who, "model '", name(), "' takes ", inputs_.size(), " input(s), got ", xs.size());
+  std::unordered_map<const detail::SymbolicNode*, std::vector<Tensor>> values;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const Shape& want = inputs_[i].shape();
+    const Tensor& x = xs[i];
+    if (!x.defined()) fail(who, "model '", name(), "': input ", i, " is undefined");
+    bool ok = x.rank() == std::int64_t(want.size());
+    for (std::size_t d = 0; ok && d < want.size(); ++d)
+      if (want[d] >= 0 && want[d] != x.shape()[d]) ok = false;
+    if (!ok)
+      fail(who, "model '", name(), "': input ", i, " ('", inputs_[i].name(), "') expects shape ",
+           format_shape(want), ", got ", shape_str(x.shape()));
+    values[inputs_[i].node().get()] = {x};
+  }
+  for (auto& n : graph_->nodes) {
+    if (!n->layer) continue;
+    std::vector<Tensor> ins;
+    for (auto& s : n->inputs) ins.push_back(values.at(s.node().get()).at(std::size_t(s.index())));
+    values[n.get()] = n->layer->call(ins);
+  }
+  std::vector<Tensor> out;
+  for (auto& o : outputs_) out.push_back(values.at(o.node().get()).at(std::size_t(o.index())));
+  return out;
+}
+
+Tensor Model::forward(const Tensor& x) {
+  if (graph_) return call({x}).at(0);
+  return Module::forward(x);
+}
+
+std::vector<Tensor> Model::run(const std::vector<Tensor>& x) { return call(x); }
+
+// ---- compile --------------------------------------------------------------------------------
+struct Model::Compiled {
+  std::vector<LossRef> losses;
+  std::vector<double> loss_weights;
+  std::vector<std::vector<metrics::MetricRef>> metrics;  // per output (may be fewer lists)
+  // Trackers: batch-size-weighted means of the losses.
+  double loss_sum = 0.0, count = 0.0;
+  std::vector<double> output_loss_sum;
+  std::size_t n_outputs = 0;  // known after the first step
+  std::vector<std::string> output_names;
+  std::vector<std::vector<std::string>> metric_names;
+
+  // Fixes the number of outputs and the log names on the first step.
+  void settle(std::size_t n_outputs, const std::vector<SymbolicTensor>& outs);
+  // Each output's loss (unweighted) and the weighted total.
+  Tensor loss(const std::vector<Tensor>& y, const std::vector<Tensor>& pred, const Tensor& sw,
+              std::vector<Tensor>& per_output) const;
+  // Adds one batch to the trackers and metrics (no tape).
+  void track(double batch_size, const Tensor& total, const std::vector<Tensor>& per_output,
+             const std::vector<Tensor>& y, const std::vector<Tensor>& pred);
+};
+
+void Model::compile(optim::OptimizerRef optimizer, LossRef loss,
+                    std::vector<metrics::MetricRef> metrics, CompileOptions options) {
+  std::vector<std::vector<metrics::MetricRef>> m;
+  if (!metrics.empty()) m.push_back(std::move(metrics));
+  compile(std::move(optimizer), std::vector<LossRef>{std::move(loss)}, std::move(m),
+          std::move(options));
+}
+
+void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
+                    std::vector<std::vector<metrics::MetricRef>> metrics,
+                    CompileOptions options) {
+  const char* who = "compile";
+  if (!optimizer) fail(who, "the optimizer is null");
+  if (losses.empty()) fail(who, "a loss is required");
+  for (std::size_t i = 0; i < losses.size(); ++i)
+    if (!losses[i]) fail(who, "loss ", i, " is null");
+  for (auto& list : metrics)
+    for (auto& m : list)
+      if (!m) fail(who, "a metric is null");
+  if (!options.loss_weights.empty() && options.loss_weights.size() != losses.size() &&
+      losses.size() != 1)
+    fail(who, "loss_weights has ", options.loss_weights.size(), " entries for ", losses.size(),
+         " losses");
+  if (graph_ && losses.size() != 1 && losses.size() != outputs_.size())
+    fail(who, "the model has ", outputs_.size(), " outputs but ", losses.size(),
+         " losses were given (give one, or one per output)");
+  // "accuracy" means the variant that fits the loss (sparse categorical for a sparse loss, ...).
+  for (std::size_t i = 0; i < metrics.size(); ++i)
+    for (auto& m : metrics[i])
+      if (auto* acc = dynamic_cast<metrics::Accuracy*>(m.get()))
+        acc->resolve_for_loss(*losses[losses.size() == 1 ? 0 : std::min(i, losses.size() - 1)]);
+  auto c = std::make_shared<Compiled>();
+  c->losses = std::move(losses);
+  c->loss_weights = std::move(options.loss_weights);
+  c->metrics = std::move(metrics);
+  compiled_ = std::move(c);
+  optimizer_ = std::move(optimizer);
+}
+
+optim::Optimizer& Model::optimizer() const {
+  if (!optimizer_) fail("Model", "model '", name(), "' has no optimizer: call compile() first");
+  return *optimizer_;
+}
+
+void Model::check_compiled(const char* what) const {
+  if (!compiled())
+    fail(what, "the model is not compiled; call compile(optimizer, loss) first");
+}
+
+namespace {
+std::size_t batch_of(const std::vector<Tensor>& ts) {
+  return ts.empty() || ts[0].rank() == 0 ? 0 : std::size_t(ts[0].shape()[0]);
+}
+}  // namespace
+
+// Fixes the number of outputs and the log names on the first step.
+void Model::Compiled::settle(std::size_t n_outputs, const std::vector<SymbolicTensor>& outs) {
+  Compiled& c = *this;
+  if (c.n_outputs == n_outputs) return;
+  if (c.losses.size() != 1 && c.losses.size() != n_outputs)
+    fail("fit", "the model gives ", n_outputs, " outputs but ", c.losses.size(),
+         " losses were compiled");
+  if (c.metrics.size() > 1 && c.metrics.size() != n_outputs)
+    fail("fit", "the model gives ", n_outputs, " outputs but metrics were compiled for ",
+         c.metrics.size());
+  if (c.metrics.size() == 1 && n_outputs > 1)
+    fail("fit", "the model gives ", n_outputs,
+         " outputs: compile metrics per output (one list each)");
+  c.n_outputs = n_outputs;
+  c.output_names.clear();
+  std::set<std::string> used;
+  for (std::size_t i = 0; i < n_outputs; ++i) {
+    std::string n = i < outs.size() ? outs[i].name() : "output_" + std::to_string(i + 1);
+    while (used.count(n)) n = soma::detail::cat(n, "_", i);
+    used.insert(n);
+    c.output_names.push_back(n);
+  }
+  c.metric_names.assign(n_outputs, {});
+  std::set<std::string> taken = {"loss"};
+  for (std::size_t i = 0; i < c.metrics.size(); ++i)
+    for (auto& metric : c.metrics[i]) {
+      std::string base = metric->name();
+      if (n_outputs > 1) base = c.output_names[i] + "_" + base;
+      std::string n = base;
+      for (int k = 1; taken.count(n); ++k) n = base + "_" + std::to_string(k);
+      taken.insert(n);
+      c.metric_names[i].push_back(n);
+    }
+  c.output_loss_sum.assign(n_outputs, 0.0);
+}
+
+void Model::reset_metrics() {
+  if (!compiled_) return;
+  compiled_->loss_sum = compiled_->count = 0.0;
+  std::fill(compiled_->output_loss_sum.begin(), compiled_->output_loss_sum.end(), 0.0);
+  for (auto& list : compiled_->metrics)
+    for (auto& m : list) m->reset_state();
+}
+
+Logs Model::collect_logs() const {
+  Logs logs;
+  const auto& c = *compiled_;
+  if (c.count > 0) {
+    logs["loss"] = c.loss_sum / c.count;
+    if (c.n_outputs > 1)
+      for (std::size_t i = 0; i < c.n_outputs; ++i)
+        logs[c.output_names[i] + "_loss"] = c.output_loss_sum[i] / c.count;
+  }
+  for (std::size_t i = 0; i < c.metrics.size() && i < c.metric_names.size(); ++i)
+    for (std::size_t k = 0; k < c.metrics[i].size(); ++k)
+      logs[c.metric_names[i][k]] = c.metrics[i][k]->result();
+  return logs;
+}
+
+std::vector<std::string> Model::metrics_names() const {
+  std::vector<std::string> out = {"loss"};
+  if (!compiled_) return out;
+  const auto& c = *compiled_;
+  if (c.n_outputs > 1)
+    for (auto& n : c.output_names) out.push_back(n + "_loss");
+  for (auto& list : c.metric_names)
+    for (auto& n : list) out.push_back(n);
+  return out;
+}
+
+Tensor Model::Compiled::loss(const std::vector<Tensor>& y, const std::vector<Tensor>& pred,
+                             const Tensor& sw, std::vector<Tensor>& per_output) const {
+  if (y.size() != pred.size())
+    fail("fit", "the model gives ", pred.size(), " outputs but ", y.size(),
+         " targets were given");
+  per_output.clear();
+  Tensor total;
+  for (std::size_t i = 0; i < pred.size(); ++i) {
+    const Loss& l = *losses[losses.size() == 1 ? 0 : i];
+    Tensor li = l(y[i], pred[i], sw);
+    per_output.push_back(li);
+    double w = loss_weights.empty() ? 1.0 : loss_weights[loss_weights.size() == 1 ? 0 : i];
+    Tensor part = w == 1.0 ? li : li * w;
+    total = total.defined() ? total + part : part;
+  }
+  return total;
+}
+
+void Model::Compiled::track(double bs, const Tensor& total, const std::vector<Tensor>& per_output,
+                            const std::vector<Tensor>& y, const std::vector<Tensor>& pred) {
+  NoGradScope no_grad;
+  loss_sum += total.item<double>() * bs;
+  count += bs;
+  if (n_outputs > 1)
+    for (std::size_t i = 0; i < per_output.size(); ++i)
+      output_loss_sum[i] += per_output[i].item<double>() * bs;
+  for (std::size_t i = 0; i < metrics.size(); ++i)
+    for (auto& m : metrics[i]) m->update_state(y[i], pred[i]);
+}
+
+Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                       const Tensor& sw) {
+  auto& c = *compiled_;
+  GradientTape tape;
+  std::vector<Tensor> pred = call(x);
+  c.settle(pred.size(), outputs_);
+  std::vector<Tensor> per_output;
+  Tensor total = c.loss(y, pred, sw, per_output);
+  for (auto& r : regularization_losses()) total = total + r.cast(total.dtype());
+  std::vector<Variable> vars = trainable_parameters();
+  std::vector<Tensor> grads = tape.gradient(total, vars);
+  std::vector<Variable> used_vars;
+  std::vector<Tensor> used_grads;
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    if (grads[i].defined()) {
+      used_vars.push_back(vars[i]);
+      used_grads.push_back(grads[i]);
+    }
+  if (!vars.empty() && used_vars.empty())
+    fail("fit", "no trainable weight of model '", name(),
+         "' receives a gradient from the loss; check that the outputs depend on the weights");
+  if (!used_vars.empty()) optimizer_->apply_gradients(used_grads, used_vars);
+  c.track(double(batch_of(x)), total, per_output, y, pred);
+  return {};
+}
+
+void Model::test_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                      const Tensor& sw) {
+  auto& c = *compiled_;
+  NoGradScope no_grad;
+  std::vector<Tensor> pred = call(x);
+  c.settle(pred.size(), outputs_);
+  std::vector<Tensor> per_output;
+  Tensor total = c.loss(y, pred, sw, per_output);
+  for (auto& r : regularization_losses()) total = total + r.cast(total.dtype());
+  c.track(double(batch_of(x)), total, per_output, y, pred);
+}
+
+// ---- data helpers ---------------------------------------------------------------------------
+namespace {
+std::int64_t check_xy(const char* who, const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                      bool need_y) {
+  if (x.empty()) fail(who, "no inputs given");
+  if (need_y && y.empty()) fail(who, "no targets given");
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (!x[i].defined()) fail(who, "input ", i, " is undefined");
+    if (x[i].rank() == 0) fail(who, "input ", i, " is a scalar; axis 0 must be the batch");
+  }
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    if (!y[i].defined()) fail(who, "target ", i, " is undefined");
+    if (y[i].rank() == 0) fail(who, "target ", i, " is a scalar; axis 0 must be the batch");
+  }
+  const std::int64_t n = x[0].shape()[0];
+  for (std::size_t i = 1; i < x.size(); ++i)
+    if (x[i].shape()[0] != n)
+      fail(who, "inputs have different numbers of samples: x[0] has shape ",
+           shape_str(x[0].shape()), ", x[", i, "] has shape ", shape_str(x[i].shape()));
+  for (std::size_t i = 0; i < y.size(); ++i)
+    if (y[i].shape()[0] != n)
+      fail(who, "x and y have different numbers of samples: x has shape ", shape_str(x[0].shape()),
+           " and y", y.size() > 1 ? soma::detail::cat("[", i, "]") : std::string(),
+           " has shape ", shape_str(y[i].shape()), " (axis 0 is the batch)");
+  return n;
+}
+
+std::vector<Tensor> rows(const std::vector<Tensor>& ts, std::int64_t start, std::int64_t stop) {
+  std::vector<Tensor> out;
+  for (auto& t : ts) out.push_back(t.slice(0, start, stop));
+  return out;
+}
+
+std::vector<Tensor> gather_rows(const std::vector<Tensor>& ts, const Tensor& idx) {
+  std::vector<Tensor> out;
+  for (auto& t : ts) out.push_back(gather(t, idx, 0));
+  return out;
+}
+
+// The per-sample weights from class_weight and sample_weight, or undefined when neither is set.
+Tensor sample_weights(const std::map<std::int64_t, double>& class_weight, const Tensor& sw,
+                      const std::vector<Tensor>& y, std::int64_t n) {
+  Tensor out;
+  if (!class_weight.empty()) {
+    if (y.size() != 1) fail("fit", "class_weight needs a model with a single output");
+    const Tensor& t = y[0];
+    Tensor ids;
+    if (t.rank() >= 2 && t.shape().back() > 1) ids = argmax(t, -1);  // one-hot / probabilities
+    else ids = t.reshape({n});
+    std::vector<double> v = ids.to_vector<double>();
+    std::vector<float> w(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      auto it = class_weight.find(std::int64_t(std::llround(v[i])));
+      w[i] = float(it == class_weight.end() ? 1.0 : it->second);  // unlisted classes weigh 1
+    }
+    out = constant(w, {n});
+  }
+  if (sw.defined()) {
+    if (sw.rank() != 1 || sw.shape()[0] != n)
+      fail("fit", "sample_weight must have shape [", n, "] (one weight per sample), got ",
+           shape_str(sw.shape()));
+    Tensor s = sw.cast(DType::f32);
+    out = out.defined() ? out * s : s;
+  }
+  return out;
+}
+
+struct ModeGuard {
+  Module& m;
+  bool was;
+  ModeGuard(Module& mod, bool training) : m(mod), was(mod.training()) { m.train(training); }
+  ~ModeGuard() { m.train(was); }
+};
+
+std::ostream& out_stream(std::ostream* os) { return os ? *os : std::cout; }
+bool terminal_flag(std::ostream* os, std::optional<bool> flag) {
+  if (flag) return *flag;
+  return os == nullptr && callbacks::stdout_is_terminal();
+}
+}  // namespace
+
+// ---- fit ------------------------------------------------------------------------------------
+History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
+  return fit(std::vector<Tensor>{x}, std::vector<Tensor>{y}, options);
+}
+
+History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& y_all,
+                   const FitOptions& o) {
+  check_compiled("fit");
+  const std::int64_t n_all = check_xy("fit", x_all, y_all, true);
+  if (o.epochs < 0) fail("fit", "epochs must be >= 0, got ", o.epochs);
+  if (o.batch_size <= 0) fail("fit", "batch_size must be positive, got ", o.batch_size);
+  if (!(o.validation_split >= 0.0 && o.validation_split < 1.0))
+    fail("fit", "validation_split must be in [0, 1), got ", o.validation_split);
+  if (o.initial_epoch < 0) fail("fit", "initial_epoch must be >= 0, got ", o.initial_epoch);
+  if (o.verbose < 0 || o.verbose > 2) fail("fit", "verbose must be 0, 1 or 2, got ", o.verbose);
+
+  Tensor sw_all = sample_weights(o.class_weight, o.sample_weight, y_all, n_all);
+
+  // Validation data: given, or the last fraction of x/y (before any shuffling, as in Keras).
+  std::vector<Tensor> x = x_all, y = y_all, xv, yv;
+  Tensor sw = sw_all;
+  std::int64_t n = n_all;
+  if (o.validation_data) {
+    xv = o.validation_data->x;
+    yv = o.validation_data->y;
+    check_xy("fit (validation_data)", xv, yv, true);
+  } else if (o.validation_split > 0.0) {
+    n = std::int64_t(std::floor(double(n_all) * (1.0 - o.validation_split)));
+    if (n <= 0 || n >= n_all)
+      fail("fit", "validation_split ", o.validation_split, " of ", n_all,
+           " samples leaves an empty training or validation set");
+    xv = rows(x_all, n, n_all);
+    yv = rows(y_all, n, n_all);
+    x = rows(x_all, 0, n);
+    y = rows(y_all, 0, n);
+    if (sw.defined()) sw = sw.slice(0, 0, n);
+  }
+  const std::int64_t bs = o.batch_size;
+  const std::int64_t steps = (n + bs - 1) / bs;
+  const std::int64_t val_bs = o.validation_batch_size > 0 ? o.validation_batch_size : bs;
+
+  callbacks::CallbackList user(o.callbacks), all(o.callbacks);
+  if (o.verbose > 0)
+    all.add(std::make_shared<callbacks::ProgbarLogger>(out_stream(o.output),
+                                                       terminal_flag(o.output, o.is_terminal),
+                                                       o.verbose));
+  all.set_model(this);
+  all.set_params({o.epochs, steps, o.verbose});
+
+  History history;
+  stop_training = false;
+  ModeGuard mode(*this, true);
+  Logs logs;
+  all.on_train_begin(logs);
+  for (int epoch = o.initial_epoch; epoch < o.epochs; ++epoch) {
+    reset_metrics();
+    train(true);
+    Logs epoch_logs;
+    all.on_epoch_begin(epoch, epoch_logs);
+    Tensor perm;
+    if (o.shuffle) {
+      std::optional<std::uint64_t> seed;
+      if (o.seed) seed = *o.seed + 0x9E3779B97F4A7C15ull * std::uint64_t(epoch + 1);
+      perm = random_shuffle(arange(double(n), DType::i64), seed);
+    }
+    for (std::int64_t step = 0; step < steps; ++step) {
+      const std::int64_t start = step * bs, stop = std::min(n, start + bs);
+      std::vector<Tensor> xb, yb;
+      Tensor swb;
+      if (o.shuffle) {
+        Tensor idx = perm.slice(0, start, stop);
+        xb = gather_rows(x, idx);
+        yb = gather_rows(y, idx);
+        if (sw.defined()) swb = gather(sw, idx, 0);
+      } else {
+        xb = rows(x, start, stop);
+        yb = rows(y, start, stop);
+        if (sw.defined()) swb = sw.slice(0, start, stop);
+      }
+      Logs batch_logs;
+      all.on_train_batch_begin(step, batch_logs);
+      train_step(xb, yb, swb);
+      batch_logs = collect_logs();
+      all.on_train_batch_end(step, batch_logs);
+      if (stop_training) break;
+    }
+    epoch_logs = collect_logs();
+    if (!xv.empty()) {
+      Logs val = evaluate_impl(xv, yv, Tensor(), val_bs, user, true);
+      for (auto& [k, v] : val) epoch_logs["val_" + k] = v;
+    }
+    all.on_epoch_end(epoch, epoch_logs);
+    history.append(epoch, epoch_logs);
+    logs = epoch_logs;
+    if (stop_training) break;
+  }
+  all.on_train_end(logs);
+  return history;
+}
+
+// ---- evaluate / predict ---------------------------------------------------------------------
+Logs Model::evaluate_impl(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                          const Tensor& sw, std::int64_t bs, callbacks::CallbackList& cbs,
+                          bool is_validation) {
+  (void)is_validation;
+  const std::int64_t n = x[0].shape()[0];
+  const std::int64_t steps = (n + bs - 1) / bs;
+  reset_metrics();
+  ModeGuard mode(*this, false);
+  Logs logs;
+  cbs.on_test_begin(logs);
+  for (std::int64_t step = 0; step < steps; ++step) {
+    const std::int64_t start = step * bs, stop = std::min(n, start + bs);
+    Logs batch_logs;
+    cbs.on_test_batch_begin(step, batch_logs);
+    test_step(rows(x, start, stop), rows(y, start, stop),
+              sw.defined() ? sw.slice(0, start, stop) : Tensor());
+    batch_logs = collect_logs();
+    cbs.on_test_batch_end(step, batch_logs);
+  }
+  logs = collect_logs();
+  cbs.on_test_end(logs);
+  return logs;
+}
+
+Logs Model::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options) {
+  return evaluate(std::vector<Tensor>{x}, std::vector<Tensor>{y}, options);
+}
+
+Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                     const EvaluateOptions& o) {
+  check_compiled("evaluate");
+  const std::int64_t n = check_xy("evaluate", x, y, true);
+  if (o.batch_size <= 0) fail("evaluate", "batch_size must be positive, got ", o.batch_size);
+  Tensor sw;
+  if (o.sample_weight.defined()) sw = sample_weights({}, o.sample_weight, y, n);
+  callbacks::CallbackList cbs(o.callbacks);
+  if (o.verbose > 0) {
+    auto bar = std::make_shared<callbacks::ProgbarLogger>(
+        out_stream(o.output), terminal_flag(o.output, o.is_terminal), o.verbose);
+    bar->set_test_steps((n + o.batch_size - 1) / o.batch_size);
+    cbs.add(bar);
+  }
+  cbs.set_model(this);
+  return evaluate_impl(x, y, sw, o.batch_size, cbs, false);
+}
+
+Tensor Model::predict(const Tensor& x, const PredictOptions& options) {
+  auto out = predict(std::vector<Tensor>{x}, options);
+  if (out.size() != 1)
+    fail("predict", "the model gives ", out.size(),
+         " outputs; call predict with a vector of inputs to get them all");
+  return out[0];
+}
+
+std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOptions& o) {
+  const std::int64_t n = check_xy("predict", x, {}, false);
+  if (o.batch_size <= 0) fail("predict", "batch_size must be positive, got ", o.batch_size);
+  const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
+  callbacks::CallbackList cbs(o.callbacks);
+  if (o.verbose > 0) {
+    auto bar = std::make_shared<callbacks::ProgbarLogger>(
+        out_stream(o.output), terminal_flag(o.output, o.is_terminal), o.verbose);
+    bar->set_test_steps(steps);
+    cbs.add(bar);
+  }
+  cbs.set_model(this);
+  ModeGuard mode(*this, false);
+  NoGradScope no_grad;
+  std::vector<std::vector<Tensor>> parts;
+  Logs logs;
+  cbs.on_predict_begin(logs);
+  for (std::int64_t step = 0; step < steps; ++step) {
+    const std::int64_t start = step * o.batch_size, stop = std::min(n, start + o.batch_size);
+    Logs batch_logs;
+    cbs.on_predict_batch_begin(step, batch_logs);
+    std::vector<Tensor> out = call(rows(x, start, stop));
+    if (parts.empty()) parts.resize(out.size());
+    for (std::size_t i = 0; i < out.size(); ++i) parts[i].push_back(out[i]);
+    cbs.on_predict_batch_end(step, batch_logs);
+  }
+  cbs.on_predict_end(logs);
+  std::vector<Tensor> result;
+  for (auto& p : parts) result.push_back(p.size() == 1 ? p[0] : concat(p, 0));
+  return result;
+}
+
+Tensor Model::predict_on_batch(const Tensor& x) {
+  auto out = predict_on_batch(std::vector<Tensor>{x});
+  if (out.size() != 1)
+    fail("predict_on_batch", "the model gives ", out.size(),
+         " outputs; pass a vector of inputs to get them all");
+  return out[0];
+}
+
+std::vector<Tensor> Model::predict_on_batch(const std::vector<Tensor>& x) {
+  check_xy("predict_on_batch", x, {}, false);
+  ModeGuard mode(*this, false);
+  NoGradScope no_grad;
+  return call(x);
+}
+
+Logs Model::train_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+  return train_on_batch(std::vector<Tensor>{x}, std::vector<Tensor>{y}, sample_weight);
+}
+
+Logs Model::train_on_batch(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                           const Tensor& sample_weight) {
+  check_compiled("train_on_batch");
+  const std::int64_t n = check_xy("train_on_batch", x, y, true);
+  Tensor sw = sample_weight.defined() ? sample_weights({}, sample_weight, y, n) : Tensor();
+  reset_metrics();
+  ModeGuard mode(*this, true);
+  train_step(x, y, sw);
+  return collect_logs();
+}
+
+Logs Model::test_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+  check_compiled("test_on_batch");
+  std::vector<Tensor> xs{x}, ys{y};
+  const std::int64_t n = check_xy("test_on_batch", xs, ys, true);
+  Tensor sw = sample_weight.defined() ? sample_weights({}, sample_weight, ys, n) : Tensor();
+  reset_metrics();
+  ModeGuard mode(*this, false);
+  test_step(xs, ys, sw);
+  return collect_logs();
+}
+
+// ---- weights --------------------------------------------------------------------------------
+void Model::save_weights(const std::string& path) const { write_weights_file(path, state_dict()); }
+
+void Model::load_weights(const std::string& path) { load_state_dict(read_weights_file(path)); }
+
+// ---- summary --------------------------------------------------------------------------------
+void Model::print_totals(std::ostream& os) const {
+  std::int64_t total = 0, trainable = 0;
+  std::int64_t total_bytes = 0, trainable_bytes = 0;
+  for (auto& [n, v] : named_parameters(true)) {
+    const std::int64_t k = numel(v.shape());
+    const std::int64_t b = k * std::int64_t(dtype_size(v.dtype()));
+    total += k;
+    total_bytes += b;
+    if (v.trainable()) {
+      trainable += k;
+      trainable_bytes += b;
+    }
+  }
+  os << " Total params: " << detail::thousands(total) << " (" << detail::human_bytes(total_bytes)
+     << ")\n";
+  os << " Trainable params: " << detail::thousands(trainable) << " ("
+     << detail::human_bytes(trainable_bytes) << ")\n";
+  os << " Non-trainable params: " << detail::thousands(total - trainable) << " ("
+     << detail::human_bytes(total_bytes - trainable_bytes) << ")\n";
+}
+
+void Model::summary(std::ostream& os) const {
+  if (graph_) return summary_functional(os);
+  if (!built())
+    fail("summary", "model '", name(),
+         "' is not built yet: call it on a batch first (or build_for({-1, ...}))");
+  // A subclassed model: one row per child; output shapes are not tracked.
+  detail::SummaryTable table({"Layer (type)", "Output Shape", "Param #"}, {31, 22, 13});
+  for (auto& [cname, child] : named_children())
+    table.add_row({child->name() + " (" + child->type_name() + ")", "?",
+                   detail::thousands(child->count_params())});
+  os << "Model: \"" << name() << "\"\n";
+  table.print(os);
+  print_totals(os);
+}
+
+void Model::summary_functional(std::ostream& os) const {
+  detail::SummaryTable table({"Layer (type)", "Output Shape", "Param #", "Connected to"},
+                             {31, 22, 13, 20});
+  std::unordered_set<const Module*> shown;
+  for (auto& n : graph_->nodes) {
+    if (!n->layer) {
+      table.add_row({n->name + " (InputLayer)", format_shape(n->shapes[0]), "0", "-"});
+      continue;
+    }
+    if (!shown.insert(n->layer.get()).second) continue;  // a shared layer is listed once
+    std::string connected;
+    for (auto& m : graph_->nodes) {
+      if (m->layer.get() != n->layer.get()) continue;
+      for (auto& in : m->inputs)
+        connected += (connected.empty() ? "" : ", ") + in.name() + "[" +
+                     std::to_string(in.index()) + "]";
+    }
+    std::string shape = format_shape(n->shapes[0]);
+    for (std::size_t i = 1; i < n->shapes.size(); ++i) shape += ", " + format_shape(n->shapes[i]);
+    table.add_row({n->layer->name() + " (" + n->layer->type_name() + ")", shape,
+                   detail::thousands(n->layer->count_params()), connected});
+  }
+  os << "Model: \"" << name() << "\"\n";
+  table.print(os);
+  print_totals(os);
+}
+
+}  // namespace soma::nn

@@ -1,0 +1,186 @@
+#include "soma/nn/conv.hpp"
+
+#include "soma/ops.hpp"
+
+namespace soma::nn {
+
+namespace {
+
+Tensor to_layer_dtype(const Tensor& x, DType t) { return x.dtype() == t ? x : cast(x, t); }
+
+void check_positive(const char* layer, const char* what, Size2 v) {
+  if (v.h < 1 || v.w < 1)
+    fail(layer, what, " must be positive, got [", v.h, ", ", v.w, "]");
+}
+
+// Layers take NCHW batches; the message says which layer and what it was built for.
+void check_input(const char* layer, const std::string& name, const Shape& s,
+                 std::int64_t channels) {
+  if (s.size() != 4)
+    fail(layer, "layer '", name, "' expects 4-d inputs [batch, channels, height, width], got ",
+         shape_str(s));
+  if (channels >= 0 && s[1] != channels)
+    fail(layer, "layer '", name, "' was built for ", channels, " input channels, got input ",
+         shape_str(s));
+}
+
+// [filters] bias broadcast over [N, filters, H, W].
+Tensor add_bias(const Tensor& y, const Variable& b) {
+  return y + reshape(b.value(), {1, b.shape()[0], 1, 1});
+}
+
+}  // namespace
+
+// ---- Conv2D ---------------------------------------------------------------------------------
+
+Conv2D::Conv2D(std::int64_t filters, Size2 kernel_size, Conv2DOptions options)
+    : filters_(filters), kernel_size_(kernel_size), opt_(std::move(options)) {
+  if (filters <= 0) fail("Conv2D", "filters must be positive, got ", filters);
+  check_positive("Conv2D", "kernel_size", kernel_size);
+  check_positive("Conv2D", "strides", opt_.strides);
+  check_positive("Conv2D", "dilation_rate", opt_.dilation_rate);
+  if (opt_.groups < 1 || filters % opt_.groups != 0)
+    fail("Conv2D", "groups=", opt_.groups, " must be >= 1 and divide filters=", filters);
+  if (!is_floating(opt_.dtype)) fail("Conv2D", "dtype must be floating, got ", opt_.dtype);
+}
+
+Shape Conv2D::output_shape(const Shape& s) {
+  check_input("Conv2D", name(), s, kernel_.defined() ? kernel_.shape()[1] * opt_.groups : -1);
+  if (s[1] % opt_.groups != 0)
+    fail("Conv2D", "layer '", name(), "': groups=", opt_.groups, " does not divide the input's ",
+         s[1], " channels (input ", shape_str(s), ")");
+  Shape batch1 = s;
+  batch1[0] = 1;
+  Shape out = conv2d_output_shape(batch1, {filters_, s[1] / opt_.groups, kernel_size_.h,
+                                           kernel_size_.w},
+                                  opt_.strides, opt_.padding, opt_.dilation_rate, opt_.groups);
+  out[0] = s[0];
+  return out;
+}
+
+void Conv2D::build(const Shape& s) {
+  check_input("Conv2D", name(), s, -1);
+  output_shape(s);  // every shape check before any weight is made
+  const Shape ks{filters_, s[1] / opt_.groups, kernel_size_.h, kernel_size_.w};
+  kernel_ = add_weight("kernel", ks, opt_.kernel_initializer, conv_fans(ks), true, opt_.dtype);
+  add_regularizer(kernel_, opt_.kernel_regularizer);
+  if (opt_.use_bias) {
+    bias_ = add_weight("bias", {filters_}, opt_.bias_initializer, conv_fans(ks), true, opt_.dtype);
+    add_regularizer(bias_, opt_.bias_regularizer);
+  }
+}
+
+Tensor Conv2D::forward(const Tensor& x) {
+  check_input("Conv2D", name(), x.shape(), kernel_.shape()[1] * opt_.groups);
+  Tensor y = conv2d(to_layer_dtype(x, opt_.dtype), kernel_.value(), opt_.strides, opt_.padding,
+                    opt_.dilation_rate, opt_.groups);
+  if (opt_.use_bias) y = add_bias(y, bias_);
+  return opt_.activation(y);
+}
+
+// ---- Conv2DTranspose ------------------------------------------------------------------------
+
+Conv2DTranspose::Conv2DTranspose(std::int64_t filters, Size2 kernel_size,
+                                 Conv2DTransposeOptions options)
+    : filters_(filters), kernel_size_(kernel_size), opt_(std::move(options)) {
+  const char* L = "Conv2DTranspose";
+  if (filters <= 0) fail(L, "filters must be positive, got ", filters);
+  check_positive(L, "kernel_size", kernel_size);
+  check_positive(L, "strides", opt_.strides);
+  check_positive(L, "dilation_rate", opt_.dilation_rate);
+  if (opt_.groups < 1 || filters % opt_.groups != 0)
+    fail(L, "groups=", opt_.groups, " must be >= 1 and divide filters=", filters);
+  if (!is_floating(opt_.dtype)) fail(L, "dtype must be floating, got ", opt_.dtype);
+}
+
+Shape Conv2DTranspose::output_shape(const Shape& s) {
+  check_input("Conv2DTranspose", name(), s, kernel_.defined() ? kernel_.shape()[0] : -1);
+  if (s[1] % opt_.groups != 0)
+    fail("Conv2DTranspose", "layer '", name(), "': groups=", opt_.groups,
+         " does not divide the input's ", s[1], " channels (input ", shape_str(s), ")");
+  // The op's shape rule, run on empty-batch placeholders (no arithmetic).
+  Tensor x = zeros({0, s[1], s[2], s[3]}, opt_.dtype);
+  Tensor w = zeros({s[1], filters_ / opt_.groups, kernel_size_.h, kernel_size_.w}, opt_.dtype);
+  Shape out = conv2d_transpose(x, w, opt_.strides, opt_.padding, opt_.output_padding,
+                               opt_.dilation_rate, opt_.groups)
+                  .shape();
+  out[0] = s[0];
+  return out;
+}
+
+void Conv2DTranspose::build(const Shape& s) {
+  output_shape(s);
+  const Shape ks{s[1], filters_ / opt_.groups, kernel_size_.h, kernel_size_.w};
+  // Keras computes the fans of a transposed kernel as a conv kernel's; here in and out swap
+  // places in the layout, so fan_in = filters/groups*kh*kw, fan_out = in*kh*kw.
+  kernel_ = add_weight("kernel", ks, opt_.kernel_initializer, conv_fans(ks), true, opt_.dtype);
+  add_regularizer(kernel_, opt_.kernel_regularizer);
+  if (opt_.use_bias) {
+    bias_ = add_weight("bias", {filters_}, opt_.bias_initializer, conv_fans(ks), true, opt_.dtype);
+    add_regularizer(bias_, opt_.bias_regularizer);
+  }
+}
+
+Tensor Conv2DTranspose::forward(const Tensor& x) {
+  check_input("Conv2DTranspose", name(), x.shape(), kernel_.shape()[0]);
+  Tensor y = conv2d_transpose(to_layer_dtype(x, opt_.dtype), kernel_.value(), opt_.strides,
+                              opt_.padding, opt_.output_padding, opt_.dilation_rate, opt_.groups);
+  if (opt_.use_bias) y = add_bias(y, bias_);
+  return opt_.activation(y);
+}
+
+// ---- pooling --------------------------------------------------------------------------------
+
+namespace {
+Shape pooled_shape(const char* layer, const std::string& name, const Shape& s, Size2 pool,
+                   Size2 strides, const Padding& padding) {
+  check_input(layer, name, s, -1);
+  Shape batch1 = s;
+  batch1[0] = 1;
+  Shape out = pool2d_output_shape(batch1, pool, strides, padding);
+  out[0] = s[0];
+  return out;
+}
+}  // namespace
+
+MaxPool2D::MaxPool2D(Size2 pool_size, std::optional<Size2> strides, Padding padding)
+    : pool_(pool_size), strides_(strides.value_or(pool_size)), padding_(std::move(padding)) {
+  check_positive("MaxPool2D", "pool_size", pool_);
+  check_positive("MaxPool2D", "strides", strides_);
+}
+
+Shape MaxPool2D::output_shape(const Shape& s) {
+  return pooled_shape("MaxPool2D", name(), s, pool_, strides_, padding_);
+}
+
+Tensor MaxPool2D::forward(const Tensor& x) {
+  check_input("MaxPool2D", name(), x.shape(), -1);
+  return max_pool2d(x, pool_, strides_, padding_);
+}
+
+AvgPool2D::AvgPool2D(Size2 pool_size, std::optional<Size2> strides, Padding padding)
+    : pool_(pool_size), strides_(strides.value_or(pool_size)), padding_(std::move(padding)) {
+  check_positive("AvgPool2D", "pool_size", pool_);
+  check_positive("AvgPool2D", "strides", strides_);
+}
+
+Shape AvgPool2D::output_shape(const Shape& s) {
+  return pooled_shape("AvgPool2D", name(), s, pool_, strides_, padding_);
+}
+
+Tensor AvgPool2D::forward(const Tensor& x) {
+  check_input("AvgPool2D", name(), x.shape(), -1);
+  return avg_pool2d(x, pool_, strides_, padding_);
+}
+
+Shape GlobalAveragePooling2D::output_shape(const Shape& s) {
+  check_input("GlobalAveragePooling2D", name(), s, -1);
+  return keepdims_ ? Shape{s[0], s[1], 1, 1} : Shape{s[0], s[1]};
+}
+
+Tensor GlobalAveragePooling2D::forward(const Tensor& x) {
+  check_input("GlobalAveragePooling2D", name(), x.shape(), -1);
+  return mean(x, {2, 3}, keepdims_);
+}
+
+}  // namespace soma::nn

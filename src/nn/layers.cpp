@@ -1,0 +1,213 @@
+#include "soma/nn/layers.hpp"
+
+#include <cmath>
+
+#include "soma/autograd.hpp"
+#include "soma/ops.hpp"
+
+namespace soma::nn {
+
+namespace {
+
+// Keras casts floating inputs to the layer's dtype; integer inputs are cast too (a Dense layer
+// fed u8 pixels computes in its own dtype).
+Tensor to_layer_dtype(const Tensor& x, DType t) { return x.dtype() == t ? x : cast(x, t); }
+
+std::uint64_t splitmix64(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+// ---- Dense ----------------------------------------------------------------------------------
+
+Dense::Dense(std::int64_t units, Activation activation, DenseOptions options)
+    : units_(units), activation_(std::move(activation)), opt_(std::move(options)) {
+  if (units <= 0) fail("Dense", "units must be positive, got ", units);
+  if (!is_floating(opt_.dtype)) fail("Dense", "dtype must be floating, got ", opt_.dtype);
+}
+
+Shape Dense::output_shape(const Shape& input_shape) {
+  if (input_shape.size() < 2)
+    fail("Dense", "layer '", name(), "' needs inputs of rank >= 2 ([batch, ..., features]), got ",
+         shape_str(input_shape));
+  Shape out = input_shape;
+  out.back() = units_;
+  return out;
+}
+
+void Dense::build(const Shape& input_shape) {
+  if (input_shape.size() < 2)
+    fail("Dense", "layer '", name(), "' needs inputs of rank >= 2 ([batch, ..., features]), got ",
+         shape_str(input_shape));
+  std::int64_t in = input_shape.back();
+  if (in <= 0)
+    fail("Dense", "layer '", name(), "': the last dimension of the input must be known, got ",
+         shape_str(input_shape));
+  Shape ks{in, units_};
+  kernel_ = add_weight("kernel", ks, opt_.kernel_initializer, dense_fans(ks), true, opt_.dtype);
+  add_regularizer(kernel_, opt_.kernel_regularizer);
+  if (opt_.use_bias) {
+    bias_ = add_weight("bias", {units_}, opt_.bias_initializer, dense_fans({units_}), true,
+                       opt_.dtype);
+    add_regularizer(bias_, opt_.bias_regularizer);
+  }
+}
+
+Tensor Dense::forward(const Tensor& x) {
+  std::int64_t in = kernel_.shape()[0];
+  if (x.rank() < 2 || x.shape().back() != in)
+    fail("Dense", "layer '", name(), "' expects inputs of shape [batch, ..., ", in,
+         "] (it was built for ", in, " features), got ", shape_str(x.shape()));
+  Tensor y = matmul(to_layer_dtype(x, opt_.dtype), kernel_.value());
+  if (opt_.use_bias) y = y + bias_.value();
+  return activation_(y);
+}
+
+// ---- Flatten / Reshape ----------------------------------------------------------------------
+
+Shape Flatten::output_shape(const Shape& s) {
+  if (s.empty()) fail("Flatten", "layer '", name(), "' needs a batched input, got a scalar");
+  std::int64_t n = 1;
+  for (std::size_t i = 1; i < s.size(); ++i) n = (s[i] < 0 || n < 0) ? -1 : n * s[i];
+  return {s[0], n};
+}
+
+Tensor Flatten::forward(const Tensor& x) {
+  if (x.rank() == 0) fail("Flatten", "layer '", name(), "' needs a batched input, got a scalar");
+  return reshape(x, {x.dim(0), x.numel() / std::max<std::int64_t>(x.dim(0), 1)});
+}
+
+Reshape::Reshape(Shape target_shape) : target_(std::move(target_shape)) {
+  int unknown = 0;
+  for (auto d : target_) {
+    if (d == -1) ++unknown;
+    else if (d <= 0)
+      fail("Reshape", "target_shape ", shape_str(target_),
+           " must hold positive sizes (and at most one -1)");
+  }
+  if (unknown > 1) fail("Reshape", "target_shape ", shape_str(target_), " has more than one -1");
+}
+
+Shape Reshape::resolve(const Shape& s) const {
+  if (s.empty()) fail("Reshape", "layer '", name(), "' needs a batched input, got a scalar");
+  std::int64_t in = 1;
+  bool in_known = true;
+  for (std::size_t i = 1; i < s.size(); ++i) {
+    if (s[i] < 0) in_known = false;
+    else in *= s[i];
+  }
+  std::int64_t known = 1;
+  int hole = -1;
+  for (std::size_t i = 0; i < target_.size(); ++i) {
+    if (target_[i] == -1) hole = int(i);
+    else known *= target_[i];
+  }
+  Shape out{s[0]};
+  out.insert(out.end(), target_.begin(), target_.end());
+  if (!in_known) return out;  // symbolic shape: the -1 stays unknown
+  if (hole >= 0) {
+    if (known == 0 || in % known != 0)
+      fail("Reshape", "layer '", name(), "' cannot reshape samples of shape ",
+           shape_str(Shape(s.begin() + 1, s.end())), " (", in, " elements) to ",
+           shape_str(target_));
+    out[std::size_t(hole) + 1] = in / known;
+  } else if (known != in) {
+    fail("Reshape", "layer '", name(), "' cannot reshape samples of shape ",
+         shape_str(Shape(s.begin() + 1, s.end())), " (", in, " elements) to ", shape_str(target_),
+         " (", known, " elements)");
+  }
+  return out;
+}
+
+Shape Reshape::output_shape(const Shape& s) { return resolve(s); }
+
+Tensor Reshape::forward(const Tensor& x) { return reshape(x, resolve(x.shape())); }
+
+// ---- Dropout --------------------------------------------------------------------------------
+
+Dropout::Dropout(double rate, std::optional<std::uint64_t> seed) : rate_(rate), seed_(seed) {
+  if (!(rate >= 0.0 && rate < 1.0)) fail("Dropout", "rate must be in [0, 1), got ", rate);
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  if (!training() || rate_ == 0.0) return x;
+  if (!is_floating(x.dtype()))
+    fail("Dropout", "layer '", name(), "' needs a floating input, got ", x.dtype());
+  // A seeded layer draws a new mask per call from (seed, call number): reproducible, yet not the
+  // same mask at every step.
+  std::optional<std::uint64_t> s;
+  if (seed_) s = splitmix64(*seed_ ^ splitmix64(calls_));
+  ++calls_;
+  Tensor keep = cast(greater_equal(random_uniform(x.shape(), 0.0, 1.0, x.dtype(), s),
+                                   scalar(rate_, x.dtype())),
+                     x.dtype());
+  return x * (keep * (1.0 / (1.0 - rate_)));
+}
+
+// ---- activation layers ----------------------------------------------------------------------
+
+ReLU::ReLU() : ActivationLayer("ReLU", nn::relu) {}
+LeakyReLU::LeakyReLU(double alpha)
+    : ActivationLayer("LeakyReLU",
+                      Activation("leaky_relu",
+                                 [alpha](const Tensor& x) { return soma::leaky_relu(x, alpha); })),
+      alpha_(alpha) {}
+ELU::ELU(double alpha)
+    : ActivationLayer("ELU", Activation("elu",
+                                        [alpha](const Tensor& x) { return soma::elu(x, alpha); })),
+      alpha_(alpha) {}
+GELU::GELU(bool approximate)
+    : ActivationLayer("GELU", Activation("gelu", [approximate](const Tensor& x) {
+                        return soma::gelu(x, approximate);
+                      })) {}
+Sigmoid::Sigmoid() : ActivationLayer("Sigmoid", nn::sigmoid) {}
+Tanh::Tanh() : ActivationLayer("Tanh", nn::tanh) {}
+Softmax::Softmax(std::int64_t axis)
+    : ActivationLayer("Softmax", Activation("softmax",
+                                            [axis](const Tensor& x) {
+                                              return soma::softmax(x, axis);
+                                            })),
+      axis_(axis) {}
+Step::Step() : ActivationLayer("Step", nn::step) {}
+
+// ---- Embedding ------------------------------------------------------------------------------
+
+Embedding::Embedding(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options)
+    : input_dim_(input_dim), output_dim_(output_dim), opt_(std::move(options)) {
+  if (input_dim <= 0 || output_dim <= 0)
+    fail("Embedding", "input_dim and output_dim must be positive, got ", input_dim, " and ",
+         output_dim);
+  if (!is_floating(opt_.dtype)) fail("Embedding", "dtype must be floating, got ", opt_.dtype);
+}
+
+Shape Embedding::output_shape(const Shape& input_shape) {
+  Shape out = input_shape;
+  out.push_back(output_dim_);
+  return out;
+}
+
+void Embedding::build(const Shape&) {
+  Shape s{input_dim_, output_dim_};
+  table_ = add_weight("embeddings", s, opt_.embeddings_initializer, dense_fans(s), true, opt_.dtype);
+  add_regularizer(table_, opt_.embeddings_regularizer);
+}
+
+Tensor Embedding::forward(const Tensor& x) {
+  Tensor idx = x;
+  if (is_floating(x.dtype())) idx = cast(x, DType::i64);
+  else if (x.dtype() != DType::i32 && x.dtype() != DType::i64) idx = cast(x, DType::i64);
+  if (idx.numel() > 0) {
+    auto lo = min(idx).item<std::int64_t>(), hi = max(idx).item<std::int64_t>();
+    if (lo < 0 || hi >= input_dim_)
+      fail("Embedding", "layer '", name(), "': index ", lo < 0 ? lo : hi,
+           " is out of range for input_dim ", input_dim_, " (indices must be in [0, ", input_dim_,
+           "))");
+  }
+  return gather(table_.value(), idx, 0);
+}
+
+}  // namespace soma::nn

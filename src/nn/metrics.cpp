@@ -1,0 +1,406 @@
+// The built-in metrics. Each batch is brought to the host as doubles and scored with plain
+// loops: metrics are small next to the training step, and exact host arithmetic keeps their
+// running totals independent of the dtype the model computes in.
+#include "soma/metrics.hpp"
+
+#include <cmath>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "soma/autograd.hpp"
+#include "soma/nn/losses.hpp"
+#include "soma/ops.hpp"
+
+namespace soma::metrics {
+
+namespace {
+
+std::vector<double> host(const Tensor& t) {
+  NoGradScope no_grad;
+  if (t.device().kind != DeviceKind::CPU) return t.to(Device::cpu()).to_vector<double>();
+  return t.to_vector<double>();
+}
+
+Shape drop_last(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
+
+void check_defined(const std::string& metric, const Tensor& y_true, const Tensor& y_pred) {
+  if (!y_true.defined() || !y_pred.defined())
+    fail(metric, "update_state needs defined y_true and y_pred tensors");
+}
+
+// y_true and y_pred of one shape, as the losses line them up: [batch] meets [batch, 1]; a
+// rank-1 y_pred counts as [batch, 1]. Returns that common shape.
+Shape aligned_shape(const std::string& metric, const Tensor& y_true, const Tensor& y_pred) {
+  check_defined(metric, y_true, y_pred);
+  if (y_pred.rank() == 0) fail(metric, "y_pred must have a batch axis, got a scalar");
+  Shape ps = y_pred.shape();
+  if (ps.size() == 1) ps.push_back(1);
+  const Shape& ts = y_true.shape();
+  if (ts == ps) return ps;
+  bool fewer = ts.size() + 1 == ps.size() && ps.back() == 1 && ts == drop_last(ps);
+  bool more = ts.size() == ps.size() + 1 && ts.back() == 1 && drop_last(ts) == ps;
+  if (!fewer && !more)
+    fail(metric, "y_true shape ", shape_str(y_true.shape()), " does not match y_pred shape ",
+         shape_str(y_pred.shape()));
+  return ps;
+}
+
+// Integer labels for y_pred [..., C]: shape [...] or [..., 1].
+void check_sparse_shapes(const std::string& metric, const Tensor& y_true, const Tensor& y_pred) {
+  check_defined(metric, y_true, y_pred);
+  if (y_pred.rank() == 0) fail(metric, "y_pred must have a class axis, got a scalar");
+  Shape want = drop_last(y_pred.shape());
+  Shape want1 = want;
+  want1.push_back(1);
+  if (y_true.shape() != want && y_true.shape() != want1)
+    fail(metric, "y_true shape ", shape_str(y_true.shape()), " does not match y_pred shape ",
+         shape_str(y_pred.shape()), ": expected integer labels of shape ", shape_str(want), " or ",
+         shape_str(want1));
+}
+
+void check_same_shape(const std::string& metric, const Tensor& y_true, const Tensor& y_pred) {
+  check_defined(metric, y_true, y_pred);
+  if (y_pred.rank() == 0) fail(metric, "y_pred must have a class axis, got a scalar");
+  if (y_true.shape() != y_pred.shape())
+    fail(metric, "y_true shape ", shape_str(y_true.shape()), " does not match y_pred shape ",
+         shape_str(y_pred.shape()), " (one-hot targets expected)");
+}
+
+// One weight per element of `values_shape`: sample weights line up with the leading (batch)
+// axes and stretch over the rest (Keras' squeeze_or_expand_to_same_rank, then broadcasting).
+std::vector<double> element_weights(const std::string& metric, const Tensor& sw,
+                                    const Shape& values_shape) {
+  const std::int64_t n = numel(values_shape);
+  std::vector<double> w = host(sw);
+  if (w.size() == 1) return std::vector<double>(std::size_t(n), w[0]);
+  Shape ws = sw.shape();
+  while (ws.size() > values_shape.size() && ws.back() == 1) ws.pop_back();
+  while (ws.size() < values_shape.size()) ws.push_back(1);
+  bool ok = ws.size() == values_shape.size();
+  for (std::size_t d = 0; ok && d < ws.size(); ++d) ok = ws[d] == 1 || ws[d] == values_shape[d];
+  if (!ok)
+    fail(metric, "sample_weight shape ", shape_str(sw.shape()),
+         " does not line up with the values of shape ", shape_str(values_shape),
+         " (expected one weight per sample, shape [", values_shape.empty() ? 1 : values_shape[0],
+         "])");
+  Strides wstr = contiguous_strides(ws);
+  std::vector<double> out(static_cast<std::size_t>(n));
+  std::vector<std::int64_t> idx(values_shape.size(), 0);
+  for (std::int64_t e = 0; e < n; ++e) {
+    std::int64_t off = 0;
+    for (std::size_t d = 0; d < idx.size(); ++d)
+      if (ws[d] != 1) off += idx[d] * wstr[d];
+    out[std::size_t(e)] = w[std::size_t(off)];
+    for (std::size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < values_shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+// Index of the largest of n values starting at p (first on ties, as argmax).
+std::int64_t argmax_row(const double* p, std::int64_t n) {
+  std::int64_t best = 0;
+  for (std::int64_t j = 1; j < n; ++j)
+    if (p[j] > p[best]) best = j;
+  return best;
+}
+
+// tf.math.in_top_k: a hit when fewer than k scores are strictly greater than the target's.
+bool in_top_k(const double* p, std::int64_t n, std::int64_t target, int k) {
+  if (target < 0 || target >= n) return false;
+  std::int64_t greater = 0;
+  for (std::int64_t j = 0; j < n; ++j)
+    if (p[j] > p[target]) ++greater;
+  return greater < k;
+}
+
+// Per-element or per-row hits (1 or 0) and the shape they have.
+struct Scored {
+  std::vector<double> values;
+  Shape shape;
+};
+
+// Binary: y_pred > threshold equals y_true; exact: y_pred equals y_true.
+Scored score_elementwise(const std::string& metric, const Tensor& y_true, const Tensor& y_pred,
+                         std::optional<double> threshold) {
+  Shape shape = aligned_shape(metric, y_true, y_pred);
+  std::vector<double> t = host(y_true), p = host(y_pred);
+  std::vector<double> hit(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    double pred = threshold ? (p[i] > *threshold ? 1.0 : 0.0) : p[i];
+    hit[i] = t[i] == pred ? 1.0 : 0.0;
+  }
+  return {std::move(hit), std::move(shape)};
+}
+
+// k == 0: argmax agreement; k >= 1: the target is in the top k (see in_top_k).
+Scored score_categorical(const std::string& metric, const Tensor& y_true, const Tensor& y_pred,
+                         int k) {
+  check_same_shape(metric, y_true, y_pred);
+  const std::int64_t c = y_pred.dim(-1);
+  Shape out = drop_last(y_pred.shape());
+  std::vector<double> t = host(y_true), p = host(y_pred);
+  std::vector<double> hit(std::size_t(numel(out)));
+  for (std::size_t r = 0; r < hit.size(); ++r) {
+    std::int64_t target = argmax_row(&t[r * c], c);
+    bool ok = k == 0 ? argmax_row(&p[r * c], c) == target : in_top_k(&p[r * c], c, target, k);
+    hit[r] = ok ? 1.0 : 0.0;
+  }
+  return {std::move(hit), std::move(out)};
+}
+
+// Labels that are not integers or not class ids are misses.
+Scored score_sparse(const std::string& metric, const Tensor& y_true, const Tensor& y_pred, int k) {
+  check_sparse_shapes(metric, y_true, y_pred);
+  const std::int64_t c = y_pred.dim(-1);
+  Shape out = drop_last(y_pred.shape());
+  std::vector<double> t = host(y_true), p = host(y_pred);
+  std::vector<double> hit(std::size_t(numel(out)));
+  for (std::size_t r = 0; r < hit.size(); ++r) {
+    double label = t[r];
+    bool ok = false;
+    if (label == std::floor(label) && label >= 0 && label < double(c)) {
+      std::int64_t target = std::int64_t(label);
+      ok = k == 0 ? argmax_row(&p[r * c], c) == target : in_top_k(&p[r * c], c, target, k);
+    }
+    hit[r] = ok ? 1.0 : 0.0;
+  }
+  return {std::move(hit), std::move(out)};
+}
+
+}  // namespace
+
+// ---- MeanBase ----------------------------------------------------------------------------------
+
+void MeanBase::accumulate(const std::string& metric, const Tensor& values,
+                          const Tensor& sample_weight) {
+  accumulate(metric, host(values), values.shape(), sample_weight);
+}
+
+void MeanBase::accumulate(const std::string& metric, const std::vector<double>& v, Shape shape,
+                          const Tensor& sample_weight) {
+  if (shape.empty()) shape = {1};
+  const std::int64_t batch = shape[0];
+  if (batch == 0) return;
+  const std::int64_t per = std::int64_t(v.size()) / batch;
+  if (per == 0) return;
+  if (!sample_weight.defined()) {
+    double s = 0;
+    for (double x : v) s += x;
+    total_ += s / double(per);
+    count_ += double(batch);
+    return;
+  }
+  std::vector<double> w = element_weights(metric, sample_weight, shape);
+  double t = 0, c = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    t += v[i] * w[i];
+    c += w[i];
+  }
+  total_ += t / double(per);
+  count_ += c / double(per);
+}
+
+// ---- Mean --------------------------------------------------------------------------------------
+
+void Mean::update_state(const Tensor& values, const Tensor& sample_weight, const Tensor& unused) {
+  if (unused.defined())
+    fail(name_,
+         "Mean.update_state takes (values, sample_weight), got a third tensor; to average "
+         "a function of (y_true, y_pred) use MeanMetricWrapper or LossMean");
+  if (!values.defined()) fail(name_, "update_state needs a defined values tensor");
+  accumulate(name_, values, sample_weight);
+}
+
+void Mean::update_state(double value, double weight) {
+  accumulate(name_, std::vector<double>{value}, {1}, constant(std::vector<double>{weight}, {1}));
+}
+
+// ---- MeanMetricWrapper / LossMean --------------------------------------------------------------
+
+void MeanMetricWrapper::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                     const Tensor& sample_weight) {
+  check_defined(name_, y_true, y_pred);
+  Tensor values;
+  {
+    NoGradScope no_grad;
+    values = fn_(y_true, y_pred);
+  }
+  accumulate(name_, values, sample_weight);
+}
+
+LossMean::LossMean(nn::LossRef loss, std::string name)
+    : MeanMetricWrapper(
+          [loss](const Tensor& y_true, const Tensor& y_pred) { return loss->call(y_true, y_pred); },
+          name.empty() ? (loss ? loss->name() : std::string("loss")) : std::move(name)) {
+  if (!loss) fail("LossMean", "needs a loss, got an empty LossRef");
+}
+
+// ---- accuracies --------------------------------------------------------------------------------
+
+void Accuracy::resolve_for_loss(const nn::Loss& loss) {
+  if (mode_ != AccuracyMode::Auto) return;
+  const std::string n = loss.name();
+  if (n == "binary_crossentropy")
+    mode_ = AccuracyMode::Binary;
+  else if (n == "categorical_crossentropy")
+    mode_ = AccuracyMode::Categorical;
+  else if (n == "sparse_categorical_crossentropy")
+    mode_ = AccuracyMode::SparseCategorical;
+}
+
+void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                            const Tensor& sample_weight) {
+  check_defined(o_.name, y_true, y_pred);
+  if (mode_ == AccuracyMode::Auto) {
+    const Shape& ps = y_pred.shape();
+    if (!is_floating(y_pred.dtype())) {
+      mode_ = AccuracyMode::Exact;
+    } else if (ps.size() >= 2 && ps.back() > 1) {
+      if (y_true.shape() == ps) {
+        mode_ = AccuracyMode::Categorical;
+      } else {
+        check_sparse_shapes(o_.name, y_true, y_pred);
+        mode_ = AccuracyMode::SparseCategorical;
+      }
+    } else {
+      mode_ = AccuracyMode::Binary;
+    }
+  }
+  Scored s;
+  switch (mode_) {
+    case AccuracyMode::Categorical:
+      s = score_categorical(o_.name, y_true, y_pred, 0);
+      break;
+    case AccuracyMode::SparseCategorical:
+      s = score_sparse(o_.name, y_true, y_pred, 0);
+      break;
+    case AccuracyMode::Binary:
+      s = score_elementwise(o_.name, y_true, y_pred, o_.threshold);
+      break;
+    default:
+      s = score_elementwise(o_.name, y_true, y_pred, std::nullopt);
+      break;
+  }
+  accumulate(o_.name, s.values, s.shape, sample_weight);
+}
+
+void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                  const Tensor& sample_weight) {
+  Scored s = score_elementwise(o_.name, y_true, y_pred, o_.threshold);
+  accumulate(o_.name, s.values, s.shape, sample_weight);
+}
+
+void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                       const Tensor& sample_weight) {
+  Scored s = score_categorical(o_.name, y_true, y_pred, 0);
+  accumulate(o_.name, s.values, s.shape, sample_weight);
+}
+
+void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                             const Tensor& sample_weight) {
+  Scored s = score_sparse(o_.name, y_true, y_pred, 0);
+  accumulate(o_.name, s.values, s.shape, sample_weight);
+}
+
+TopKCategoricalAccuracy::TopKCategoricalAccuracy(TopKCategoricalAccuracyOptions o)
+    : o_(std::move(o)) {
+  if (o_.k < 1) fail(o_.name, "k must be at least 1, got ", o_.k);
+}
+
+void TopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                           const Tensor& sample_weight) {
+  Scored s = score_categorical(o_.name, y_true, y_pred, o_.k);
+  accumulate(o_.name, s.values, s.shape, sample_weight);
+}
+
+SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(SparseTopKCategoricalAccuracyOptions o)
+    : o_(std::move(o)) {
+  if (o_.k < 1) fail(o_.name, "k must be at least 1, got ", o_.k);
+}
+
+void SparseTopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                                 const Tensor& sample_weight) {
+  Scored s = score_sparse(o_.name, y_true, y_pred, o_.k);
+  accumulate(o_.name, s.values, s.shape, sample_weight);
+}
+
+// ---- precision / recall ------------------------------------------------------------------------
+
+void ConfusionCounts::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                   const Tensor& sample_weight) {
+  const std::string metric = name();
+  Shape shape = aligned_shape(metric, y_true, y_pred);
+  std::vector<double> t = host(y_true), p = host(y_pred);
+  std::vector<double> w = sample_weight.defined() ? element_weights(metric, sample_weight, shape)
+                                                  : std::vector<double>(p.size(), 1.0);
+  std::int64_t stride = 1, start = 0;
+  if (class_id_) {
+    const std::int64_t c = shape.back();
+    if (*class_id_ < 0 || *class_id_ >= c)
+      fail(metric, "class_id ", *class_id_, " is out of range for y_pred shape ",
+           shape_str(y_pred.shape()), " (", c, " classes)");
+    stride = c;
+    start = *class_id_;
+  }
+  for (std::size_t i = std::size_t(start); i < p.size(); i += std::size_t(stride)) {
+    bool pred = p[i] > threshold_;
+    bool actual = t[i] != 0.0;
+    if (pred && actual)
+      tp_ += w[i];
+    else if (pred)
+      fp_ += w[i];
+    else if (actual)
+      fn_ += w[i];
+  }
+}
+
+double Precision::result() const {
+  double d = true_positives() + false_positives();
+  return d > 0 ? true_positives() / d : 0.0;
+}
+
+double Recall::result() const {
+  double d = true_positives() + false_negatives();
+  return d > 0 ? true_positives() / d : 0.0;
+}
+
+// ---- regression --------------------------------------------------------------------------------
+
+void MeanSquaredError::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                    const Tensor& sample_weight) {
+  Shape shape = aligned_shape(o_.name, y_true, y_pred);
+  std::vector<double> t = host(y_true), p = host(y_pred);
+  const std::int64_t last = shape.back();
+  Shape out = drop_last(shape);
+  std::vector<double> se(std::size_t(numel(out)), 0.0);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    double d = p[i] - t[i];
+    se[i / std::size_t(last)] += d * d / double(last);
+  }
+  accumulate(o_.name, se, out, sample_weight);
+}
+
+// ---- identifiers -------------------------------------------------------------------------------
+
+MetricRef get(const std::string& id) {
+  if (id == "accuracy" || id == "acc") return Accuracy();
+  if (id == "binary_accuracy") return BinaryAccuracy();
+  if (id == "categorical_accuracy") return CategoricalAccuracy();
+  if (id == "sparse_categorical_accuracy") return SparseCategoricalAccuracy();
+  if (id == "top_k_categorical_accuracy") return TopKCategoricalAccuracy();
+  if (id == "sparse_top_k_categorical_accuracy") return SparseTopKCategoricalAccuracy();
+  if (id == "precision") return Precision();
+  if (id == "recall") return Recall();
+  if (id == "mse" || id == "mean_squared_error") return MeanSquaredError();
+  if (id == "mean") return Mean();
+  fail("metrics::get", "unknown metric '", id,
+       "'; expected one of accuracy, binary_accuracy, categorical_accuracy, "
+       "sparse_categorical_accuracy, top_k_categorical_accuracy, "
+       "sparse_top_k_categorical_accuracy, precision, recall, mean_squared_error, mean");
+}
+
+}  // namespace soma::metrics

@@ -1,0 +1,268 @@
+#include "soma/optim/optimizer.hpp"
+
+#include <atomic>
+#include <cmath>
+
+#include "internal/copy.hpp"
+#include "soma/autograd.hpp"
+#include "soma/ops.hpp"
+
+namespace soma::optim {
+
+namespace {
+
+std::atomic<bool> g_fused{true};
+
+std::string label(const Variable& v, std::size_t i) {
+  if (v.defined() && !v.name().empty()) return detail::cat("'", v.name(), "' (index ", i, ")");
+  return detail::cat("at index ", i);
+}
+
+// Sum of squares in double (the norm of a big f32 gradient loses digits when summed in f32).
+double sum_squares(const Tensor& g) {
+  if (g.device().is_cpu() && g.is_contiguous() &&
+      (g.dtype() == DType::f32 || g.dtype() == DType::f64)) {
+    const std::int64_t n = g.numel();
+    double s = 0.0;
+    if (g.dtype() == DType::f32) {
+      const float* p = g.data<float>();
+      for (std::int64_t i = 0; i < n; ++i) s += double(p[i]) * double(p[i]);
+    } else {
+      const double* p = g.data<double>();
+      for (std::int64_t i = 0; i < n; ++i) s += p[i] * p[i];
+    }
+    return s;
+  }
+  return sum(square(cast(g, DType::f64))).item<double>();
+}
+
+Tensor scale(const Tensor& g, double factor) { return g * factor; }
+
+const void* key_of(const Variable& v) { return v.value().storage().get(); }
+
+}  // namespace
+
+LearningRate::LearningRate(ScheduleRef schedule) : schedule_(std::move(schedule)) {
+  if (!schedule_) fail("LearningRate", "the schedule is null");
+}
+
+Optimizer::Optimizer(const CommonOptions& o) : options_(o) {}
+
+Optimizer::Optimizer(const Optimizer& other)
+    : options_(other.options_),
+      iterations_(other.iterations_),
+      params_(other.params_),
+      step_lr_(other.step_lr_),
+      slots_(other.slots_) {
+  NoGradScope no_grad;
+  for (auto& [key, entry] : slots_)
+    for (auto& [name, t] : entry.slots) t = copy(t);
+}
+
+Optimizer& Optimizer::operator=(const Optimizer& other) {
+  if (this != &other) {
+    options_ = other.options_;
+    iterations_ = other.iterations_;
+    params_ = other.params_;
+    step_lr_ = other.step_lr_;
+    slots_ = other.slots_;
+    NoGradScope no_grad;
+    for (auto& [key, entry] : slots_)
+      for (auto& [name, t] : entry.slots) t = copy(t);
+  }
+  return *this;
+}
+
+void Optimizer::set_fused_kernels(bool enabled) { g_fused = enabled; }
+bool Optimizer::fused_kernels() { return g_fused; }
+
+double Optimizer::learning_rate() const { return options_.learning_rate.at(iterations_); }
+
+void Optimizer::set_learning_rate(double lr) {
+  if (options_.learning_rate.is_schedule())
+    fail(name() + ".set_learning_rate", "the learning rate is a schedule (",
+         options_.learning_rate.schedule()->name(),
+         "), so it cannot be set to a constant; call set_schedule({}) first to drop the schedule");
+  options_.learning_rate = LearningRate(lr);
+}
+
+void Optimizer::set_schedule(Ref<LearningRateSchedule> schedule) {
+  if (schedule)
+    options_.learning_rate = LearningRate(std::move(schedule));
+  else
+    options_.learning_rate = LearningRate(learning_rate());
+}
+
+Optimizer::Slots& Optimizer::slots_for(const Variable& var) {
+  const auto& storage = var.value().storage();
+  if (!slots_.count(storage.get()))  // a new variable: drop the slots of dead ones first
+    std::erase_if(slots_, [](const auto& kv) { return kv.second.owner.expired(); });
+  auto& e = slots_[storage.get()];
+  if (e.owner.lock() != storage) {  // new variable, or a dead one's address reused
+    e.owner = storage;
+    e.slots.clear();
+  }
+  return e.slots;
+}
+
+Tensor& Optimizer::slot(Slots& slots, const std::string& name, const Variable& var,
+                        double init) {
+  auto it = slots.find(name);
+  if (it != slots.end()) return it->second;
+  return slots.emplace(name, fill(var.shape(), init, var.dtype())).first->second;
+}
+
+bool Optimizer::can_fuse(const Variable& var, const Tensor& grad,
+                         std::initializer_list<const Tensor*> slots) {
+  if (!g_fused) return false;
+  const Tensor& v = var.value();
+  const DType t = v.dtype();
+  if (t != DType::f32 && t != DType::f64) return false;
+  if (!v.device().is_cpu() || !v.is_contiguous()) return false;
+  if (grad.dtype() != t || !grad.is_contiguous() || !grad.device().is_cpu()) return false;
+  for (const Tensor* s : slots)
+    if (s->dtype() != t || !s->is_contiguous() || !s->device().is_cpu()) return false;
+  return true;
+}
+
+void Optimizer::apply_weight_decay(Variable& var) const {
+  if (options_.weight_decay == 0.0) return;
+  var.assign(var.value() - var.value() * decay_factor());
+}
+
+void Optimizer::write(const Tensor& dst, const Tensor& value) {
+  detail::copy_into(value, dst);
+  dst.storage()->version.fetch_add(1);
+}
+
+void Optimizer::mark_written(const Variable& var) {
+  var.value().storage()->version.fetch_add(1);
+}
+
+void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
+                                const std::vector<Variable>& vars) {
+  const std::string op = name() + ".apply_gradients";
+  if (grads.size() != vars.size())
+    fail(op, "got ", grads.size(), " gradients for ", vars.size(),
+         " variables; pass one gradient per variable (an undefined Tensor to skip one)");
+  std::vector<Tensor> gs;
+  std::vector<std::size_t> index;
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const Variable& v = vars[i];
+    if (!v.defined()) fail(op, "the variable at index ", i, " is undefined");
+    if (!grads[i].defined()) continue;  // not connected to the loss: skipped, as in TF
+    if (!is_floating(v.dtype()))
+      fail(op, "variable ", label(v, i), " has dtype ", v.dtype(),
+           "; only floating-point variables can be trained");
+    if (grads[i].shape() != v.shape())
+      fail(op, "gradient of shape ", shape_str(grads[i].shape()), " does not match variable ",
+           label(v, i), " of shape ", shape_str(v.shape()));
+    if (grads[i].device() != v.value().device())
+      fail(op, "gradient on ", grads[i].device().str(), " for variable ", label(v, i), " on ",
+           v.value().device().str());
+    gs.push_back(grads[i]);
+    index.push_back(i);
+  }
+  if (vars.empty()) return;
+  if (gs.empty())
+    fail(op, "no gradient for any of the ", vars.size(),
+         " variables: the loss does not depend on them (was it computed inside the tape?)");
+
+  NoGradScope no_grad;
+  // Clipping (Keras: clipnorm or global_clipnorm, then clipvalue).
+  if (options_.clipnorm) {
+    const double c = *options_.clipnorm;
+    for (auto& g : gs) {
+      const double n = std::sqrt(sum_squares(g));
+      if (n > c) g = scale(g, c / n);
+    }
+  } else if (options_.global_clipnorm) {
+    const double c = *options_.global_clipnorm;
+    double ss = 0.0;
+    for (const auto& g : gs) ss += sum_squares(g);
+    const double n = std::sqrt(ss);
+    if (n > c)
+      for (auto& g : gs) g = scale(g, c / n);
+  }
+  if (options_.clipvalue) {
+    const double c = *options_.clipvalue;
+    for (auto& g : gs) g = clip(g, -c, c);
+  }
+
+  step_lr_ = learning_rate();
+  begin_step();
+  for (std::size_t k = 0; k < gs.size(); ++k) {
+    Variable var = vars[index[k]];
+    Tensor g = contiguous(cast(gs[k], var.dtype()));
+    update(var, g, slots_for(var));
+  }
+  ++iterations_;
+}
+
+std::map<std::string, Tensor> Optimizer::state_dict(const std::vector<Variable>& vars) const {
+  NoGradScope no_grad;
+  std::map<std::string, Tensor> out;
+  out["iterations"] = scalar(double(iterations_), DType::i64);
+  out["learning_rate"] = scalar(learning_rate(), DType::f64);
+  save_extra_state(out);
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (!vars[i].defined()) continue;
+    auto it = slots_.find(key_of(vars[i]));
+    if (it == slots_.end() || it->second.owner.lock() != vars[i].value().storage()) continue;
+    for (const auto& [name, t] : it->second.slots)
+      out[std::to_string(i) + "/" + name] = copy(t);
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state,
+                                const std::vector<Variable>& vars) {
+  const std::string op = name() + ".load_state_dict";
+  NoGradScope no_grad;
+  auto it = state.find("iterations");
+  if (it == state.end() || !it->second.defined() || it->second.numel() != 1)
+    fail(op, "the state has no 'iterations' scalar; it does not come from state_dict()");
+  const auto iterations = it->second.item<std::int64_t>();
+
+  // Check everything before changing anything.
+  std::vector<Slots> per(vars.size());
+  for (const auto& [key, t] : state) {
+    if (key == "iterations" || key == "learning_rate" || is_extra_state_key(key)) continue;
+    const auto slash = key.find('/');
+    std::size_t idx = 0, used = 0;
+    bool ok = slash != std::string::npos && slash > 0 && slash + 1 < key.size();
+    if (ok) {
+      try {
+        idx = std::stoul(key.substr(0, slash), &used);
+      } catch (const std::exception&) {
+        ok = false;
+      }
+      ok = ok && used == slash;
+    }
+    if (!ok) fail(op, "unexpected key '", key, "' (expected '<variable index>/<slot>')");
+    if (idx >= vars.size())
+      fail(op, "the state has slot '", key, "' for variable ", idx, " but only ", vars.size(),
+           " variables were given");
+    const Variable& v = vars[idx];
+    if (!v.defined()) fail(op, "the variable at index ", idx, " is undefined");
+    if (!t.defined() || t.shape() != v.shape())
+      fail(op, "slot '", key, "' has shape ", t.defined() ? shape_str(t.shape()) : "undefined",
+           " but variable ", label(v, idx), " has shape ", shape_str(v.shape()));
+    per[idx][key.substr(slash + 1)] = copy(cast(t, v.dtype()));
+  }
+  load_extra_state(state);
+
+  iterations_ = iterations;
+  auto lr = state.find("learning_rate");
+  if (lr != state.end() && !options_.learning_rate.is_schedule())
+    options_.learning_rate = LearningRate(lr->second.item<double>());
+  for (std::size_t i = 0; i < vars.size(); ++i) slots_for(vars[i]) = std::move(per[i]);
+}
+
+void Optimizer::reset_state() {
+  slots_.clear();
+  iterations_ = 0;
+  reset_extra_state();
+}
+
+}  // namespace soma::optim
