@@ -124,10 +124,12 @@ void SGD::update(Variable& var, const Tensor& g, Slots& slots) {
 
 // --------------------------------------------------------------------------------------- Adam
 
-Adam::Adam(AdamOptions o) : Optimizer(common_of("Adam", o)), o_(std::move(o)) {
-  check_range("Adam", "beta_1", o_.beta_1, 0.0, 1.0, true);
-  check_range("Adam", "beta_2", o_.beta_2, 0.0, 1.0, true);
-  check_epsilon("Adam", o_.epsilon);
+Adam::Adam(AdamOptions o) : Adam(std::move(o), "Adam") {}
+
+Adam::Adam(AdamOptions o, const char* who) : Optimizer(common_of(who, o)), o_(std::move(o)) {
+  check_range(who, "beta_1", o_.beta_1, 0.0, 1.0, true);
+  check_range(who, "beta_2", o_.beta_2, 0.0, 1.0, true);
+  check_epsilon(who, o_.epsilon);
 }
 
 void Adam::update(Variable& var, const Tensor& g, Slots& slots) {
@@ -190,7 +192,8 @@ AdamW::AdamW(AdamWOptions o)
                        .weight_decay = o.weight_decay,
                        .clipnorm = o.clipnorm,
                        .clipvalue = o.clipvalue,
-                       .global_clipnorm = o.global_clipnorm}),
+                       .global_clipnorm = o.global_clipnorm},
+           "AdamW"),
       ow_(std::move(o)) {}
 
 // -------------------------------------------------------------------------------------- Nadam

@@ -268,8 +268,9 @@ TEST(Conv2dBackprop, InputIsTheAdjointOfConv2d) {
 }
 
 TEST(Conv2dBackprop, FilterGradientSumsOverTheBatch) {
-  Tensor x = rand_tensor({6, 2, 5, 5}, 24), w = rand_tensor({3, 2, 3, 3}, 25);
-  Tensor g = rand_tensor({6, 3, 5, 5}, 26);
+  // Big enough that the images are split across threads, each with its own accumulator.
+  Tensor x = rand_tensor({6, 4, 12, 12}, 24), w = rand_tensor({8, 4, 3, 3}, 25);
+  Tensor g = rand_tensor({6, 8, 12, 12}, 26);
   Tensor dw = conv2d_backprop_filter(x, g, w.shape(), 1, "same");
   Tensor sum_each = zeros(w.shape(), DType::f64);
   for (std::int64_t n = 0; n < 6; ++n)

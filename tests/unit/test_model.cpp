@@ -335,8 +335,9 @@ TEST(Progress, EvaluateToFileWritesOneLine) {
   std::ostringstream os;
   model.evaluate(f32(rand_tensor({8, 4}, 1)), labels(8, 3, 2),
                  {.batch_size = 3, .verbose = 1, .output = &os, .is_terminal = false});
-  EXPECT_EQ(os.str().rfind("3/3 [==============================] - ", 0), 0u) << os.str();
-  EXPECT_EQ(std::count(os.str().begin(), os.str().end(), '\n'), 1);
+  const std::string s = os.str();
+  EXPECT_EQ(s.rfind("3/3 [==============================] - ", 0), 0u) << s;
+  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 1) << s;
 }
 
 TEST(Progress, LogsShowLossFirstThenMetricsThenValidation) {

@@ -509,6 +509,8 @@ TEST(Optimizer, InvalidHyperparametersAreRefused) {
                        "SGD: momentum must be in [0, 1], got 1.5"));
   EXPECT_TRUE(contains(error_of([] { optim::Adam({.beta_1 = 1.0}); }),
                        "Adam: beta_1 must be in [0, 1), got 1"));
+  EXPECT_TRUE(contains(error_of([] { optim::AdamW({.beta_2 = -0.5}); }),
+                       "AdamW: beta_2 must be in [0, 1), got -0.5"));
   EXPECT_TRUE(contains(error_of([] { optim::RMSprop({.weight_decay = -1.0}); }),
                        "RMSprop: weight_decay must be >= 0, got -1"));
 }

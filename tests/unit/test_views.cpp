@@ -630,6 +630,7 @@ TEST(StopGradient, BlocksOnlyItsOwnPath) {
 }  // namespace soma
 
 // Transposed layouts big enough for the tiled copy path (tiles of 32, ragged edges included).
+namespace soma {
 TEST(Contiguous, TiledTransposeCopyMatchesElementwiseReadsForAllWidths) {
   for (DType t : {DType::f32, DType::f64, DType::f16, DType::u8}) {
     Tensor base = cast(soma::testing::rand_tensor({3, 70, 45}, 5, 0, 100), t);
@@ -645,3 +646,4 @@ TEST(Contiguous, TiledTransposeCopyMatchesElementwiseReadsForAllWidths) {
           ASSERT_EQ(c.at<double>({a, i, j}), base.at<double>({a + 1, j + 3, i})) << dtype_name(t);
   }
 }
+}  // namespace soma

@@ -86,7 +86,8 @@ class Optimizer {
   const CommonOptions& common_options() const { return options_; }
 
   // "<i>/<slot>" for vars[i]'s slots (Keras' slot names: "momentum", "velocity", ...), plus
-  // "iterations" (i64), "learning_rate" (f64, the current value) and optimiser-wide state
+  // "iterations" (i64), "learning_rate" (f64, the current value; loading restores it only when
+  // the rate is a constant, since a schedule follows iterations) and optimiser-wide state
   // (Nadam's "u_product"). Tensors are copies. Loading into the same variables (or copies of
   // them, in the same order) makes the next steps bit-identical to an uninterrupted run.
   virtual std::map<std::string, Tensor> state_dict(const std::vector<Variable>& vars) const;

@@ -56,6 +56,7 @@ class Adam : public Optimizer {
   const AdamOptions& options() const { return o_; }
 
  protected:
+  Adam(AdamOptions o, const char* who);  // `who` names the optimiser in error messages
   void update(Variable& var, const Tensor& grad, Slots& slots) override;
 
  private:
