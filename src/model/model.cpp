@@ -678,19 +678,24 @@ void Model::summary(std::ostream& os) const {
 void Model::summary_functional(std::ostream& os) const {
   detail::SummaryTable table({"Layer (type)", "Output Shape", "Param #", "Connected to"},
                              {31, 22, 13, 20});
+  // Keras' "layer[node][tensor]": which call of a (possibly shared) layer, which of its outputs.
+  std::unordered_map<const detail::SymbolicNode*, int> node_index;
+  std::unordered_map<const Module*, int> calls;
+  for (auto& n : graph_->nodes)
+    node_index[n.get()] = n->layer ? calls[n->layer.get()]++ : 0;
+  auto ref = [&](const SymbolicTensor& t) {
+    return t.name() + "[" + std::to_string(node_index.at(t.node().get())) + "][" +
+           std::to_string(t.index()) + "]";
+  };
+  for (auto& in : inputs_)
+    table.add_row({in.name() + " (InputLayer)", format_shape(in.shape()), "0", "-"});
   std::unordered_set<const Module*> shown;
   for (auto& n : graph_->nodes) {
-    if (!n->layer) {
-      table.add_row({n->name + " (InputLayer)", format_shape(n->shapes[0]), "0", "-"});
-      continue;
-    }
-    if (!shown.insert(n->layer.get()).second) continue;  // a shared layer is listed once
+    if (!n->layer || !shown.insert(n->layer.get()).second) continue;  // shared: listed once
     std::string connected;
     for (auto& m : graph_->nodes) {
       if (m->layer.get() != n->layer.get()) continue;
-      for (auto& in : m->inputs)
-        connected += (connected.empty() ? "" : ", ") + in.name() + "[" +
-                     std::to_string(in.index()) + "]";
+      for (auto& in : m->inputs) connected += (connected.empty() ? "" : ", ") + ref(in);
     }
     std::string shape = format_shape(n->shapes[0]);
     for (std::size_t i = 1; i < n->shapes.size(); ++i) shape += ", " + format_shape(n->shapes[i]);

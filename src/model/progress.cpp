@@ -110,8 +110,9 @@ void ProgressBar::draw(const std::string& line) {
 
 void ProgressBar::update(std::int64_t step, const nn::Logs& logs) {
   if (verbose_ != 1 || !terminal_) return;  // files and pipes get the final line only
+  if (step >= target_) return;               // finish() draws the last state
   auto now = std::chrono::steady_clock::now();
-  if (drawn_ && step < target_ && now - last_draw_ < std::chrono::milliseconds(50)) return;
+  if (drawn_ && now - last_draw_ < std::chrono::milliseconds(50)) return;
   last_draw_ = now;
   draw(bar_line(step, logs, false));
 }

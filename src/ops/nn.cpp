@@ -447,21 +447,22 @@ Tensor conv2d_transpose(const Tensor& x, const Tensor& w, Size2 strides, const P
     fail(name, "output_padding ", pair_str(output_padding->h, output_padding->w),
          " must be >= 0 and smaller than the strides ", pair_str(strides.h, strides.w));
   // The forward convolution this transposes maps [N, C_out, H_out, W_out] -> x's shape.
+  const bool has_op = output_padding.has_value();
+  const Size2 op = output_padding.value_or(Size2(0));
   auto out_len = [&](std::int64_t n, std::int64_t k, std::int64_t s, std::int64_t d,
-                     std::int64_t pa, std::int64_t pb, std::optional<std::int64_t> op) {
+                     std::int64_t pa, std::int64_t pb, std::int64_t extra) {
     const std::int64_t ek = (k - 1) * d + 1;
     switch (padding.mode()) {
-      case Padding::Mode::valid: return op ? (n - 1) * s + ek + *op : n * s + std::max<std::int64_t>(ek - s, 0);
-      case Padding::Mode::same: return op ? (n - 1) * s + ek - 2 * (ek / 2) + *op : n * s;
-      case Padding::Mode::explicit_: return (n - 1) * s + ek - pa - pb + op.value_or(0);
+      case Padding::Mode::valid:
+        return has_op ? (n - 1) * s + ek + extra : n * s + std::max<std::int64_t>(ek - s, 0);
+      case Padding::Mode::same: return has_op ? (n - 1) * s + ek - 2 * (ek / 2) + extra : n * s;
+      case Padding::Mode::explicit_: return (n - 1) * s + ek - pa - pb + extra;
     }
     return n;
   };
   const auto& ep = padding.pads();
-  auto oph = output_padding ? std::optional<std::int64_t>(output_padding->h) : std::nullopt;
-  auto opw = output_padding ? std::optional<std::int64_t>(output_padding->w) : std::nullopt;
-  const std::int64_t ho = out_len(x.dim(2), w.dim(2), strides.h, dilation.h, ep[0], ep[1], oph);
-  const std::int64_t wo = out_len(x.dim(3), w.dim(3), strides.w, dilation.w, ep[2], ep[3], opw);
+  const std::int64_t ho = out_len(x.dim(2), w.dim(2), strides.h, dilation.h, ep[0], ep[1], op.h);
+  const std::int64_t wo = out_len(x.dim(3), w.dim(3), strides.w, dilation.w, ep[2], ep[3], op.w);
   if (ho < 1 || wo < 1)
     fail(name, "the output would be empty (", ho, "x", wo, ") for input ", shape_str(x.shape()),
          ", kernel ", shape_str(w.shape()), " and padding ", padding.str());

@@ -125,6 +125,8 @@ std::vector<ConvCase> conv_cases() {
   };
 }
 
+void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
+
 class Conv2dForward : public ::testing::TestWithParam<ConvCase> {};
 
 TEST_P(Conv2dForward, MatchesNaiveLoopsInF64) {

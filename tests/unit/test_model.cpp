@@ -122,7 +122,7 @@ TEST(Summary, FunctionalModelListsInputsAndConnections) {
   model.summary(os);
   EXPECT_TRUE(contains(os.str(), "features (InputLayer)")) << os.str();
   EXPECT_TRUE(contains(os.str(), "Connected to")) << os.str();
-  EXPECT_TRUE(contains(os.str(), "features[0]")) << os.str();
+  EXPECT_TRUE(contains(os.str(), "features[0][0]")) << os.str();
   EXPECT_TRUE(contains(os.str(), "Total params: 25 ")) << os.str();
 }
 
