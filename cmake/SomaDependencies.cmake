@@ -11,3 +11,9 @@ if(NOT SOMA_BLAS_LIBRARY OR NOT SOMA_BLAS_INCLUDE_DIR)
                       "(or run scripts/install-deps.sh)")
 endif()
 message(STATUS "soma: BLAS ${SOMA_BLAS_LIBRARY}")
+
+# zlib reads the gzip-compressed IDX files (MNIST, Fashion-MNIST) directly.
+find_package(ZLIB)
+if(NOT ZLIB_FOUND)
+  message(FATAL_ERROR "soma needs zlib: apt-get install zlib1g-dev (or run scripts/install-deps.sh)")
+endif()

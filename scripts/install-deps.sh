@@ -15,6 +15,10 @@ PACKAGES=(
   libgtest-dev
   libgmock-dev
   libbenchmark-dev
+  protobuf-compiler
+  libprotobuf-dev
+  zlib1g-dev
+  dataset-fashion-mnist
 )
 
 missing=()

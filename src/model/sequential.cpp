@@ -17,6 +17,11 @@ Shape infer(Module& layer, const Shape& in) {
 }
 }  // namespace
 
+Sequential::Sequential(const Sequential& other)
+    : Model(other), layers_(other.layers_), input_shape_(other.input_shape_) {
+  if (input_shape_) build_for(with_batch(*input_shape_, 1));
+}
+
 Sequential& Sequential::add(const SymbolicTensor& input) {
   if (!input.defined()) fail("Sequential", "add: the Input is an unset SymbolicTensor");
   if (!input.is_input())

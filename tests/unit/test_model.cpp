@@ -435,6 +435,16 @@ TEST(Sequential, AddBuildsLayersOnceTheInputIsKnown) {
   EXPECT_EQ(model.layer_output_shapes().back(), (Shape{-1, 4}));
 }
 
+TEST(Sequential, ACopySharesTheLayersAndStaysBuilt) {
+  nn::Sequential model{nn::Input({3}), nn::Dense(2)};
+  nn::Sequential copy = model;
+  EXPECT_TRUE(copy.built());
+  EXPECT_EQ(copy.layer(0).get(), model.layer(0).get());
+  std::ostringstream os;
+  copy.summary(os);
+  EXPECT_TRUE(contains(os.str(), "Total params: 8 ")) << os.str();
+}
+
 TEST(Sequential, InputShapeMismatchIsAnError) {
   nn::Sequential model{nn::Input({28, 28}), nn::Flatten(), nn::Dense(10)};
   std::string msg = what_of([&] { model(soma::zeros({2, 784})); });
@@ -515,6 +525,18 @@ TEST(Functional, OutputsMustDependOnlyOnListedInputs) {
   auto s = nn::call(nn::Add(), std::vector{a, b}).at(0);
   std::string msg = what_of([&] { nn::Model m(a, s); });
   EXPECT_TRUE(contains(msg, "input 'b_in', which is not among the model's inputs")) << msg;
+}
+
+TEST(Functional, CompileChecksOneLossPerOutput) {
+  auto in = nn::Input({2});
+  nn::Model model(std::vector{in}, {nn::call(nn::Dense(1), in), nn::call(nn::Dense(1), in)});
+  std::string msg = what_of([&] {
+    model.compile(optim::SGD(), std::vector<nn::LossRef>{nn::MeanSquaredError(),
+                                                         nn::MeanSquaredError(),
+                                                         nn::MeanSquaredError()});
+  });
+  EXPECT_EQ(msg, "compile: the model has 2 outputs but 3 losses were given (give one, or one "
+                 "per output)");
 }
 
 TEST(Functional, WrongInputShapeIsAnError) {

@@ -24,6 +24,9 @@ namespace soma::nn {
 class Sequential : public Model {
  public:
   Sequential() = default;
+  // A copy shares the layers (Module's copy rule: submodules are shared handles) and, when the
+  // input shape is known, is built at once like the original.
+  Sequential(const Sequential& other);
   template <class... Layers>
     requires(sizeof...(Layers) > 0 &&
              !(sizeof...(Layers) == 1 &&
