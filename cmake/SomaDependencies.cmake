@@ -17,3 +17,9 @@ find_package(ZLIB)
 if(NOT ZLIB_FOUND)
   message(FATAL_ERROR "soma needs zlib: apt-get install zlib1g-dev (or run scripts/install-deps.sh)")
 endif()
+
+# libpng decodes and encodes PNG images (soma::image, `soma predict`).
+find_package(PNG)
+if(NOT PNG_FOUND)
+  message(FATAL_ERROR "soma needs libpng: apt-get install libpng-dev (or run scripts/install-deps.sh)")
+endif()

@@ -18,6 +18,7 @@ PACKAGES=(
   protobuf-compiler
   libprotobuf-dev
   zlib1g-dev
+  libpng-dev
   dataset-fashion-mnist
 )
 
