@@ -23,3 +23,10 @@ find_package(PNG)
 if(NOT PNG_FOUND)
   message(FATAL_ERROR "soma needs libpng: apt-get install libpng-dev (or run scripts/install-deps.sh)")
 endif()
+
+# nlohmann/json (header-only) reads and writes the model config inside model files; it is used
+# only in src/, never in public headers.
+find_package(nlohmann_json 3 QUIET)
+if(NOT nlohmann_json_FOUND)
+  message(FATAL_ERROR "soma needs nlohmann/json: apt-get install nlohmann-json3-dev (or run scripts/install-deps.sh)")
+endif()

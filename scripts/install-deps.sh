@@ -19,6 +19,7 @@ PACKAGES=(
   libprotobuf-dev
   zlib1g-dev
   libpng-dev
+  nlohmann-json3-dev
   dataset-fashion-mnist
 )
 

@@ -24,7 +24,10 @@
 #include "soma/optim/optimizers.hpp"
 #include "soma/optim/schedules.hpp"
 
+#include "soma/data/augment.hpp"
+#include "soma/data/dataset.hpp"
 #include "soma/data/readers.hpp"
+#include "soma/image.hpp"
 
 #include "soma/model/callbacks.hpp"
 #include "soma/model/functional.hpp"
@@ -32,4 +35,5 @@
 #include "soma/model/merge.hpp"
 #include "soma/model/model.hpp"
 #include "soma/model/sequential.hpp"
+#include "soma/model/serialization.hpp"
 #include "soma/model/tensorboard.hpp"

@@ -128,9 +128,6 @@ std::string format_filepath(const std::string& pattern, int epoch, const Logs& l
 ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions options)
     : filepath_(std::move(filepath)), o_(std::move(options)) {
   if (filepath_.empty()) fail("ModelCheckpoint", "filepath must not be empty");
-  if (!o_.save_weights_only)
-    fail("ModelCheckpoint",
-         "save_weights_only = false (whole-model files) is not supported yet; weights only");
   maximise_ = monitor_maximises(o_.monitor, o_.mode, "ModelCheckpoint");
 }
 
@@ -158,7 +155,8 @@ void ModelCheckpoint::on_epoch_end(int epoch, Logs& logs) {
   } else if (o_.verbose > 0) {
     std::cout << "\nEpoch " << epoch + 1 << ": saving model to " << path << "\n";
   }
-  model().save_weights(path);
+  if (o_.save_weights_only) model().save_weights(path);
+  else model().save(path);  // whole model: architecture, weights, optimiser state
   saved_.push_back(path);
 }
 

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "soma/autograd.hpp"
+#include "soma/data/dataset.hpp"
 #include "soma/metrics.hpp"
 #include "soma/model/progress.hpp"
 #include "model/summary_table.hpp"
@@ -428,6 +429,8 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
   Tensor sw = sw_all;
   std::int64_t n = n_all;
   if (o.validation_data) {
+    if (o.validation_data->dataset)
+      fail("fit", "validation_data is a Dataset; it needs fit(Dataset) (or give tensors here)");
     xv = o.validation_data->x;
     yv = o.validation_data->y;
     check_xy("fit (validation_data)", xv, yv, true);
@@ -503,6 +506,148 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
   }
   all.on_train_end(logs);
   return history;
+}
+
+// ---- fit / evaluate on a Dataset -------------------------------------------------------------
+ValidationData::ValidationData(const data::Dataset& ds)
+    : dataset(std::make_shared<const data::Dataset>(ds)) {}
+
+namespace {
+// A batch {x, y} or {x, y, sample_weight} from a dataset element.
+void split_element(const char* who, const data::Element& e, std::vector<Tensor>& x,
+                   std::vector<Tensor>& y, Tensor& sw) {
+  if (e.size() != 2 && e.size() != 3)
+    fail(who, "dataset elements must be {x, y} or {x, y, sample_weight}, got ", e.size(),
+         " tensor(s)");
+  for (std::size_t i = 0; i < e.size(); ++i)
+    if (e[i].defined() && e[i].rank() == 0)
+      fail(who, "dataset element component ", i,
+           " is a scalar: batch the dataset (dataset.batch(32)) before fit/evaluate");
+  x = {e[0]};
+  y = {e[1]};
+  sw = e.size() == 3 ? e[2] : Tensor();
+  check_xy(who, x, y, true);
+}
+}  // namespace
+
+History Model::fit(const data::Dataset& train_data, const FitOptions& o) {
+  check_compiled("fit");
+  if (o.epochs < 0) fail("fit", "epochs must be >= 0, got ", o.epochs);
+  if (o.initial_epoch < 0) fail("fit", "initial_epoch must be >= 0, got ", o.initial_epoch);
+  if (o.verbose < 0 || o.verbose > 2) fail("fit", "verbose must be 0, 1 or 2, got ", o.verbose);
+  if (o.steps_per_epoch < 0)
+    fail("fit", "steps_per_epoch must be >= 0, got ", o.steps_per_epoch);
+  if (o.validation_split > 0.0)
+    fail("fit", "validation_split cannot split a Dataset; pass validation_data instead");
+  if (o.sample_weight.defined())
+    fail("fit", "sample_weight cannot be given with a Dataset; make elements {x, y, weight}");
+  const std::int64_t card = train_data.cardinality();
+  if (card == data::kInfiniteCardinality && o.steps_per_epoch == 0)
+    fail("fit", "the dataset is infinite (repeat() without a count); set steps_per_epoch");
+  // The progress bar's target: 0 when the dataset cannot tell its length.
+  const std::int64_t steps = o.steps_per_epoch > 0 ? o.steps_per_epoch : std::max<std::int64_t>(card, 0);
+
+  callbacks::CallbackList user(o.callbacks), all(o.callbacks);
+  if (o.verbose > 0)
+    all.add(std::make_shared<callbacks::ProgbarLogger>(out_stream(o.output),
+                                                       terminal_flag(o.output, o.is_terminal),
+                                                       o.verbose));
+  all.set_model(this);
+  all.set_params({o.epochs, steps, o.verbose});
+
+  History history;
+  stop_training = false;
+  ModeGuard mode(*this, true);
+  Logs logs;
+  all.on_train_begin(logs);
+  std::optional<data::Dataset::Iterator> it;
+  for (int epoch = o.initial_epoch; epoch < o.epochs; ++epoch) {
+    reset_metrics();
+    train(true);
+    Logs epoch_logs;
+    all.on_epoch_begin(epoch, epoch_logs);
+    if (o.steps_per_epoch == 0 || !it) it.emplace(train_data.iterator());
+    for (std::int64_t step = 0; o.steps_per_epoch == 0 || step < o.steps_per_epoch; ++step) {
+      std::optional<data::Element> e = it->next();
+      if (!e && o.steps_per_epoch > 0 && step > 0) {  // exhausted: a new pass
+        it.emplace(train_data.iterator());
+        e = it->next();
+      }
+      if (!e) break;
+      std::vector<Tensor> xb, yb;
+      Tensor swb;
+      split_element("fit", *e, xb, yb, swb);
+      swb = sample_weights(o.class_weight, swb, yb, xb[0].shape()[0]);
+      Logs batch_logs;
+      all.on_train_batch_begin(step, batch_logs);
+      train_step(xb, yb, swb);
+      batch_logs = collect_logs();
+      all.on_train_batch_end(step, batch_logs);
+      if (stop_training) break;
+    }
+    if (o.steps_per_epoch == 0) it.reset();  // stops prefetch threads before validation
+    epoch_logs = collect_logs();
+    if (o.validation_data) {
+      const ValidationData& vd = *o.validation_data;
+      Logs val;
+      if (vd.dataset) {
+        val = evaluate_dataset_impl(*vd.dataset, user);
+      } else {
+        check_xy("fit (validation_data)", vd.x, vd.y, true);
+        const std::int64_t val_bs =
+            o.validation_batch_size > 0 ? o.validation_batch_size : o.batch_size;
+        if (val_bs <= 0) fail("fit", "validation batch size must be positive, got ", val_bs);
+        val = evaluate_impl(vd.x, vd.y, Tensor(), val_bs, user, true);
+      }
+      for (auto& [k, v] : val) epoch_logs["val_" + k] = v;
+    }
+    all.on_epoch_end(epoch, epoch_logs);
+    history.append(epoch, epoch_logs);
+    logs = epoch_logs;
+    if (stop_training) break;
+  }
+  it.reset();
+  all.on_train_end(logs);
+  return history;
+}
+
+Logs Model::evaluate_dataset_impl(const data::Dataset& data, callbacks::CallbackList& cbs) {
+  reset_metrics();
+  ModeGuard mode(*this, false);
+  Logs logs;
+  cbs.on_test_begin(logs);
+  auto it = data.iterator();
+  for (std::int64_t step = 0;; ++step) {
+    std::optional<data::Element> e = it.next();
+    if (!e) break;
+    std::vector<Tensor> xb, yb;
+    Tensor swb;
+    split_element("evaluate", *e, xb, yb, swb);
+    if (swb.defined()) swb = sample_weights({}, swb, yb, xb[0].shape()[0]);
+    Logs batch_logs;
+    cbs.on_test_batch_begin(step, batch_logs);
+    test_step(xb, yb, swb);
+    batch_logs = collect_logs();
+    cbs.on_test_batch_end(step, batch_logs);
+  }
+  logs = collect_logs();
+  cbs.on_test_end(logs);
+  return logs;
+}
+
+Logs Model::evaluate(const data::Dataset& data, const EvaluateOptions& o) {
+  check_compiled("evaluate");
+  if (o.sample_weight.defined())
+    fail("evaluate", "sample_weight cannot be given with a Dataset; make elements {x, y, weight}");
+  callbacks::CallbackList cbs(o.callbacks);
+  if (o.verbose > 0) {
+    auto bar = std::make_shared<callbacks::ProgbarLogger>(
+        out_stream(o.output), terminal_flag(o.output, o.is_terminal), o.verbose);
+    bar->set_test_steps(std::max<std::int64_t>(data.cardinality(), 0));
+    cbs.add(bar);
+  }
+  cbs.set_model(this);
+  return evaluate_dataset_impl(data, cbs);
 }
 
 // ---- evaluate / predict ---------------------------------------------------------------------
@@ -634,9 +779,16 @@ Logs Model::test_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample
 }
 
 // ---- weights --------------------------------------------------------------------------------
-void Model::save_weights(const std::string& path) const { write_weights_file(path, state_dict()); }
+std::vector<LossRef> Model::compiled_losses() const {
+  return compiled_ ? compiled_->losses : std::vector<LossRef>{};
+}
+std::vector<std::vector<metrics::MetricRef>> Model::compiled_metrics() const {
+  return compiled_ ? compiled_->metrics : std::vector<std::vector<metrics::MetricRef>>{};
+}
+std::vector<double> Model::compiled_loss_weights() const {
+  return compiled_ ? compiled_->loss_weights : std::vector<double>{};
+}
 
-void Model::load_weights(const std::string& path) { load_state_dict(read_weights_file(path)); }
 
 // ---- summary --------------------------------------------------------------------------------
 void Model::print_totals(std::ostream& os) const {

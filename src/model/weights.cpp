@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "soma/model/serialization.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::nn {
@@ -56,7 +57,9 @@ std::map<std::string, Tensor> read_weights_file(const std::string& path) {
   std::ifstream is(path, std::ios::binary);
   if (!is) fail("load_weights", "cannot open '", path, "'");
   char magic[8];
-  if (!is.read(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof magic) != 0)
+  if (is.read(magic, sizeof magic) && std::memcmp(magic, "SOMAMDL", 8) == 0)
+    return serialization::read_state_dict(path);  // the model-file format (Model::save_weights)
+  if (!is || std::memcmp(magic, kMagic, sizeof magic) != 0)
     fail("load_weights", "'", path, "' is not a soma weights file (bad magic)");
   const auto count = get<std::uint64_t>(is, path);
   std::map<std::string, Tensor> out;

@@ -163,7 +163,8 @@ ELU::ELU(double alpha)
 GELU::GELU(bool approximate)
     : ActivationLayer("GELU", Activation("gelu", [approximate](const Tensor& x) {
                         return soma::gelu(x, approximate);
-                      })) {}
+                      })),
+      approximate_(approximate) {}
 Sigmoid::Sigmoid() : ActivationLayer("Sigmoid", nn::sigmoid) {}
 Tanh::Tanh() : ActivationLayer("Tanh", nn::tanh) {}
 Softmax::Softmax(std::int64_t axis)

@@ -138,7 +138,7 @@ struct ModelCheckpointOptions {
   int verbose = 0;
   bool save_best_only = false;
   std::string mode = "auto";
-  bool save_weights_only = true;  // whole-model files come with the io issue
+  bool save_weights_only = true;  // false: Model::save (architecture + optimiser state too)
 };
 // Saves the weights at the end of epochs. filepath may hold fields: {epoch} (1-based, as in
 // Keras), {epoch:02d}, or any log key such as {val_loss:.4f}.

@@ -23,6 +23,10 @@
 #include "soma/optim/optimizer.hpp"
 #include "soma/ref.hpp"
 
+namespace soma::data {
+class Dataset;
+}
+
 namespace soma::nn {
 
 struct CompileOptions {
@@ -31,12 +35,14 @@ struct CompileOptions {
 };
 
 // Validation data for fit(): one input and one target (`{{x_val, y_val}}`), or vectors of them
-// for models with several inputs/outputs. (A Dataset alternative arrives with the data API.)
+// for models with several inputs/outputs, or a batched data::Dataset of {x, y} elements.
 struct ValidationData {
   std::vector<Tensor> x, y;
+  std::shared_ptr<const data::Dataset> dataset;  // set when built from a Dataset
   ValidationData(Tensor x_, Tensor y_) : x{std::move(x_)}, y{std::move(y_)} {}
   ValidationData(std::vector<Tensor> x_, std::vector<Tensor> y_)
       : x(std::move(x_)), y(std::move(y_)) {}
+  ValidationData(const data::Dataset& ds);  // NOLINT: implicit, so `.validation_data = test`
 };
 
 struct FitOptions {
@@ -56,6 +62,10 @@ struct FitOptions {
   // stdout when writing to std::cout, else false).
   std::ostream* output = nullptr;
   std::optional<bool> is_terminal;
+  // fit(Dataset) only: batches per epoch. 0: one full pass of the dataset per epoch. With a
+  // count, one iterator runs on across epochs and restarts when exhausted (needed for a
+  // repeat()ed, infinite dataset).
+  std::int64_t steps_per_epoch = 0;
 };
 
 struct EvaluateOptions {
@@ -104,7 +114,11 @@ class Model : public Module {
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
   History fit(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
               const FitOptions& options = {});
+  // A batched Dataset of {x, y} or {x, y, sample_weight} elements. batch_size, shuffle,
+  // validation_split and sample_weight of the options do not apply (the dataset decides).
+  History fit(const data::Dataset& train, const FitOptions& options = {});
   Logs evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options = {});
+  Logs evaluate(const data::Dataset& data, const EvaluateOptions& options = {});
   Logs evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
                 const EvaluateOptions& options = {});
   Tensor predict(const Tensor& x, const PredictOptions& options = {});  // one output
@@ -123,9 +137,19 @@ class Model : public Module {
   // ---- weights ----
   std::map<std::string, Tensor> get_weights() const { return state_dict(); }
   void set_weights(const std::map<std::string, Tensor>& w) { load_state_dict(w); }
-  // A simple binary file (see weights.hpp), written to a temporary file and renamed.
+  // Weights alone, keyed by layer name (docs/model-format.md). load_weights matches them by
+  // layer name and refuses missing/unexpected layers or shape mismatches, naming them all; it
+  // also reads the older position-keyed SOMAWTS1 files.
   void save_weights(const std::string& path) const;
   void load_weights(const std::string& path);
+  // One file with the architecture, the compile config, the weights and the optimiser state;
+  // soma::load_model (soma/model/serialization.hpp) rebuilds the model. Sequential models only.
+  void save(const std::string& path) const;
+
+  // What compile() was given (empty before compile()).
+  std::vector<LossRef> compiled_losses() const;
+  std::vector<std::vector<metrics::MetricRef>> compiled_metrics() const;
+  std::vector<double> compiled_loss_weights() const;
 
   // Keras' summary table; the model must be built (an Input, build_for(shape) or one call).
   virtual void summary(std::ostream& os = std::cout) const;
@@ -156,6 +180,7 @@ class Model : public Module {
   Logs evaluate_impl(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
                      const Tensor& sample_weight, std::int64_t batch_size,
                      callbacks::CallbackList& cbs, bool is_validation);
+  Logs evaluate_dataset_impl(const data::Dataset& data, callbacks::CallbackList& cbs);
   void check_compiled(const char* what) const;
   void summary_functional(std::ostream& os) const;
 

@@ -103,6 +103,7 @@ class MaxPool2D : public Module {
   Shape output_shape(const Shape& input_shape) override;
   Size2 pool_size() const { return pool_; }
   Size2 strides() const { return strides_; }
+  const Padding& padding() const { return padding_; }
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -120,6 +121,7 @@ class AvgPool2D : public Module {
   Shape output_shape(const Shape& input_shape) override;
   Size2 pool_size() const { return pool_; }
   Size2 strides() const { return strides_; }
+  const Padding& padding() const { return padding_; }
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -134,6 +136,7 @@ class GlobalAveragePooling2D : public Module {
  public:
   explicit GlobalAveragePooling2D(bool keepdims = false) : keepdims_(keepdims) {}
   std::string type_name() const override { return "GlobalAveragePooling2D"; }
+  bool keepdims() const { return keepdims_; }
   Shape output_shape(const Shape& input_shape) override;
 
  protected:

@@ -84,6 +84,7 @@ class Dropout : public Module {
   std::string type_name() const override { return "Dropout"; }
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   double rate() const { return rate_; }
+  std::optional<std::uint64_t> seed() const { return seed_; }
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -136,6 +137,10 @@ class ELU : public ActivationLayer {
 class GELU : public ActivationLayer {
  public:
   explicit GELU(bool approximate = false);
+  bool approximate() const { return approximate_; }
+
+ private:
+  bool approximate_ = false;
 };
 class Sigmoid : public ActivationLayer {
  public:
@@ -174,6 +179,7 @@ class Embedding : public Module {
   Shape output_shape(const Shape& input_shape) override;
   std::int64_t input_dim() const { return input_dim_; }
   std::int64_t output_dim() const { return output_dim_; }
+  const EmbeddingOptions& options() const { return opt_; }
   const Variable& embeddings() const { return table_; }
 
  protected:

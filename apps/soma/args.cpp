@@ -1,0 +1,158 @@
+#include "args.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+namespace soma::cli {
+
+std::string Args::str(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+std::optional<std::string> Args::opt_str(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::int64_t> Args::opt_integer(const std::string& name, std::int64_t min,
+                                              std::int64_t max) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  const std::string& v = it->second;
+  errno = 0;
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE || x < min || x > max) {
+    std::string range = max == INT64_MAX ? "an integer >= " + std::to_string(min)
+                                         : "an integer in " + std::to_string(min) + ".." +
+                                               std::to_string(max);
+    throw UsageError("bad value for --" + name + ": '" + v + "' (expected " + range + ")");
+  }
+  return x;
+}
+
+std::int64_t Args::integer(const std::string& name, std::int64_t fallback, std::int64_t min,
+                           std::int64_t max) const {
+  return opt_integer(name, min, max).value_or(fallback);
+}
+
+std::optional<double> Args::opt_real(const std::string& name, double min, double max) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  const std::string& v = it->second;
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(x) || x < min || x > max) {
+    std::ostringstream os;
+    os << "bad value for --" << name << ": '" << v << "' (expected a number in [" << min << ", "
+       << max << "])";
+    throw UsageError(os.str());
+  }
+  return x;
+}
+
+std::string Args::choice(const std::string& name, const std::vector<std::string>& choices,
+                         const std::string& fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  for (const auto& c : choices)
+    if (c == it->second) return c;
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+  throw UsageError("bad value for --" + name + ": '" + it->second + "' (expected one of " + list +
+                   ")");
+}
+
+ArgParser::ArgParser(std::string command, std::string usage, std::string description)
+    : command_(std::move(command)), usage_(std::move(usage)), description_(std::move(description)) {}
+
+ArgParser& ArgParser::option(const std::string& name, const std::string& metavar,
+                             const std::string& help) {
+  opts_.push_back({name, metavar, help});
+  return *this;
+}
+
+ArgParser& ArgParser::positional(const std::string& metavar, const std::string& help,
+                                 int min_count, int max_count) {
+  pos_metavar_ = metavar;
+  pos_help_ = help;
+  pos_min_ = min_count;
+  pos_max_ = max_count;
+  return *this;
+}
+
+const ArgParser::Opt* ArgParser::find(const std::string& name) const {
+  for (const auto& o : opts_)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+Args ArgParser::parse(int argc, char** argv, int first) const {
+  return parse(std::vector<std::string>(argv + first, argv + argc));
+}
+
+Args ArgParser::parse(const std::vector<std::string>& argv) const {
+  Args a;
+  bool options_done = false;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (options_done || arg.size() < 2 || arg[0] != '-') {
+      a.positional.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      options_done = true;
+      continue;
+    }
+    if (arg == "-h" || arg == "--help") {
+      a.help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) throw UsageError("unknown option " + arg);
+    std::string name = arg.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    const Opt* o = find(name);
+    if (!o) throw UsageError("unknown option --" + name);
+    if (!inline_value) {
+      if (i + 1 >= argv.size()) throw UsageError("option --" + name + " needs a value");
+      value = argv[++i];
+    }
+    a.values_[name] = value;  // the last one given wins, as in most tools
+  }
+  if (!a.help) {
+    const int n = static_cast<int>(a.positional.size());
+    if (n < pos_min_)
+      throw UsageError(pos_metavar_.empty() ? "missing argument"
+                                            : "missing argument " + pos_metavar_);
+    if (n > pos_max_) throw UsageError("unexpected argument '" + a.positional[pos_max_] + "'");
+  }
+  return a;
+}
+
+std::string ArgParser::help() const {
+  std::ostringstream os;
+  os << "usage: " << command_ << (usage_.empty() ? "" : " ") << usage_ << "\n\n"
+     << description_ << "\n";
+  if (!pos_metavar_.empty()) os << "\narguments:\n  " << pos_metavar_ << "\n      " << pos_help_ << "\n";
+  os << "\noptions:\n";
+  for (const auto& o : opts_) {
+    std::string head = "  --" + o.name + " " + o.metavar;
+    std::string text = o.help;  // continuation lines keep the indentation
+    for (auto pos = text.find('\n'); pos != std::string::npos; pos = text.find('\n', pos + 7))
+      text.replace(pos, 1, "\n      ");
+    os << head << "\n      " << text << "\n";
+  }
+  os << "  -h, --help\n      show this help and exit\n";
+  return os.str();
+}
+
+}  // namespace soma::cli

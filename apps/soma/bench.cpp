@@ -1,0 +1,217 @@
+// soma bench: the soma side of the performance issue's benchmark suite, one machine-readable
+// line per workload and configuration:
+//   bench workload=<name> threads=<n> batch=<b> value=<x> unit=<unit>
+// Data is synthetic and already in memory, so the figures measure the framework alone.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "common.hpp"
+
+namespace soma::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Workload {
+  const char* name;
+  std::vector<std::int64_t> default_batches;
+  const char* what;
+  // Runs the workload at one batch size; returns {value, unit}.
+  std::function<std::pair<double, std::string>(std::int64_t batch, std::int64_t steps)> run;
+};
+
+nn::Sequential mlp() {
+  return nn::Sequential{nn::Input({1, 28, 28}), nn::Flatten(), nn::Dense(128, nn::relu),
+                        nn::Dense(128, nn::relu), nn::Dense(10)};
+}
+nn::Sequential lenet() {
+  return nn::Sequential{nn::Input({1, 28, 28}),
+                        nn::Conv2D(32, 5, {.padding = "same", .activation = nn::relu}),
+                        nn::MaxPool2D(2),
+                        nn::Conv2D(64, 5, {.padding = "same", .activation = nn::relu}),
+                        nn::MaxPool2D(2),
+                        nn::Flatten(),
+                        nn::Dense(128, nn::relu),
+                        nn::Dense(10)};
+}
+nn::Sequential cifar_cnn() {
+  return nn::Sequential{nn::Input({3, 32, 32}),
+                        nn::Conv2D(32, 3, {.padding = "same", .activation = nn::relu}),
+                        nn::Conv2D(32, 3, {.padding = "same", .activation = nn::relu}),
+                        nn::MaxPool2D(2),
+                        nn::Conv2D(64, 3, {.padding = "same", .activation = nn::relu}),
+                        nn::Conv2D(64, 3, {.padding = "same", .activation = nn::relu}),
+                        nn::MaxPool2D(2),
+                        nn::Flatten(),
+                        nn::Dense(512, nn::relu),
+                        nn::Dense(10)};
+}
+
+// Training throughput in samples/s: `steps` Adam steps (after a few warm-up steps) over a pool
+// of synthetic batches cycled in order.
+std::pair<double, std::string> train_rate(nn::Sequential model, const Shape& sample,
+                                          std::int64_t batch, std::int64_t steps) {
+  model.compile(optim::Adam(), nn::SparseCategoricalCrossentropy({.from_logits = true}),
+                {metrics::Accuracy()});
+  const std::int64_t pool = std::max<std::int64_t>(1, std::min<std::int64_t>(16, 8192 / batch));
+  Shape xs{pool * batch};
+  xs.insert(xs.end(), sample.begin(), sample.end());
+  const Tensor x = random_uniform(xs, 0.0, 1.0, DType::f32, 1);
+  const Tensor y = cast(floor(random_uniform({pool * batch}, 0.0, 10.0, DType::f32, 2)), DType::i64);
+  auto step = [&](std::int64_t i) {
+    const std::int64_t b = (i % pool) * batch;
+    model.train_on_batch(slice(x, {Slice{b, b + batch}}), slice(y, {Slice{b, b + batch}}));
+  };
+  for (int i = 0; i < 3; ++i) step(i);
+  const auto t0 = Clock::now();
+  for (std::int64_t i = 0; i < steps; ++i) step(i);
+  return {double(steps * batch) / seconds_since(t0), "samples/s"};
+}
+
+// Inference: batch 1 reports the latency of one call in microseconds, larger batches the
+// throughput in samples/s.
+std::pair<double, std::string> infer_rate(nn::Sequential model, const Shape& sample,
+                                          std::int64_t batch, std::int64_t steps) {
+  Shape xs{batch};
+  xs.insert(xs.end(), sample.begin(), sample.end());
+  const Tensor x = random_uniform(xs, 0.0, 1.0, DType::f32, 3);
+  for (int i = 0; i < 3; ++i) model.predict_on_batch(x);
+  const auto t0 = Clock::now();
+  for (std::int64_t i = 0; i < steps; ++i) model.predict_on_batch(x);
+  const double t = seconds_since(t0);
+  if (batch == 1) return {1e6 * t / double(steps), "us"};
+  return {double(steps * batch) / t, "samples/s"};
+}
+
+// Time per call of a tiny op (two 1-element tensors), optionally while a tape records. Tapes
+// are renewed every 1000 ops so that the recording does not grow without bound.
+std::pair<double, std::string> op_overhead(bool tape, std::int64_t steps) {
+  const Tensor a = constant<float>({1.0f}), b = constant<float>({2.0f});
+  const std::int64_t block = 1000, blocks = std::max<std::int64_t>(1, steps / block);
+  auto run_block = [&] {
+    std::optional<GradientTape> t;
+    if (tape) {
+      t.emplace();
+      t->watch(a);
+    }
+    for (std::int64_t i = 0; i < block; ++i) {
+      Tensor c = add(a, b);
+      (void)c;
+    }
+  };
+  run_block();
+  const auto t0 = Clock::now();
+  for (std::int64_t k = 0; k < blocks; ++k) run_block();
+  return {1e9 * seconds_since(t0) / double(blocks * block), "ns"};
+}
+
+// GFLOP/s of an n x n x n f32 matmul (2 n^3 flops), for at least `steps` calls and 0.3 s.
+std::pair<double, std::string> sgemm(std::int64_t n, std::int64_t steps) {
+  const Tensor a = random_uniform({n, n}, -1.0, 1.0, DType::f32, 4);
+  const Tensor b = random_uniform({n, n}, -1.0, 1.0, DType::f32, 5);
+  matmul(a, b);
+  std::int64_t calls = 0;
+  const auto t0 = Clock::now();
+  while (calls < steps || seconds_since(t0) < 0.3) {
+    matmul(a, b);
+    ++calls;
+  }
+  return {2.0 * double(n) * double(n) * double(n) * double(calls) / seconds_since(t0) / 1e9,
+          "GFLOP/s"};
+}
+
+std::vector<Workload> workloads() {
+  const Shape mnist{1, 28, 28}, cifar{3, 32, 32};
+  return {
+      {"mlp_train", {32, 128}, "MLP 784-128-128-10 training, Adam (default: one 60000-sample epoch)",
+       [=](std::int64_t b, std::int64_t s) {
+         return train_rate(mlp(), mnist, b, s ? s : (60000 + b - 1) / b);
+       }},
+      {"lenet_train", {64}, "LeNet-style CNN training, Adam (default 50 steps)",
+       [=](std::int64_t b, std::int64_t s) { return train_rate(lenet(), mnist, b, s ? s : 50); }},
+      {"cifar_cnn_train", {64}, "CIFAR-10-shaped CNN training, Adam (default 20 steps)",
+       [=](std::int64_t b, std::int64_t s) {
+         return train_rate(cifar_cnn(), cifar, b, s ? s : 20);
+       }},
+      {"mlp_infer", {1, 256}, "MLP inference: batch 1 latency (us), else samples/s",
+       [=](std::int64_t b, std::int64_t s) {
+         return infer_rate(mlp(), mnist, b, s ? s : (b == 1 ? 2000 : 200));
+       }},
+      {"cnn_infer", {1, 256}, "LeNet-style CNN inference: batch 1 latency (us), else samples/s",
+       [=](std::int64_t b, std::int64_t s) {
+         return infer_rate(lenet(), mnist, b, s ? s : (b == 1 ? 200 : 10));
+       }},
+      {"op_overhead", {1}, "time per call of a tiny op (ns)",
+       [](std::int64_t, std::int64_t s) { return op_overhead(false, s ? s : 200000); }},
+      {"op_overhead_tape", {1}, "time per call of a tiny op while a tape records (ns)",
+       [](std::int64_t, std::int64_t s) { return op_overhead(true, s ? s : 200000); }},
+      {"sgemm", {256, 512, 1024, 2048}, "f32 matmul GFLOP/s; batch is the matrix size N",
+       [](std::int64_t n, std::int64_t s) { return sgemm(n, s ? s : 3); }},
+  };
+}
+
+// "1,2" -> {1, 2}; each a positive integer.
+std::vector<std::int64_t> int_list(const Args& a, const std::string& name) {
+  std::vector<std::int64_t> out;
+  std::stringstream ss(a.str(name));
+  for (std::string item; std::getline(ss, item, ',');) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1)
+      throw UsageError("bad value for --" + name + ": '" + a.str(name) +
+                       "' (expected positive integers separated by commas)");
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  const auto all = workloads();
+  std::string names;
+  for (const auto& w : all) names += std::string("\n  ") + w.name + ": " + w.what;
+  ArgParser p("soma bench", "[options]",
+              "Runs soma's benchmark workloads on synthetic in-memory data and prints one line\n"
+              "per workload and configuration:\n"
+              "  bench workload=<name> threads=<n> batch=<b> value=<x> unit=<unit>\n"
+              "Workloads:" + names);
+  p.option("workload", "NAME", "run only this workload (default: all)")
+      .option("threads", "N[,N...]", "thread counts to run at (default: the current one)")
+      .option("batch", "B[,B...]", "batch sizes (default: each workload's own)")
+      .option("steps", "N", "timed steps or calls (default: each workload's own)");
+  Args a;
+  if (parse_or_help(p, argc, argv, a)) return 0;
+  std::vector<std::string> choices;
+  for (const auto& w : all) choices.push_back(w.name);
+  const std::string only = a.choice("workload", choices, "");
+  const auto threads = a.has("threads") ? int_list(a, "threads")
+                                        : std::vector<std::int64_t>{get_num_threads()};
+  const auto batches = a.has("batch") ? int_list(a, "batch") : std::vector<std::int64_t>{};
+  const std::int64_t steps = a.integer("steps", 0, 1);
+
+  set_seed(1);
+  for (const auto& w : all) {
+    if (!only.empty() && only != w.name) continue;
+    for (auto t : threads) {
+      set_num_threads(static_cast<int>(t));
+      for (auto b : batches.empty() ? w.default_batches : batches) {
+        const auto [value, unit] = w.run(b, steps);
+        std::printf("bench workload=%s threads=%lld batch=%lld value=%.6g unit=%s\n", w.name,
+                    (long long)t, (long long)b, value, unit.c_str());
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace soma::cli

@@ -1,0 +1,75 @@
+#pragma once
+// What the subcommands share: loading a data set named by --data, building a model by name or
+// from a JSON config, model files, class names and the exit statuses.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <soma/soma.hpp>
+
+#include "args.hpp"
+
+namespace soma::cli {
+
+// Exit statuses: 0 success, 1 a failure while running (a soma::Error, a missing file), 2 a
+// mistake on the command line or a feature that is not available in this build.
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// A subcommand that cannot run in this build (a part of the library it needs is missing).
+struct NotAvailable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A data set ready for a classifier: images as f32 in [0, 1], [N, C, H, W] (IDX images get
+// C = 1), labels as integer class ids [N].
+struct Dataset {
+  std::string name;  // "fashion-mnist", "mnist", "idx", "cifar10"
+  Tensor x_train, y_train, x_test, y_test;
+  std::int64_t num_classes = 10;
+  std::vector<std::string> class_names;
+};
+
+// The --data help text and the loader: fashion-mnist[:DIR] | mnist:DIR | idx:DIR | cifar10:DIR.
+extern const char* const kDataHelp;
+Dataset load_dataset(const std::string& spec);
+// Pixels (any integer or float dtype) to f32 in [0, 1] (integers are divided by 255), with a
+// channel axis added to [N, H, W] images.
+Tensor to_model_input(const Tensor& images);
+
+// Class names for a data set name ("fashion-mnist", "cifar10", "mnist"/"idx": digits).
+std::vector<std::string> class_names_for(const std::string& dataset, std::int64_t num_classes);
+
+// Built-in models by name (mlp, cnn, lenet) for inputs of shape `input_shape` (per sample,
+// [C, H, W]); the last layer gives `num_classes` logits.
+std::shared_ptr<nn::Sequential> builtin_model(const std::string& name, const Shape& input_shape,
+                                              std::int64_t num_classes);
+// A model from a JSON config: {"layers": [{"type": "Dense", "units": 128, "activation": "relu"},
+// ...]} or Keras' own form ({"class_name": "Sequential", "config": {"layers": [{"class_name":
+// "Dense", "config": {...}}]}}). Throws NotAvailable when built without nlohmann-json.
+std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
+                                                  const Shape& input_shape);
+
+// Model files (soma/model/serialization.hpp). model_files_available() is false in a build
+// without them; load_model_file then throws NotAvailable.
+bool model_files_available();
+void save_model_file(nn::Model& model, const std::string& path);
+std::shared_ptr<nn::Model> load_model_file(const std::string& path);
+// The per-sample input shape a loaded model expects, when it knows it.
+std::optional<Shape> model_input_shape(nn::Model& model);
+
+// Subcommands: each gets argv after the subcommand name and returns the exit status.
+int cmd_train(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
+int cmd_predict(int argc, char** argv);
+int cmd_summary(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+
+// Parses with `parser`, printing help (returns true: the caller exits 0) when asked.
+bool parse_or_help(const ArgParser& parser, int argc, char** argv, Args& out);
+
+// "x.xxxx": the fixed format of the machine-readable result line.
+std::string result_line(double loss, double accuracy);
+
+}  // namespace soma::cli

@@ -1,0 +1,136 @@
+// --data: the data sets `soma train` and `soma eval` read.
+#include <algorithm>
+#include <filesystem>
+
+#include "common.hpp"
+
+namespace soma::cli {
+
+namespace fs = std::filesystem;
+
+const char* const kDataHelp =
+    "data set: fashion-mnist (default; Debian's dataset-fashion-mnist package, or\n"
+    "fashion-mnist:DIR), mnist:DIR (the four MNIST IDX files), idx:DIR (any IDX set: files\n"
+    "named *train-images*, *train-labels*, *t10k-images*/*test-images*, *t10k-labels*/\n"
+    "*test-labels*, raw or .gz) or cifar10:DIR (the CIFAR-10 binary version)";
+
+namespace {
+
+// The one file in `dir` whose name contains one of `keys`; an error names what is missing.
+std::string find_idx_file(const std::string& dir, const std::vector<std::string>& keys) {
+  std::vector<std::string> hits;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string name = entry.path().filename().string();
+    for (const auto& k : keys)
+      if (name.find(k) != std::string::npos) {
+        hits.push_back(entry.path().string());
+        break;
+      }
+  }
+  std::string wanted;
+  for (const auto& k : keys) wanted += (wanted.empty() ? "*" : " or *") + k + "*";
+  if (hits.empty()) throw Error("idx:" + dir + ": no file named " + wanted);
+  if (hits.size() > 1) {
+    std::sort(hits.begin(), hits.end());
+    throw Error("idx:" + dir + ": several files match " + wanted + ": " + hits[0] + ", " +
+                hits[1]);
+  }
+  return hits[0];
+}
+
+data::TrainTestData load_idx_dir(const std::string& dir) {
+  if (!fs::is_directory(dir))
+    throw Error("idx:" + dir + ": not a directory (put the train/test image and label IDX "
+                "files there)");
+  data::TrainTestData d;
+  d.x_train = data::read_idx(find_idx_file(dir, {"train-images"}));
+  d.y_train = data::read_idx(find_idx_file(dir, {"train-labels"}));
+  d.x_test = data::read_idx(find_idx_file(dir, {"t10k-images", "test-images"}));
+  d.y_test = data::read_idx(find_idx_file(dir, {"t10k-labels", "test-labels"}));
+  auto check = [&](const Tensor& x, const Tensor& y, const char* split) {
+    if (x.rank() < 2 || y.rank() != 1 || x.shape()[0] != y.shape()[0])
+      throw Error("idx:" + dir + ": " + split + " images " + shape_str(x.shape()) +
+                  " and labels " + shape_str(y.shape()) +
+                  " do not match (expected [N, ...] images and [N] labels)");
+  };
+  check(d.x_train, d.y_train, "train");
+  check(d.x_test, d.y_test, "test");
+  return d;
+}
+
+std::int64_t count_classes(const Tensor& y_train, const Tensor& y_test) {
+  auto top = [](const Tensor& y) {
+    return y.numel() ? soma::max(cast(y, DType::i64)).item<std::int64_t>() : 0;
+  };
+  return std::max<std::int64_t>(10, std::max(top(y_train), top(y_test)) + 1);
+}
+
+}  // namespace
+
+Tensor to_model_input(const Tensor& images) {
+  Tensor x = is_floating(images.dtype()) ? cast(images, DType::f32)
+                                         : cast(images, DType::f32) / 255.0;
+  if (x.rank() == 3) x = reshape(x, {x.shape()[0], 1, x.shape()[1], x.shape()[2]});
+  return x;
+}
+
+std::vector<std::string> class_names_for(const std::string& dataset, std::int64_t num_classes) {
+  std::vector<std::string> names;
+  if (dataset == "fashion-mnist")
+    names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+             "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  else if (dataset == "cifar10")
+    names = {"airplane", "automobile", "bird",  "cat",  "deer",
+             "dog",      "frog",       "horse", "ship", "truck"};
+  for (auto i = static_cast<std::int64_t>(names.size()); i < num_classes; ++i)
+    names.push_back(std::to_string(i));
+  names.resize(static_cast<std::size_t>(num_classes));
+  return names;
+}
+
+Dataset load_dataset(const std::string& spec) {
+  const auto colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  const std::string dir = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  data::TrainTestData d;
+  if (kind == "fashion-mnist") {
+    d = data::load_fashion_mnist(dir.empty() ? data::kFashionMnistDir : dir);
+  } else if (kind == "mnist" || kind == "idx" || kind == "cifar10") {
+    if (dir.empty())
+      throw UsageError("bad value for --data: '" + spec + "' (" + kind +
+                       " needs a directory: --data " + kind + ":DIR)");
+    d = kind == "mnist" ? data::load_mnist(dir)
+        : kind == "idx" ? load_idx_dir(dir)
+                        : data::load_cifar10(dir);
+  } else {
+    throw UsageError("bad value for --data: '" + spec +
+                     "' (expected fashion-mnist, mnist:DIR, idx:DIR or cifar10:DIR)");
+  }
+  Dataset out;
+  out.name = kind;
+  out.x_train = to_model_input(d.x_train);
+  out.x_test = to_model_input(d.x_test);
+  out.y_train = d.y_train;
+  out.y_test = d.y_test;
+  out.num_classes = count_classes(d.y_train, d.y_test);
+  out.class_names = class_names_for(kind, out.num_classes);
+  return out;
+}
+
+std::string result_line(double loss, double accuracy) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "test_loss=%.4f test_accuracy=%.4f", loss, accuracy);
+  return buf;
+}
+
+bool parse_or_help(const ArgParser& parser, int argc, char** argv, Args& out) {
+  out = parser.parse(argc, argv, 0);
+  if (out.help) {
+    std::fputs(parser.help().c_str(), stdout);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace soma::cli

@@ -1,0 +1,91 @@
+// soma: train, evaluate and run networks from the command line.
+//   soma train --model mlp --epochs 5 --batch-size 32 --seed 1 --out mlp.soma
+//   soma eval mlp.soma
+//   soma predict mlp.soma shoe.png
+//   soma summary mlp.soma
+//   soma bench --workload mlp_train --threads 2 --batch 32
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "common.hpp"
+
+#ifndef SOMA_CLI_VERSION
+#define SOMA_CLI_VERSION "0.0.0"
+#endif
+
+namespace {
+
+using namespace soma::cli;
+
+struct Subcommand {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+const Subcommand kSubcommands[] = {
+    {"train", cmd_train, "train a network (built-in or from a JSON config) and save it"},
+    {"eval", cmd_eval, "loss, accuracy, per-class accuracy and confusion matrix of a model file"},
+    {"predict", cmd_predict, "top classes with probabilities for PNG images"},
+    {"summary", cmd_summary, "the layer table of a model file"},
+    {"bench", cmd_bench, "machine-readable benchmark lines (bench workload=... value=...)"},
+};
+
+void print_help(std::FILE* f) {
+  std::fprintf(f,
+               "usage: soma <command> [options]\n\n"
+               "soma %s: a C++ deep-learning framework's command-line tool.\n\ncommands:\n",
+               SOMA_CLI_VERSION);
+  for (const auto& s : kSubcommands) std::fprintf(f, "  %-9s %s\n", s.name, s.summary);
+  std::fprintf(f,
+               "\noptions:\n  -h, --help     show this help and exit\n"
+               "  --version      print the version and exit\n\n"
+               "Run 'soma <command> --help' for the options of a command.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_help(stderr);
+    return kExitUsage;
+  }
+  const std::string first = argv[1];
+  if (first == "-h" || first == "--help" || first == "help") {
+    print_help(stdout);
+    return 0;
+  }
+  if (first == "--version" || first == "-V") {
+    std::printf("soma %s\n", SOMA_CLI_VERSION);
+    return 0;
+  }
+  const Subcommand* cmd = nullptr;
+  for (const auto& s : kSubcommands)
+    if (first == s.name) cmd = &s;
+  if (!cmd) {
+    if (first.rfind("-", 0) == 0)
+      std::fprintf(stderr, "soma: unknown option %s (see soma --help)\n", first.c_str());
+    else
+      std::fprintf(stderr, "soma: unknown command '%s' (see soma --help)\n", first.c_str());
+    return kExitUsage;
+  }
+  const std::string who = std::string("soma ") + cmd->name;
+  try {
+    return cmd->run(argc - 2, argv + 2);
+  } catch (const UsageError& e) {
+    std::cout.flush();
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", who.c_str(), e.what(), who.c_str());
+    return kExitUsage;
+  } catch (const NotAvailable& e) {
+    std::cout.flush();
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cout.flush();
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+    return kExitFailure;
+  }
+}

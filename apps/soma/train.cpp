@@ -1,0 +1,122 @@
+// soma train: builds a model (by name or from a JSON config), trains it on a data set with the
+// Keras progress bar and per-epoch validation, saves the model and a CSV of the metrics, and
+// ends with the machine-readable line `test_loss=<x> test_accuracy=<y>`.
+#include <cstdio>
+#include <iostream>
+
+#include "common.hpp"
+
+namespace soma::cli {
+
+namespace {
+
+ArgParser train_parser() {
+  ArgParser p("soma train", "[options]",
+              "Trains a classifier and saves it. Examples:\n"
+              "  soma train --model mlp --epochs 5 --batch-size 32 --seed 1 --out mlp.soma\n"
+              "  soma train --model cnn --epochs 5 --out cnn.soma\n"
+              "  soma train --config my_model.json --data idx:DIR --epochs 3\n"
+              "The last line printed is `test_loss=<x> test_accuracy=<y>`.");
+  p.option("model", "NAME",
+           "built-in model: mlp (Flatten, Dense 128 relu, Dense 128 relu, Dense 10), cnn (two\n"
+           "Conv2D 3x3 + MaxPool blocks of 32 and 64 filters, Dense 128, Dense 10) or lenet\n"
+           "(Conv2D 5x5x32 same, pool, Conv2D 5x5x64 same, pool, Dense 128, Dense 10);\n"
+           "default mlp")
+      .option("config", "FILE.json",
+              "the model's layers as JSON instead of --model: {\"layers\": [{\"type\": \"Dense\",\n"
+              "\"units\": 128, \"activation\": \"relu\"}, ...]} (Keras' model config also works)")
+      .option("data", "SPEC", kDataHelp)
+      .option("epochs", "N", "passes over the training data (default 5)")
+      .option("batch-size", "N", "samples per training step (default 32)")
+      .option("optimizer", "NAME", "adam (default), sgd, rmsprop, adagrad, nadam or adamw")
+      .option("lr", "RATE", "learning rate (default: the optimiser's own, e.g. 0.001 for Adam)")
+      .option("seed", "N", "seed for the weights and the shuffling (default 42)")
+      .option("threads", "N", "CPU threads (default: all cores)")
+      .option("out", "PATH", "where to save the model (default model.soma)")
+      .option("csv", "PATH", "per-epoch metrics as CSV (default <out>.csv)")
+      .option("validation-split", "F",
+              "validate on this last fraction of the training data instead of the test set")
+      .option("verbose", "N", "0 silent, 1 progress bar (default), 2 one line per epoch");
+  return p;
+}
+
+optim::OptimizerRef make_optimizer(const std::string& name, std::optional<double> lr) {
+  auto with_lr = [&](auto options) {
+    if (lr) options.learning_rate = *lr;
+    return options;
+  };
+  if (name == "adam") return optim::Adam(with_lr(optim::AdamOptions{}));
+  if (name == "sgd") return optim::SGD(with_lr(optim::SGDOptions{}));
+  if (name == "rmsprop") return optim::RMSprop(with_lr(optim::RMSpropOptions{}));
+  if (name == "adagrad") return optim::Adagrad(with_lr(optim::AdagradOptions{}));
+  if (name == "nadam") return optim::Nadam(with_lr(optim::NadamOptions{}));
+  return optim::AdamW(with_lr(optim::AdamWOptions{}));
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv) {
+  const ArgParser parser = train_parser();
+  Args a;
+  if (parse_or_help(parser, argc, argv, a)) return 0;
+
+  // Every value is checked before the (slow) data loading starts.
+  if (a.has("model") && a.has("config"))
+    throw UsageError("--model and --config exclude each other");
+  const std::string model_name = a.choice("model", {"mlp", "cnn", "lenet"}, "mlp");
+  const std::string data_spec = a.str("data", "fashion-mnist");
+  const int epochs = static_cast<int>(a.integer("epochs", 5, 1, 1000000));
+  const std::int64_t batch_size = a.integer("batch-size", 32, 1);
+  const std::string opt_name =
+      a.choice("optimizer", {"adam", "sgd", "rmsprop", "adagrad", "nadam", "adamw"}, "adam");
+  const std::optional<double> lr = a.opt_real("lr", 0.0, 1e6);
+  if (lr && *lr <= 0.0) throw UsageError("bad value for --lr: '" + a.str("lr") +
+                                         "' (expected a positive number)");
+  const auto seed = static_cast<std::uint64_t>(a.integer("seed", 42, 0));
+  const auto threads = a.opt_integer("threads", 1, 4096);
+  const std::string out = a.str("out", "model.soma");
+  if (out.empty()) throw UsageError("bad value for --out: '' (expected a file path)");
+  const std::string csv = a.str("csv", out + ".csv");
+  const double validation_split = a.opt_real("validation-split", 0.0, 0.99).value_or(0.0);
+  const int verbose = static_cast<int>(a.integer("verbose", 1, 0, 2));
+  if (!model_files_available())
+    throw NotAvailable("cannot save the trained model: model files are not available yet in "
+                       "this build (soma/model/serialization.hpp is missing)");
+
+  if (threads) set_num_threads(static_cast<int>(*threads));
+  set_seed(seed);
+
+  Dataset d = load_dataset(data_spec);
+  const Shape input_shape(d.x_train.shape().begin() + 1, d.x_train.shape().end());
+  std::shared_ptr<nn::Sequential> model =
+      a.has("config") ? model_from_config(a.str("config"), input_shape)
+                      : builtin_model(model_name, input_shape, d.num_classes);
+  model->compile(make_optimizer(opt_name, lr),
+                 nn::SparseCategoricalCrossentropy({.from_logits = true}),
+                 {metrics::Accuracy()});
+  if (verbose > 0) model->summary();
+
+  nn::FitOptions fit{.epochs = epochs, .batch_size = batch_size};
+  fit.verbose = verbose;
+  fit.seed = seed;
+  if (validation_split > 0.0)
+    fit.validation_split = validation_split;
+  else
+    fit.validation_data = nn::ValidationData(d.x_test, d.y_test);
+  if (!csv.empty()) fit.callbacks.push_back(callbacks::CSVLogger(csv));
+  model->fit(d.x_train, d.y_train, fit);
+
+  const nn::Logs logs =
+      model->evaluate(d.x_test, d.y_test, {.batch_size = std::max<std::int64_t>(batch_size, 256),
+                                           .verbose = 0});
+  save_model_file(*model, out);
+  if (verbose > 0) {
+    std::cout << "saved the model to " << out;
+    if (!csv.empty()) std::cout << " and the metrics to " << csv;
+    std::cout << "\n";
+  }
+  std::cout << result_line(logs.at("loss"), logs.at("accuracy")) << std::endl;
+  return 0;
+}
+
+}  // namespace soma::cli

@@ -1,0 +1,1137 @@
+// Model files: configs of layers / optimisers / losses as JSON, and the checksummed container
+// (docs/model-format.md).
+#include "soma/model/serialization.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "soma/error.hpp"
+#include "soma/metrics.hpp"
+#include "soma/model/sequential.hpp"
+#include "soma/model/weights.hpp"
+#include "soma/nn/conv.hpp"
+#include "soma/nn/layers.hpp"
+#include "soma/nn/losses.hpp"
+#include "soma/nn/normalization.hpp"
+#include "soma/nn/recurrent.hpp"
+#include "soma/optim/optimizers.hpp"
+
+namespace soma::serialization {
+
+using json = nlohmann::json;
+
+namespace {
+
+// ---- small value conversions ----------------------------------------------------------------
+DType dtype_from(const std::string& s) {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (s == dtype_name(DType(i))) return DType(i);
+  fail("load_model", "unknown dtype '", s, "'");
+}
+
+json size2(Size2 s) { return json::array({s.h, s.w}); }
+Size2 size2_from(const json& j) {
+  if (j.is_number_integer()) return Size2(j.get<std::int64_t>());
+  return Size2(j.at(0).get<std::int64_t>(), j.at(1).get<std::int64_t>());
+}
+
+json padding(const Padding& p) {
+  if (p.mode() == Padding::Mode::explicit_) {
+    auto& a = p.pads();
+    return json::array({a[0], a[1], a[2], a[3]});
+  }
+  return p.str();
+}
+Padding padding_from(const json& j) {
+  if (j.is_string()) return Padding(j.get<std::string>());
+  return Padding(j.at(0).get<std::int64_t>(), j.at(1).get<std::int64_t>(),
+                 j.at(2).get<std::int64_t>(), j.at(3).get<std::int64_t>());
+}
+
+json shape(const Shape& s) { return json(std::vector<std::int64_t>(s.begin(), s.end())); }
+Shape shape_from(const json& j) {
+  Shape s;
+  for (auto& d : j) s.push_back(d.get<std::int64_t>());
+  return s;
+}
+
+// Initialisers keep only their name: the weights are restored from the file, so their
+// parameters matter only if the layer is re-initialised (documented in model-format.md).
+json initializer(const nn::Initializer& i) { return json{{"class_name", i.name}}; }
+nn::Initializer initializer_from(const json& j) {
+  const std::string n = j.is_string() ? j.get<std::string>() : j.at("class_name").get<std::string>();
+  namespace I = nn::init;
+  if (n == "zeros") return I::zeros();
+  if (n == "ones") return I::ones();
+  if (n == "constant") return I::constant(0.0);
+  if (n == "random_normal") return I::random_normal();
+  if (n == "random_uniform") return I::random_uniform();
+  if (n == "truncated_normal") return I::truncated_normal();
+  if (n == "glorot_uniform") return I::glorot_uniform();
+  if (n == "glorot_normal") return I::glorot_normal();
+  if (n == "he_uniform") return I::he_uniform();
+  if (n == "he_normal") return I::he_normal();
+  if (n == "lecun_uniform") return I::lecun_uniform();
+  if (n == "lecun_normal") return I::lecun_normal();
+  if (n == "orthogonal") return I::orthogonal();
+  return I::zeros();  // unknown (custom) initialiser: the loaded weights replace its values
+}
+
+json regularizer(const nn::Regularizer& r) {
+  if (!r.active()) return nullptr;
+  return json{{"l1", r.l1}, {"l2", r.l2}};
+}
+nn::Regularizer regularizer_from(const json& j) {
+  if (j.is_null()) return {};
+  return {j.value("l1", 0.0), j.value("l2", 0.0)};
+}
+
+json activation(const nn::Activation& a) { return a.is_linear() ? std::string("linear") : a.name; }
+nn::Activation activation_from(const json& j) { return nn::Activation(j.get<std::string>()); }
+
+template <class T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+template <class T>
+std::optional<T> opt_from(const json& j, const char* key) {
+  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+  return j.at(key).get<T>();
+}
+
+// ---- layer registry -------------------------------------------------------------------------
+struct LayerCodec {
+  std::function<json(const nn::Module&)> to;
+  std::function<nn::ModuleRef(const json&)> from;
+};
+
+json sequential_config(const nn::Sequential& s);
+std::shared_ptr<nn::Sequential> sequential_from(const json& cfg);
+
+template <class L>
+const L& as(const nn::Module& m) {
+  return dynamic_cast<const L&>(m);
+}
+
+std::map<std::string, LayerCodec> builtin_codecs() {
+  std::map<std::string, LayerCodec> r;
+  r["Dense"] = {[](const nn::Module& m) {
+                  auto& l = as<nn::Dense>(m);
+                  auto& o = l.options();
+                  return json{{"units", l.units()},
+                              {"activation", activation(l.activation())},
+                              {"use_bias", o.use_bias},
+                              {"kernel_initializer", initializer(o.kernel_initializer)},
+                              {"bias_initializer", initializer(o.bias_initializer)},
+                              {"kernel_regularizer", regularizer(o.kernel_regularizer)},
+                              {"bias_regularizer", regularizer(o.bias_regularizer)},
+                              {"dtype", dtype_name(o.dtype)}};
+                },
+                [](const json& c) -> nn::ModuleRef {
+                  return nn::Dense(c.at("units").get<std::int64_t>(), activation_from(c.at("activation")),
+                                   {.use_bias = c.at("use_bias").get<bool>(),
+                                    .kernel_initializer = initializer_from(c.at("kernel_initializer")),
+                                    .bias_initializer = initializer_from(c.at("bias_initializer")),
+                                    .kernel_regularizer = regularizer_from(c.at("kernel_regularizer")),
+                                    .bias_regularizer = regularizer_from(c.at("bias_regularizer")),
+                                    .dtype = dtype_from(c.at("dtype"))});
+                }};
+  r["Conv2D"] = {[](const nn::Module& m) {
+                   auto& l = as<nn::Conv2D>(m);
+                   auto& o = l.options();
+                   return json{{"filters", l.filters()},
+                               {"kernel_size", size2(l.kernel_size())},
+                               {"strides", size2(o.strides)},
+                               {"padding", padding(o.padding)},
+                               {"dilation_rate", size2(o.dilation_rate)},
+                               {"groups", o.groups},
+                               {"activation", activation(o.activation)},
+                               {"use_bias", o.use_bias},
+                               {"kernel_initializer", initializer(o.kernel_initializer)},
+                               {"bias_initializer", initializer(o.bias_initializer)},
+                               {"kernel_regularizer", regularizer(o.kernel_regularizer)},
+                               {"bias_regularizer", regularizer(o.bias_regularizer)},
+                               {"dtype", dtype_name(o.dtype)}};
+                 },
+                 [](const json& c) -> nn::ModuleRef {
+                   return nn::Conv2D(c.at("filters").get<std::int64_t>(), size2_from(c.at("kernel_size")),
+                                     {.strides = size2_from(c.at("strides")),
+                                      .padding = padding_from(c.at("padding")),
+                                      .dilation_rate = size2_from(c.at("dilation_rate")),
+                                      .groups = c.at("groups").get<std::int64_t>(),
+                                      .activation = activation_from(c.at("activation")),
+                                      .use_bias = c.at("use_bias").get<bool>(),
+                                      .kernel_initializer = initializer_from(c.at("kernel_initializer")),
+                                      .bias_initializer = initializer_from(c.at("bias_initializer")),
+                                      .kernel_regularizer = regularizer_from(c.at("kernel_regularizer")),
+                                      .bias_regularizer = regularizer_from(c.at("bias_regularizer")),
+                                      .dtype = dtype_from(c.at("dtype"))});
+                 }};
+  r["Conv2DTranspose"] = {
+      [](const nn::Module& m) {
+        auto& l = as<nn::Conv2DTranspose>(m);
+        auto& o = l.options();
+        return json{{"filters", l.filters()},
+                    {"kernel_size", size2(l.kernel_size())},
+                    {"strides", size2(o.strides)},
+                    {"padding", padding(o.padding)},
+                    {"output_padding", o.output_padding ? size2(*o.output_padding) : json(nullptr)},
+                    {"dilation_rate", size2(o.dilation_rate)},
+                    {"groups", o.groups},
+                    {"activation", activation(o.activation)},
+                    {"use_bias", o.use_bias},
+                    {"kernel_initializer", initializer(o.kernel_initializer)},
+                    {"bias_initializer", initializer(o.bias_initializer)},
+                    {"kernel_regularizer", regularizer(o.kernel_regularizer)},
+                    {"bias_regularizer", regularizer(o.bias_regularizer)},
+                    {"dtype", dtype_name(o.dtype)}};
+      },
+      [](const json& c) -> nn::ModuleRef {
+        std::optional<Size2> op;
+        if (!c.at("output_padding").is_null()) op = size2_from(c.at("output_padding"));
+        return nn::Conv2DTranspose(c.at("filters").get<std::int64_t>(), size2_from(c.at("kernel_size")),
+                                   {.strides = size2_from(c.at("strides")),
+                                    .padding = padding_from(c.at("padding")),
+                                    .output_padding = op,
+                                    .dilation_rate = size2_from(c.at("dilation_rate")),
+                                    .groups = c.at("groups").get<std::int64_t>(),
+                                    .activation = activation_from(c.at("activation")),
+                                    .use_bias = c.at("use_bias").get<bool>(),
+                                    .kernel_initializer = initializer_from(c.at("kernel_initializer")),
+                                    .bias_initializer = initializer_from(c.at("bias_initializer")),
+                                    .kernel_regularizer = regularizer_from(c.at("kernel_regularizer")),
+                                    .bias_regularizer = regularizer_from(c.at("bias_regularizer")),
+                                    .dtype = dtype_from(c.at("dtype"))});
+      }};
+  auto pool_to = [](auto* tag) {
+    return [](const nn::Module& m) {
+      auto& l = as<std::remove_pointer_t<decltype(tag)>>(m);
+      return json{{"pool_size", size2(l.pool_size())},
+                  {"strides", size2(l.strides())},
+                  {"padding", padding(l.padding())}};
+    };
+  };
+  r["MaxPool2D"] = {pool_to((nn::MaxPool2D*)nullptr), [](const json& c) -> nn::ModuleRef {
+                      return nn::MaxPool2D(size2_from(c.at("pool_size")), size2_from(c.at("strides")),
+                                           padding_from(c.at("padding")));
+                    }};
+  r["AvgPool2D"] = {pool_to((nn::AvgPool2D*)nullptr), [](const json& c) -> nn::ModuleRef {
+                      return nn::AvgPool2D(size2_from(c.at("pool_size")), size2_from(c.at("strides")),
+                                           padding_from(c.at("padding")));
+                    }};
+  r["GlobalAveragePooling2D"] = {
+      [](const nn::Module& m) { return json{{"keepdims", as<nn::GlobalAveragePooling2D>(m).keepdims()}}; },
+      [](const json& c) -> nn::ModuleRef { return nn::GlobalAveragePooling2D(c.value("keepdims", false)); }};
+  r["Flatten"] = {[](const nn::Module&) { return json::object(); },
+                  [](const json&) -> nn::ModuleRef { return nn::Flatten(); }};
+  r["Reshape"] = {[](const nn::Module& m) { return json{{"target_shape", shape(as<nn::Reshape>(m).target_shape())}}; },
+                  [](const json& c) -> nn::ModuleRef { return nn::Reshape(shape_from(c.at("target_shape"))); }};
+  r["Dropout"] = {[](const nn::Module& m) {
+                    auto& l = as<nn::Dropout>(m);
+                    return json{{"rate", l.rate()}, {"seed", opt(l.seed())}};
+                  },
+                  [](const json& c) -> nn::ModuleRef {
+                    return nn::Dropout(c.at("rate").get<double>(), opt_from<std::uint64_t>(c, "seed"));
+                  }};
+  r["Activation"] = {[](const nn::Module& m) { return json{{"activation", activation(as<nn::ActivationLayer>(m).activation())}}; },
+                     [](const json& c) -> nn::ModuleRef { return nn::ActivationLayer(activation_from(c.at("activation"))); }};
+  auto empty = [](const nn::Module&) { return json::object(); };
+  r["ReLU"] = {empty, [](const json&) -> nn::ModuleRef { return nn::ReLU(); }};
+  r["Sigmoid"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Sigmoid(); }};
+  r["Tanh"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Tanh(); }};
+  r["Step"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Step(); }};
+  r["LeakyReLU"] = {[](const nn::Module& m) { return json{{"alpha", as<nn::LeakyReLU>(m).alpha()}}; },
+                    [](const json& c) -> nn::ModuleRef { return nn::LeakyReLU(c.at("alpha").get<double>()); }};
+  r["ELU"] = {[](const nn::Module& m) { return json{{"alpha", as<nn::ELU>(m).alpha()}}; },
+              [](const json& c) -> nn::ModuleRef { return nn::ELU(c.at("alpha").get<double>()); }};
+  r["GELU"] = {[](const nn::Module& m) { return json{{"approximate", as<nn::GELU>(m).approximate()}}; },
+               [](const json& c) -> nn::ModuleRef { return nn::GELU(c.at("approximate").get<bool>()); }};
+  r["Softmax"] = {[](const nn::Module& m) { return json{{"axis", as<nn::Softmax>(m).axis()}}; },
+                  [](const json& c) -> nn::ModuleRef { return nn::Softmax(c.at("axis").get<std::int64_t>()); }};
+  r["Embedding"] = {[](const nn::Module& m) {
+                      auto& l = as<nn::Embedding>(m);
+                      auto& o = l.options();
+                      return json{{"input_dim", l.input_dim()},
+                                  {"output_dim", l.output_dim()},
+                                  {"embeddings_initializer", initializer(o.embeddings_initializer)},
+                                  {"embeddings_regularizer", regularizer(o.embeddings_regularizer)},
+                                  {"dtype", dtype_name(o.dtype)}};
+                    },
+                    [](const json& c) -> nn::ModuleRef {
+                      return nn::Embedding(
+                          c.at("input_dim").get<std::int64_t>(), c.at("output_dim").get<std::int64_t>(),
+                          {.embeddings_initializer = initializer_from(c.at("embeddings_initializer")),
+                           .embeddings_regularizer = regularizer_from(c.at("embeddings_regularizer")),
+                           .dtype = dtype_from(c.at("dtype"))});
+                    }};
+  r["BatchNormalization"] = {
+      [](const nn::Module& m) {
+        auto& o = as<nn::BatchNormalization>(m).options();
+        return json{{"axis", o.axis},
+                    {"momentum", o.momentum},
+                    {"epsilon", o.epsilon},
+                    {"center", o.center},
+                    {"scale", o.scale},
+                    {"beta_initializer", initializer(o.beta_initializer)},
+                    {"gamma_initializer", initializer(o.gamma_initializer)},
+                    {"moving_mean_initializer", initializer(o.moving_mean_initializer)},
+                    {"moving_variance_initializer", initializer(o.moving_variance_initializer)},
+                    {"beta_regularizer", regularizer(o.beta_regularizer)},
+                    {"gamma_regularizer", regularizer(o.gamma_regularizer)},
+                    {"dtype", dtype_name(o.dtype)}};
+      },
+      [](const json& c) -> nn::ModuleRef {
+        return nn::BatchNormalization(
+            {.axis = c.at("axis").get<std::int64_t>(),
+             .momentum = c.at("momentum").get<double>(),
+             .epsilon = c.at("epsilon").get<double>(),
+             .center = c.at("center").get<bool>(),
+             .scale = c.at("scale").get<bool>(),
+             .beta_initializer = initializer_from(c.at("beta_initializer")),
+             .gamma_initializer = initializer_from(c.at("gamma_initializer")),
+             .moving_mean_initializer = initializer_from(c.at("moving_mean_initializer")),
+             .moving_variance_initializer = initializer_from(c.at("moving_variance_initializer")),
+             .beta_regularizer = regularizer_from(c.at("beta_regularizer")),
+             .gamma_regularizer = regularizer_from(c.at("gamma_regularizer")),
+             .dtype = dtype_from(c.at("dtype"))});
+      }};
+  r["LayerNormalization"] = {
+      [](const nn::Module& m) {
+        auto& o = as<nn::LayerNormalization>(m).options();
+        return json{{"axis", std::vector<std::int64_t>(o.axis.begin(), o.axis.end())},
+                    {"epsilon", o.epsilon},
+                    {"center", o.center},
+                    {"scale", o.scale},
+                    {"beta_initializer", initializer(o.beta_initializer)},
+                    {"gamma_initializer", initializer(o.gamma_initializer)},
+                    {"beta_regularizer", regularizer(o.beta_regularizer)},
+                    {"gamma_regularizer", regularizer(o.gamma_regularizer)},
+                    {"dtype", dtype_name(o.dtype)}};
+      },
+      [](const json& c) -> nn::ModuleRef {
+        nn::LayerNormOptions o;
+        o.axis.clear();
+        for (auto& a : c.at("axis")) o.axis.push_back(a.get<std::int64_t>());
+        o.epsilon = c.at("epsilon").get<double>();
+        o.center = c.at("center").get<bool>();
+        o.scale = c.at("scale").get<bool>();
+        o.beta_initializer = initializer_from(c.at("beta_initializer"));
+        o.gamma_initializer = initializer_from(c.at("gamma_initializer"));
+        o.beta_regularizer = regularizer_from(c.at("beta_regularizer"));
+        o.gamma_regularizer = regularizer_from(c.at("gamma_regularizer"));
+        o.dtype = dtype_from(c.at("dtype"));
+        return nn::LayerNormalization(std::move(o));
+      }};
+  // Recurrent layers share most fields.
+  auto rnn_common = [](const auto& o, std::int64_t units) {
+    return json{{"units", units},
+                {"activation", activation(o.activation)},
+                {"use_bias", o.use_bias},
+                {"kernel_initializer", initializer(o.kernel_initializer)},
+                {"recurrent_initializer", initializer(o.recurrent_initializer)},
+                {"bias_initializer", initializer(o.bias_initializer)},
+                {"kernel_regularizer", regularizer(o.kernel_regularizer)},
+                {"recurrent_regularizer", regularizer(o.recurrent_regularizer)},
+                {"bias_regularizer", regularizer(o.bias_regularizer)},
+                {"return_sequences", o.return_sequences},
+                {"return_state", o.return_state},
+                {"go_backwards", o.go_backwards},
+                {"dtype", dtype_name(o.dtype)}};
+  };
+  auto rnn_common_from = [](auto& o, const json& c) {
+    o.activation = activation_from(c.at("activation"));
+    o.use_bias = c.at("use_bias").get<bool>();
+    o.kernel_initializer = initializer_from(c.at("kernel_initializer"));
+    o.recurrent_initializer = initializer_from(c.at("recurrent_initializer"));
+    o.bias_initializer = initializer_from(c.at("bias_initializer"));
+    o.kernel_regularizer = regularizer_from(c.at("kernel_regularizer"));
+    o.recurrent_regularizer = regularizer_from(c.at("recurrent_regularizer"));
+    o.bias_regularizer = regularizer_from(c.at("bias_regularizer"));
+    o.return_sequences = c.at("return_sequences").get<bool>();
+    o.return_state = c.at("return_state").get<bool>();
+    o.go_backwards = c.at("go_backwards").get<bool>();
+    o.dtype = dtype_from(c.at("dtype"));
+  };
+  r["SimpleRNN"] = {[=](const nn::Module& m) {
+                      auto& l = as<nn::SimpleRNN>(m);
+                      return rnn_common(l.options(), l.units());
+                    },
+                    [=](const json& c) -> nn::ModuleRef {
+                      nn::SimpleRNNOptions o;
+                      rnn_common_from(o, c);
+                      return nn::SimpleRNN(c.at("units").get<std::int64_t>(), std::move(o));
+                    }};
+  r["LSTM"] = {[=](const nn::Module& m) {
+                 auto& l = as<nn::LSTM>(m);
+                 json j = rnn_common(l.options(), l.units());
+                 j["recurrent_activation"] = activation(l.options().recurrent_activation);
+                 j["unit_forget_bias"] = l.options().unit_forget_bias;
+                 return j;
+               },
+               [=](const json& c) -> nn::ModuleRef {
+                 nn::LSTMOptions o;
+                 rnn_common_from(o, c);
+                 o.recurrent_activation = activation_from(c.at("recurrent_activation"));
+                 o.unit_forget_bias = c.at("unit_forget_bias").get<bool>();
+                 return nn::LSTM(c.at("units").get<std::int64_t>(), std::move(o));
+               }};
+  r["GRU"] = {[=](const nn::Module& m) {
+                auto& l = as<nn::GRU>(m);
+                json j = rnn_common(l.options(), l.units());
+                j["recurrent_activation"] = activation(l.options().recurrent_activation);
+                j["reset_after"] = l.options().reset_after;
+                return j;
+              },
+              [=](const json& c) -> nn::ModuleRef {
+                nn::GRUOptions o;
+                rnn_common_from(o, c);
+                o.recurrent_activation = activation_from(c.at("recurrent_activation"));
+                o.reset_after = c.at("reset_after").get<bool>();
+                return nn::GRU(c.at("units").get<std::int64_t>(), std::move(o));
+              }};
+  r["Sequential"] = {[](const nn::Module& m) { return sequential_config(as<nn::Sequential>(m)); },
+                     [](const json& c) -> nn::ModuleRef { return nn::ModuleRef(sequential_from(c)); }};
+  return r;
+}
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, LayerCodec>& registry() {
+  static std::map<std::string, LayerCodec> r = builtin_codecs();
+  return r;
+}
+LayerCodec find_codec(const std::string& class_name, const char* who) {
+  std::lock_guard lock(registry_mutex());
+  auto& r = registry();
+  auto it = r.find(class_name);
+  if (it == r.end())
+    fail(who, "layer type '", class_name,
+         "' has no config (not a built-in layer; add one with serialization::register_layer)");
+  return it->second;
+}
+
+json layer_json(const nn::Module& layer) {
+  auto codec = find_codec(layer.type_name(), "save");
+  json cfg = codec.to(layer);
+  cfg["name"] = layer.name();
+  if (!layer.trainable()) cfg["trainable"] = false;
+  return json{{"class_name", layer.type_name()}, {"config", cfg}};
+}
+
+nn::ModuleRef layer_from_json(const json& j) {
+  const std::string cls = j.at("class_name").get<std::string>();
+  const json& cfg = j.at("config");
+  auto codec = find_codec(cls, "load_model");
+  nn::ModuleRef m = codec.from(cfg);
+  if (cfg.contains("name")) m->set_name(cfg.at("name").get<std::string>());
+  return m;
+}
+
+json sequential_config(const nn::Sequential& s) {
+  json layers = json::array();
+  for (auto& l : s.layers()) layers.push_back(layer_json(*l));
+  json cfg{{"layers", layers}};
+  if (s.input_shape()) cfg["input_shape"] = shape(*s.input_shape());  // batch axis included (-1)
+  else cfg["input_shape"] = nullptr;
+  return cfg;
+}
+
+std::shared_ptr<nn::Sequential> sequential_from(const json& cfg) {
+  auto s = std::make_shared<nn::Sequential>();
+  if (!cfg.at("input_shape").is_null()) {
+    Shape in = shape_from(cfg.at("input_shape"));
+    if (in.empty()) fail("load_model", "Sequential input_shape must include the batch axis");
+    s->add(nn::Input(Shape(in.begin() + 1, in.end())));
+  }
+  for (auto& l : cfg.at("layers")) {
+    nn::ModuleRef m = layer_from_json(l);
+    s->add(m);
+    if (!l.at("config").value("trainable", true)) m->set_trainable(false);
+  }
+  return s;
+}
+
+// ---- optimisers and losses ------------------------------------------------------------------
+template <class O>
+json common_opt(const O& o, const optim::Optimizer& optimizer) {
+  json j;
+  // A schedule is stored as its current value: schedules have no config yet (model-format.md).
+  j["learning_rate"] = optimizer.learning_rate();
+  if (o.learning_rate.is_schedule()) j["learning_rate_was_schedule"] = true;
+  j["weight_decay"] = o.weight_decay;
+  j["clipnorm"] = opt(o.clipnorm);
+  j["clipvalue"] = opt(o.clipvalue);
+  j["global_clipnorm"] = opt(o.global_clipnorm);
+  return j;
+}
+template <class O>
+void common_from(O& o, const json& c) {
+  o.learning_rate = c.at("learning_rate").get<double>();
+  o.weight_decay = c.at("weight_decay").get<double>();
+  o.clipnorm = opt_from<double>(c, "clipnorm");
+  o.clipvalue = opt_from<double>(c, "clipvalue");
+  o.global_clipnorm = opt_from<double>(c, "global_clipnorm");
+}
+
+json optimizer_json(const optim::Optimizer& opt) {
+  const std::string n = opt.name();
+  json c;
+  if (n == "SGD") {
+    auto& o = dynamic_cast<const optim::SGD&>(opt).options();
+    c = common_opt(o, opt);
+    c["momentum"] = o.momentum;
+    c["nesterov"] = o.nesterov;
+  } else if (n == "AdamW") {
+    auto& o = dynamic_cast<const optim::AdamW&>(opt).options();
+    c = common_opt(o, opt);
+    c["beta_1"] = o.beta_1;
+    c["beta_2"] = o.beta_2;
+    c["epsilon"] = o.epsilon;
+    c["amsgrad"] = o.amsgrad;
+  } else if (n == "Adam") {
+    auto& o = dynamic_cast<const optim::Adam&>(opt).options();
+    c = common_opt(o, opt);
+    c["beta_1"] = o.beta_1;
+    c["beta_2"] = o.beta_2;
+    c["epsilon"] = o.epsilon;
+    c["amsgrad"] = o.amsgrad;
+  } else if (n == "Nadam") {
+    auto& o = dynamic_cast<const optim::Nadam&>(opt).options();
+    c = common_opt(o, opt);
+    c["beta_1"] = o.beta_1;
+    c["beta_2"] = o.beta_2;
+    c["epsilon"] = o.epsilon;
+  } else if (n == "RMSprop") {
+    auto& o = dynamic_cast<const optim::RMSprop&>(opt).options();
+    c = common_opt(o, opt);
+    c["rho"] = o.rho;
+    c["momentum"] = o.momentum;
+    c["epsilon"] = o.epsilon;
+    c["centered"] = o.centered;
+  } else if (n == "Adagrad") {
+    auto& o = dynamic_cast<const optim::Adagrad&>(opt).options();
+    c = common_opt(o, opt);
+    c["initial_accumulator_value"] = o.initial_accumulator_value;
+    c["epsilon"] = o.epsilon;
+  } else {
+    fail("save", "optimizer '", n, "' has no config (not a built-in optimizer)");
+  }
+  return json{{"class_name", n}, {"config", c}};
+}
+
+optim::OptimizerRef optimizer_from_json(const json& j) {
+  const std::string n = j.at("class_name").get<std::string>();
+  const json& c = j.at("config");
+  if (n == "SGD") {
+    optim::SGDOptions o;
+    common_from(o, c);
+    o.momentum = c.at("momentum").get<double>();
+    o.nesterov = c.at("nesterov").get<bool>();
+    return optim::SGD(o);
+  }
+  if (n == "Adam" || n == "AdamW") {
+    auto fill = [&](auto& o) {
+      common_from(o, c);
+      o.beta_1 = c.at("beta_1").get<double>();
+      o.beta_2 = c.at("beta_2").get<double>();
+      o.epsilon = c.at("epsilon").get<double>();
+      o.amsgrad = c.at("amsgrad").get<bool>();
+    };
+    if (n == "Adam") {
+      optim::AdamOptions o;
+      fill(o);
+      return optim::Adam(o);
+    }
+    optim::AdamWOptions o;
+    fill(o);
+    return optim::AdamW(o);
+  }
+  if (n == "Nadam") {
+    optim::NadamOptions o;
+    common_from(o, c);
+    o.beta_1 = c.at("beta_1").get<double>();
+    o.beta_2 = c.at("beta_2").get<double>();
+    o.epsilon = c.at("epsilon").get<double>();
+    return optim::Nadam(o);
+  }
+  if (n == "RMSprop") {
+    optim::RMSpropOptions o;
+    common_from(o, c);
+    o.rho = c.at("rho").get<double>();
+    o.momentum = c.at("momentum").get<double>();
+    o.epsilon = c.at("epsilon").get<double>();
+    o.centered = c.at("centered").get<bool>();
+    return optim::RMSprop(o);
+  }
+  if (n == "Adagrad") {
+    optim::AdagradOptions o;
+    common_from(o, c);
+    o.initial_accumulator_value = c.at("initial_accumulator_value").get<double>();
+    o.epsilon = c.at("epsilon").get<double>();
+    return optim::Adagrad(o);
+  }
+  fail("load_model", "unknown optimizer '", n, "'");
+}
+
+const char* reduction_name(nn::Reduction r) {
+  switch (r) {
+    case nn::Reduction::Sum: return "sum";
+    case nn::Reduction::None: return "none";
+    default: return "sum_over_batch_size";
+  }
+}
+nn::Reduction reduction_from(const json& c) {
+  const std::string s = c.value("reduction", std::string("sum_over_batch_size"));
+  if (s == "sum") return nn::Reduction::Sum;
+  if (s == "none") return nn::Reduction::None;
+  return nn::Reduction::SumOverBatchSize;
+}
+
+json loss_json(const nn::Loss& loss) {
+  const std::string n = loss.name();
+  json c{{"reduction", reduction_name(loss.reduction())}};
+  std::string cls;
+  if (n == "mean_squared_error") {
+    cls = "MeanSquaredError";
+  } else if (n == "mean_absolute_error") {
+    cls = "MeanAbsoluteError";
+  } else if (n == "huber_loss") {
+    cls = "Huber";
+    c["delta"] = dynamic_cast<const nn::Huber&>(loss).delta();
+  } else if (n == "binary_crossentropy") {
+    cls = "BinaryCrossentropy";
+    auto& o = dynamic_cast<const nn::BinaryCrossentropy&>(loss).options();
+    c["from_logits"] = o.from_logits;
+    c["label_smoothing"] = o.label_smoothing;
+  } else if (n == "categorical_crossentropy") {
+    cls = "CategoricalCrossentropy";
+    auto& o = dynamic_cast<const nn::CategoricalCrossentropy&>(loss).options();
+    c["from_logits"] = o.from_logits;
+    c["label_smoothing"] = o.label_smoothing;
+    c["axis"] = o.axis;
+  } else if (n == "sparse_categorical_crossentropy") {
+    cls = "SparseCategoricalCrossentropy";
+    c["from_logits"] = dynamic_cast<const nn::SparseCategoricalCrossentropy&>(loss).options().from_logits;
+  } else {
+    fail("save", "loss '", n, "' has no config (not a built-in loss)");
+  }
+  return json{{"class_name", cls}, {"config", c}};
+}
+
+nn::LossRef loss_from_json(const json& j) {
+  const std::string n = j.at("class_name").get<std::string>();
+  const json& c = j.at("config");
+  const nn::Reduction r = reduction_from(c);
+  if (n == "MeanSquaredError") return nn::MeanSquaredError({.reduction = r});
+  if (n == "MeanAbsoluteError") return nn::MeanAbsoluteError({.reduction = r});
+  if (n == "Huber") return nn::Huber({.delta = c.at("delta").get<double>(), .reduction = r});
+  if (n == "BinaryCrossentropy")
+    return nn::BinaryCrossentropy({.from_logits = c.at("from_logits").get<bool>(),
+                                   .label_smoothing = c.at("label_smoothing").get<double>(),
+                                   .reduction = r});
+  if (n == "CategoricalCrossentropy")
+    return nn::CategoricalCrossentropy({.from_logits = c.at("from_logits").get<bool>(),
+                                        .label_smoothing = c.at("label_smoothing").get<double>(),
+                                        .axis = c.at("axis").get<std::int64_t>(),
+                                        .reduction = r});
+  if (n == "SparseCategoricalCrossentropy")
+    return nn::SparseCategoricalCrossentropy({.from_logits = c.at("from_logits").get<bool>(), .reduction = r});
+  fail("load_model", "unknown loss '", n, "'");
+}
+
+// ---- weights grouped by layer ---------------------------------------------------------------
+// The model's state_dict keys are "<child key>.<param>"; files key them by the child's layer
+// *name* instead, so that weights move between models whose layers sit at other positions.
+struct LayerWeights {
+  std::string layer;  // layer name ("(model)" for the model's own weights)
+  std::string key;    // registration key in the model ("0", "1", ...)
+  std::map<std::string, Tensor> params;
+};
+constexpr const char* kOwnWeights = "(model)";
+
+std::vector<LayerWeights> group_by_layer(const nn::Model& model, const char* who) {
+  std::vector<LayerWeights> out;
+  std::map<std::string, std::size_t> by_key;
+  std::set<std::string> names;
+  for (auto& [key, child] : model.named_children()) {
+    if (!names.insert(child->name()).second)
+      fail(who, "model '", model.name(), "' has two layers named '", child->name(),
+           "'; weights are matched by layer name, so names must be unique");
+    by_key[key] = out.size();
+    out.push_back({child->name(), key, {}});
+  }
+  LayerWeights own{kOwnWeights, "", {}};
+  for (auto& [k, t] : model.state_dict()) {
+    const auto dot = k.find('.');
+    auto it = dot == std::string::npos ? by_key.end() : by_key.find(k.substr(0, dot));
+    if (it == by_key.end()) own.params.emplace(k, t);
+    else out[it->second].params.emplace(k.substr(dot + 1), t);
+  }
+  std::vector<LayerWeights> kept;
+  for (auto& l : out)
+    if (!l.params.empty()) kept.push_back(std::move(l));
+  if (!own.params.empty()) kept.push_back(std::move(own));
+  return kept;
+}
+
+json weights_index(const std::vector<LayerWeights>& groups, std::map<std::string, Tensor>& tensors) {
+  json idx = json::array();
+  for (auto& g : groups) {
+    json names = json::array();
+    for (auto& [p, t] : g.params) {
+      names.push_back(p);
+      tensors.emplace("weights/" + g.layer + "/" + p, t);
+    }
+    idx.push_back(json{{"layer", g.layer}, {"key", g.key}, {"weights", names}});
+  }
+  return idx;
+}
+
+json parse_header(const FileContents& f, const std::string& path, const char* who) {
+  try {
+    return json::parse(f.json);
+  } catch (const std::exception& e) {
+    fail(who, "'", path, "': the header is not valid JSON (", e.what(), ")");
+  }
+}
+
+// Matches the file's weights to the model's layers by name; throws naming every missing,
+// unexpected or mismatched weight.
+void assign_weights(nn::Model& model, const json& index, const std::map<std::string, Tensor>& tensors,
+                    const std::string& path, const char* who) {
+  if (!model.built())
+    fail(who, "model '", model.name(), "' is not built; give it an Input or call it once before loading '",
+         path, "'");
+  auto groups = group_by_layer(model, who);
+  std::map<std::string, const LayerWeights*> want;
+  for (auto& g : groups) want[g.layer] = &g;
+  std::vector<std::string> missing, unexpected, mismatched;
+  std::set<std::string> seen;
+  std::map<std::string, Tensor> state;
+  for (auto& entry : index) {
+    const std::string layer = entry.at("layer").get<std::string>();
+    seen.insert(layer);
+    auto it = want.find(layer);
+    if (it == want.end()) {
+      unexpected.push_back("'" + layer + "'");
+      continue;
+    }
+    const LayerWeights& g = *it->second;
+    std::set<std::string> file_params;
+    for (auto& p : entry.at("weights")) {
+      const std::string pn = p.get<std::string>();
+      file_params.insert(pn);
+      auto t = tensors.find("weights/" + layer + "/" + pn);
+      if (t == tensors.end()) fail(who, "'", path, "': weight '", layer, "/", pn, "' is listed but absent");
+      auto mine = g.params.find(pn);
+      if (mine == g.params.end()) {
+        mismatched.push_back("'" + layer + "/" + pn + "' is not a weight of the model's layer");
+        continue;
+      }
+      if (mine->second.shape() != t->second.shape() || mine->second.dtype() != t->second.dtype()) {
+        mismatched.push_back("'" + layer + "/" + pn + "': file has " + shape_str(t->second.shape()) + " " +
+                             dtype_name(t->second.dtype()) + ", model has " +
+                             shape_str(mine->second.shape()) + " " + dtype_name(mine->second.dtype()));
+        continue;
+      }
+      state.emplace(g.key.empty() ? pn : g.key + "." + pn, t->second);
+    }
+    for (auto& [pn, _] : g.params)
+      if (!file_params.count(pn)) mismatched.push_back("'" + layer + "/" + pn + "' is missing from the file");
+  }
+  for (auto& g : groups)
+    if (!seen.count(g.layer)) missing.push_back("'" + g.layer + "'");
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::ostringstream os;
+    auto list = [&](const char* what, const std::vector<std::string>& v) {
+      if (v.empty()) return;
+      os << "; " << what << ": ";
+      for (std::size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+    };
+    list("layers missing from the file", missing);
+    list("layers in the file but not in the model", unexpected);
+    list("mismatched weights", mismatched);
+    fail(who, "'", path, "' does not match model '", model.name(), "'", os.str());
+  }
+  model.load_state_dict(state);
+}
+
+// ---- the container --------------------------------------------------------------------------
+constexpr char kMagic[8] = {'S', 'O', 'M', 'A', 'M', 'D', 'L', '\0'};
+constexpr std::size_t kHeaderSize = 8 + 4 + 4 + 8 + 4;  // magic, version, kind, size, crc
+// Refuses a declared payload, JSON text, name or tensor beyond these before allocating.
+constexpr std::uint64_t kMaxJson = 64ull << 20;
+constexpr std::uint32_t kMaxName = 1u << 16;
+
+enum : std::uint32_t { kKindModel = 1, kKindWeights = 2 };
+
+template <class T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+struct Reader {
+  const std::string& buf;
+  std::size_t pos;
+  const std::string& path;
+  const char* who;
+  void need(std::uint64_t n, const char* what) const {
+    if (n > buf.size() - pos) fail(who, "'", path, "' is corrupt: ", what, " runs past the end of the data");
+  }
+  template <class T>
+  T get(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, buf.data() + pos, sizeof v);
+    pos += sizeof v;
+    return v;
+  }
+  std::string bytes(std::uint64_t n, const char* what) {
+    need(n, what);
+    std::string s = buf.substr(pos, n);
+    pos += n;
+    return s;
+  }
+};
+
+std::uint32_t crc_of(const char* p, std::size_t n) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  while (n > 0) {  // zlib takes uInt lengths
+    const uInt chunk = uInt(std::min<std::size_t>(n, 1u << 30));
+    c = crc32(c, reinterpret_cast<const Bytef*>(p), chunk);
+    p += chunk;
+    n -= chunk;
+  }
+  return std::uint32_t(c);
+}
+
+void write_all(int fd, const char* p, std::size_t n, const std::string& tmp) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      fail("save", "writing '", tmp, "' failed: ", std::strerror(e));
+    }
+    p += w;
+    n -= std::size_t(w);
+  }
+}
+
+}  // namespace
+
+// ---- public: container ----------------------------------------------------------------------
+void write_file(const std::string& path, const FileContents& f) {
+  std::string payload;
+  put<std::uint64_t>(payload, f.json.size());
+  payload += f.json;
+  put<std::uint64_t>(payload, f.tensors.size());
+  for (auto& [name, t0] : f.tensors) {
+    Tensor t = t0.device().is_cpu() ? t0.contiguous() : t0.to(Device::cpu()).contiguous();
+    put<std::uint32_t>(payload, std::uint32_t(name.size()));
+    payload += name;
+    put<std::uint8_t>(payload, std::uint8_t(t.dtype()));
+    put<std::uint32_t>(payload, std::uint32_t(t.rank()));
+    for (auto d : t.shape()) put<std::int64_t>(payload, d);
+    const std::uint64_t nbytes = std::uint64_t(t.numel()) * dtype_size(t.dtype());
+    put<std::uint64_t>(payload, nbytes);
+    if (nbytes) payload.append(static_cast<const char*>(t.raw_data()), nbytes);
+  }
+  std::string header(kMagic, sizeof kMagic);
+  put<std::uint32_t>(header, kFormatVersion);
+  put<std::uint32_t>(header, f.kind == "weights" ? kKindWeights : kKindModel);
+  put<std::uint64_t>(header, payload.size());
+  put<std::uint32_t>(header, crc_of(payload.data(), payload.size()));
+
+  // Atomic replace: a crash leaves either the old file or the new one, never half of one.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("save", "cannot open '", tmp, "' for writing: ", std::strerror(errno));
+  write_all(fd, header.data(), header.size(), tmp);
+  write_all(fd, payload.data(), payload.size(), tmp);
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail("save", "fsync of '", tmp, "' failed: ", std::strerror(e));
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    fail("save", "cannot rename '", tmp, "' to '", path, "': ", std::strerror(e));
+  }
+  // Make the rename itself durable.
+  std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
+  if (dir.empty()) dir = path.find('/') == 0 ? "/" : ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+FileContents read_file(const std::string& path) {
+  const char* who = "load_model";
+  std::ifstream is(path, std::ios::binary);
+  if (!is) fail(who, "cannot open '", path, "'");
+  is.seekg(0, std::ios::end);
+  const std::streamoff size = is.tellg();
+  is.seekg(0);
+  if (size < std::streamoff(kHeaderSize)) {
+    std::string head(std::size_t(std::max<std::streamoff>(size, 0)), '\0');
+    is.read(head.data(), std::streamsize(head.size()));
+    if (head.size() >= 8 && std::memcmp(head.data(), kMagic, 8) != 0)
+      fail(who, "'", path, "' is not a soma model file (bad magic)");
+    fail(who, "'", path, "' is truncated: ", size, " bytes, shorter than the ", kHeaderSize, "-byte header");
+  }
+  std::string head(kHeaderSize, '\0');
+  is.read(head.data(), kHeaderSize);
+  if (std::memcmp(head.data(), kMagic, 8) != 0) fail(who, "'", path, "' is not a soma model file (bad magic)");
+  Reader h{head, 8, path, who};
+  const auto version = h.get<std::uint32_t>("version");
+  const auto kind = h.get<std::uint32_t>("kind");
+  const auto payload_size = h.get<std::uint64_t>("size");
+  const auto crc = h.get<std::uint32_t>("crc");
+  if (version != kFormatVersion)
+    fail(who, "'", path, "' has format version ", version, "; this soma reads version ", kFormatVersion);
+  if (kind != kKindModel && kind != kKindWeights) fail(who, "'", path, "' is corrupt: unknown kind ", kind);
+  const std::uint64_t have = std::uint64_t(size) - kHeaderSize;
+  if (payload_size > have)
+    fail(who, "'", path, "' is truncated: the header announces ", payload_size, " bytes of data, the file holds ",
+         have);
+  if (payload_size < have) fail(who, "'", path, "' is corrupt: ", have - payload_size, " unexpected trailing bytes");
+  std::string payload(payload_size, '\0');  // bounded by the real file size, checked above
+  if (!is.read(payload.data(), std::streamsize(payload_size))) fail(who, "'", path, "' could not be read");
+  const std::uint32_t got = crc_of(payload.data(), payload.size());
+  if (got != crc) {
+    std::ostringstream os;
+    os << std::hex << "checksum mismatch (stored crc32 0x" << crc << ", computed 0x" << got << ")";
+    fail(who, "'", path, "' is corrupt: ", os.str());
+  }
+  FileContents f;
+  f.kind = kind == kKindWeights ? "weights" : "model";
+  Reader r{payload, 0, path, who};
+  const auto json_len = r.get<std::uint64_t>("header length");
+  if (json_len > kMaxJson) fail(who, "'", path, "' is corrupt: header of ", json_len, " bytes");
+  f.json = r.bytes(json_len, "the header");
+  const auto count = r.get<std::uint64_t>("tensor count");
+  if (count > payload_size) fail(who, "'", path, "' is corrupt: ", count, " tensors");
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const auto len = r.get<std::uint32_t>("a tensor name length");
+    if (len > kMaxName) fail(who, "'", path, "' is corrupt: tensor ", i, " has a name of ", len, " bytes");
+    std::string name = r.bytes(len, "a tensor name");
+    const auto code = r.get<std::uint8_t>("a dtype");
+    if (code >= kNumDTypes) fail(who, "'", path, "' is corrupt: tensor '", name, "' has dtype code ", int(code));
+    const auto rank = r.get<std::uint32_t>("a rank");
+    if (rank > 32) fail(who, "'", path, "' is corrupt: tensor '", name, "' has rank ", rank);
+    Shape s;
+    std::uint64_t n = 1;
+    for (std::uint32_t d = 0; d < rank; ++d) {
+      const auto e = r.get<std::int64_t>("a shape");
+      if (e < 0 || (e > 0 && n > payload_size / std::uint64_t(e)))
+        fail(who, "'", path, "' is corrupt: tensor '", name, "' has an impossible shape");
+      n *= std::uint64_t(e);
+      s.push_back(e);
+    }
+    const auto nbytes = r.get<std::uint64_t>("a byte count");
+    if (nbytes != n * dtype_size(DType(code)))
+      fail(who, "'", path, "' is corrupt: tensor '", name, "' has ", nbytes, " bytes for shape ", shape_str(s));
+    r.need(nbytes, "tensor data");
+    Tensor t = Tensor::empty(s, DType(code));
+    if (nbytes) std::memcpy(t.raw_data(), payload.data() + r.pos, nbytes);
+    r.pos += nbytes;
+    f.tensors.emplace(std::move(name), t);
+  }
+  if (r.pos != payload.size()) fail(who, "'", path, "' is corrupt: unread bytes after the last tensor");
+  return f;
+}
+
+std::map<std::string, Tensor> read_state_dict(const std::string& path) {
+  auto f = read_file(path);
+  json doc = parse_header(f, path, "load_weights");
+  std::map<std::string, Tensor> out;
+  try {
+    for (auto& entry : doc.at("weights")) {
+      const std::string layer = entry.at("layer").get<std::string>();
+      const std::string key = entry.at("key").get<std::string>();
+      for (auto& p : entry.at("weights")) {
+        const std::string pn = p.get<std::string>();
+        auto it = f.tensors.find("weights/" + layer + "/" + pn);
+        if (it == f.tensors.end()) fail("load_weights", "'", path, "': weight '", layer, "/", pn, "' is absent");
+        out.emplace(key.empty() ? pn : key + "." + pn, it->second);
+      }
+    }
+  } catch (const json::exception& e) {
+    fail("load_weights", "'", path, "': malformed header (", e.what(), ")");
+  }
+  return out;
+}
+
+// ---- public: configs ------------------------------------------------------------------------
+std::string layer_config(const nn::Module& layer) { return layer_json(layer).dump(); }
+nn::ModuleRef layer_from_config(const std::string& text) { return layer_from_json(json::parse(text)); }
+std::string optimizer_config(const optim::Optimizer& o) { return optimizer_json(o).dump(); }
+optim::OptimizerRef optimizer_from_config(const std::string& text) {
+  return optimizer_from_json(json::parse(text));
+}
+std::string loss_config(const nn::Loss& l) { return loss_json(l).dump(); }
+nn::LossRef loss_from_config(const std::string& text) { return loss_from_json(json::parse(text)); }
+
+namespace {
+json model_json(const nn::Model& model) {
+  auto* seq = dynamic_cast<const nn::Sequential*>(&model);
+  if (!seq)
+    fail("save", "model '", model.name(), "' is a ", model.type_name(),
+         " model; only Sequential models can be saved whole for now (use save_weights for the "
+         "weights and rebuild the model in code)");
+  json cfg = sequential_config(*seq);
+  cfg["name"] = model.name();
+  return json{{"class_name", "Sequential"}, {"config", cfg}};
+}
+std::shared_ptr<nn::Model> model_from_json(const json& j) {
+  const std::string cls = j.at("class_name").get<std::string>();
+  if (cls != "Sequential") fail("load_model", "model class '", cls, "' cannot be rebuilt (Sequential only)");
+  auto s = sequential_from(j.at("config"));
+  if (j.at("config").contains("name")) s->set_name(j.at("config").at("name").get<std::string>());
+  return s;
+}
+}  // namespace
+
+std::string model_config(const nn::Model& model) { return model_json(model).dump(); }
+std::shared_ptr<nn::Model> model_from_config(const std::string& text) {
+  return model_from_json(json::parse(text));
+}
+
+void register_layer(const std::string& class_name, std::function<std::string(const nn::Module&)> to_config,
+                    std::function<nn::ModuleRef(const std::string&)> from_config) {
+  std::lock_guard lock(registry_mutex());
+  registry()[class_name] = {
+      [to = std::move(to_config)](const nn::Module& m) { return json::parse(to(m)); },
+      [from = std::move(from_config)](const json& c) { return from(c.dump()); }};
+}
+
+}  // namespace soma::serialization
+
+// ---- Model::save / load_model / weights ------------------------------------------------------
+namespace soma {
+namespace ser = serialization;
+using ser::json;
+
+namespace nn {
+
+void Model::save(const std::string& path) const {
+  json doc;
+  doc["format"] = "soma-model";
+  doc["model"] = ser::model_json(*this);
+  std::map<std::string, Tensor> tensors;
+  if (!built()) fail("save", "model '", name(), "' is not built; give it an Input or call it once before saving");
+  doc["weights"] = ser::weights_index(ser::group_by_layer(*this, "save"), tensors);
+  if (compiled()) {
+    json c;
+    c["optimizer"] = ser::optimizer_json(optimizer());
+    json losses = json::array();
+    for (auto& l : compiled_losses()) losses.push_back(ser::loss_json(*l));
+    c["losses"] = losses;
+    json metrics = json::array();
+    for (auto& per_output : compiled_metrics()) {
+      json names = json::array();
+      for (auto& m : per_output) names.push_back(m->name());
+      metrics.push_back(names);
+    }
+    c["metrics"] = metrics;
+    c["loss_weights"] = compiled_loss_weights();
+    doc["compile"] = c;
+    // Optimiser slots are indexed by position in trainable_parameters(), which a rebuilt model
+    // reproduces.
+    json keys = json::array();
+    for (auto& [k, t] : optimizer().state_dict(trainable_parameters())) {
+      keys.push_back(k);
+      tensors.emplace("optimizer/" + k, t);
+    }
+    doc["optimizer_state"] = keys;
+  } else {
+    doc["compile"] = nullptr;
+  }
+  ser::write_file(path, {"model", doc.dump(), std::move(tensors)});
+}
+
+void Model::save_weights(const std::string& path) const {
+  json doc;
+  doc["format"] = "soma-weights";
+  std::map<std::string, Tensor> tensors;
+  doc["weights"] = ser::weights_index(ser::group_by_layer(*this, "save_weights"), tensors);
+  ser::write_file(path, {"weights", doc.dump(), std::move(tensors)});
+}
+
+void Model::load_weights(const std::string& path) {
+  {
+    std::ifstream is(path, std::ios::binary);
+    char magic[8] = {};
+    if (is.read(magic, 8) && std::memcmp(magic, "SOMAWTS1", 8) == 0) {  // the older format
+      load_state_dict(read_weights_file(path));
+      return;
+    }
+  }
+  auto f = ser::read_file(path);
+  json doc = ser::parse_header(f, path, "load_weights");
+  try {
+    ser::assign_weights(*this, doc.at("weights"), f.tensors, path, "load_weights");
+  } catch (const json::exception& e) {
+    fail("load_weights", "'", path, "': malformed header (", e.what(), ")");
+  }
+}
+
+}  // namespace nn
+
+std::shared_ptr<nn::Model> load_model(const std::string& path) {
+  auto f = ser::read_file(path);
+  if (f.kind != "model")
+    fail("load_model", "'", path, "' holds weights only (written by save_weights); use load_weights");
+  json doc = ser::parse_header(f, path, "load_model");
+  try {
+    auto model = ser::model_from_json(doc.at("model"));
+    if (!model->built())
+      fail("load_model", "'", path, "': the saved model has no input shape, so it cannot be rebuilt");
+    ser::assign_weights(*model, doc.at("weights"), f.tensors, path, "load_model");
+    const json& c = doc.at("compile");
+    if (!c.is_null()) {
+      std::vector<nn::LossRef> losses;
+      for (auto& l : c.at("losses")) losses.push_back(ser::loss_from_json(l));
+      std::vector<std::vector<metrics::MetricRef>> ms;
+      for (auto& per_output : c.at("metrics")) {
+        ms.emplace_back();
+        for (auto& m : per_output) ms.back().push_back(metrics::get(m.get<std::string>()));
+      }
+      model->compile(ser::optimizer_from_json(c.at("optimizer")), std::move(losses), std::move(ms),
+                     {.loss_weights = c.at("loss_weights").get<std::vector<double>>()});
+      std::map<std::string, Tensor> state;
+      for (auto& k : doc.at("optimizer_state")) {
+        const std::string key = k.get<std::string>();
+        auto it = f.tensors.find("optimizer/" + key);
+        if (it == f.tensors.end()) fail("load_model", "'", path, "': optimizer state '", key, "' is absent");
+        state.emplace(key, it->second);
+      }
+      model->optimizer().load_state_dict(state, model->trainable_parameters());
+    }
+    return model;
+  } catch (const json::exception& e) {
+    fail("load_model", "'", path, "': malformed header (", e.what(), ")");
+  }
+}
+
+}  // namespace soma

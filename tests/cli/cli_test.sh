@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Tests of the `soma` command-line tool, one behaviour per case:
+#   cli_test.sh SOMA_BINARY MAKE_FIXTURES_BINARY FIXTURE_DIR CASE
+# FIXTURE_DIR holds the files make_fixtures writes (the `fixtures` case runs it) and, after the
+# `train` case, the model the eval/summary/predict cases read.
+set -u
+soma=$1
+make_fixtures=$2
+dir=$3
+case_name=$4
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+fail() { echo "FAIL [$case_name]: $*"; echo "--- stdout"; cat "$out/stdout" 2>/dev/null; echo "--- stderr"; cat "$out/stderr" 2>/dev/null; exit 1; }
+# run ARGS...: runs soma, keeps stdout/stderr and the exit status in $status.
+run() { "$soma" "$@" >"$out/stdout" 2>"$out/stderr"; status=$?; }
+expect_status() { [ "$status" -eq "$1" ] || fail "exit status $status, expected $1"; }
+# expect_usage_error LINE: exit status 2 and exactly this one line on stderr.
+expect_usage_error() {
+  expect_status 2
+  [ "$(wc -l <"$out/stderr")" -eq 1 ] || fail "expected a one-line error on stderr"
+  [ "$(cat "$out/stderr")" = "$1" ] || fail "stderr is '$(cat "$out/stderr")', expected '$1'"
+}
+expect_stdout() { grep -Eq -- "$1" "$out/stdout" || fail "stdout does not match /$1/"; }
+expect_result_line() {
+  tail -n 1 "$out/stdout" | grep -Eq '^test_loss=[0-9.]+ test_accuracy=[0-9.]+$' ||
+    fail "last line '$(tail -n 1 "$out/stdout")' is not test_loss=<x> test_accuracy=<y>"
+}
+
+case $case_name in
+  fixtures)
+    rm -rf "$dir" && mkdir -p "$dir" && "$make_fixtures" "$dir" ||
+      fail "could not write the fixtures"
+    ;;
+  help_lists_subcommands)
+    run --help
+    expect_status 0
+    for c in train eval predict summary bench; do expect_stdout "^  $c "; done
+    ;;
+  every_subcommand_has_help)
+    for c in train eval predict summary bench; do
+      run "$c" --help
+      expect_status 0
+      expect_stdout "^usage: soma $c"
+      run "$c" -h
+      expect_status 0
+    done
+    ;;
+  version)
+    run --version
+    expect_status 0
+    expect_stdout '^soma [0-9]+\.[0-9]+\.[0-9]+$'
+    ;;
+  no_arguments_is_a_usage_error)
+    run
+    expect_status 2
+    ;;
+  unknown_subcommand)
+    run frobnicate
+    expect_usage_error "soma: unknown command 'frobnicate' (see soma --help)"
+    ;;
+  unknown_option)
+    run train --foo
+    expect_usage_error "soma train: unknown option --foo (see soma train --help)"
+    run eval model.soma --foo=1
+    expect_usage_error "soma eval: unknown option --foo (see soma eval --help)"
+    ;;
+  bad_integer_value)
+    run train --epochs abc
+    expect_usage_error "soma train: bad value for --epochs: 'abc' (expected an integer in 1..1000000) (see soma train --help)"
+    run train --batch-size=0
+    expect_usage_error "soma train: bad value for --batch-size: '0' (expected an integer >= 1) (see soma train --help)"
+    ;;
+  bad_choice_value)
+    run train --model resnet
+    expect_usage_error "soma train: bad value for --model: 'resnet' (expected one of mlp, cnn, lenet) (see soma train --help)"
+    run train --optimizer lbfgs
+    expect_status 2
+    ;;
+  missing_value)
+    run train --epochs
+    expect_usage_error "soma train: option --epochs needs a value (see soma train --help)"
+    ;;
+  positional_argument_count)
+    run summary
+    expect_usage_error "soma summary: missing argument MODEL (see soma summary --help)"
+    run summary a.soma b.soma
+    expect_usage_error "soma summary: unexpected argument 'b.soma' (see soma summary --help)"
+    ;;
+  data_needs_directory)
+    run train --data mnist
+    expect_usage_error "soma train: bad value for --data: 'mnist' (mnist needs a directory: --data mnist:DIR) (see soma train --help)"
+    ;;
+  missing_data_directory_is_a_clear_error)
+    run train --data idx:"$out/nowhere" --epochs 1
+    expect_status 1
+    grep -q "not a directory" "$out/stderr" || fail "the error does not say what is wrong"
+    ;;
+  train)
+    run train --model mlp --epochs 1 --batch-size 32 --seed 1 --data idx:"$dir" \
+      --out "$dir/mlp.soma" --threads 1
+    expect_status 0
+    expect_result_line
+    expect_stdout 'val_accuracy'
+    [ -s "$dir/mlp.soma" ] || fail "no model file"
+    [ -s "$dir/mlp.soma.csv" ] || fail "no CSV file"
+    head -n 1 "$dir/mlp.soma.csv" | grep -q '^epoch,' || fail "CSV header: $(head -n 1 "$dir/mlp.soma.csv")"
+    [ "$(wc -l <"$dir/mlp.soma.csv")" -eq 2 ] || fail "CSV should hold a header and one epoch"
+    # The tiny set is easy: one epoch must learn it, so the accuracy is real.
+    acc=$(tail -n 1 "$out/stdout" | sed 's/.*test_accuracy=//')
+    awk -v a="$acc" 'BEGIN { exit !(a >= 0.5) }' || fail "test accuracy $acc < 0.5"
+    ;;
+  train_from_config)
+    run train --config "$dir/my_model.json" --data idx:"$dir" --epochs 3 --out "$out/c.soma" \
+      --csv "$out/c.csv" --verbose 0 --optimizer sgd --lr 0.1
+    expect_status 0
+    [ "$(wc -l <"$out/stdout")" -eq 1 ] || fail "--verbose 0 should print the result line only"
+    expect_result_line
+    [ "$(wc -l <"$out/c.csv")" -eq 4 ] || fail "CSV should hold a header and three epochs"
+    ;;
+  train_from_keras_config)
+    run train --config "$dir/keras_model.json" --data idx:"$dir" --epochs 1 --out "$out/k.soma"
+    expect_status 0
+    expect_result_line
+    expect_stdout 'conv2d \(Conv2D\) +│ \(None, 4, 26, 26\)'
+    ;;
+  bad_config_names_the_layer)
+    run train --config "$dir/bad_model.json" --data idx:"$dir" --epochs 1 --out "$out/b.soma"
+    expect_status 1
+    [ "$(cat "$out/stderr")" = "soma train: $dir/bad_model.json: layers[1] (Dense): missing \"units\"" ] ||
+      fail "unexpected error: $(cat "$out/stderr")"
+    ;;
+  model_and_config_exclude_each_other)
+    run train --model mlp --config "$dir/my_model.json"
+    expect_usage_error "soma train: --model and --config exclude each other (see soma train --help)"
+    ;;
+  train_cnn)
+    run train --model cnn --epochs 1 --batch-size 64 --data idx:"$dir" --out "$out/cnn.soma" \
+      --verbose 2
+    expect_status 0
+    expect_result_line
+    [ -s "$out/cnn.soma" ] || fail "no model file"
+    ;;
+  eval)
+    run eval "$dir/mlp.soma" --data idx:"$dir"
+    expect_status 0
+    expect_result_line
+    expect_stdout '^per-class accuracy'
+    expect_stdout '^confusion matrix'
+    # The confusion matrix counts every test sample once.
+    total=$(sed -n '/^confusion matrix/,/^$/p' "$out/stdout" | tail -n +3 | head -n 10 |
+            awk '{ for (i = NF - 9; i <= NF; ++i) s += $i } END { print s }')
+    [ "$total" = 100 ] || fail "confusion matrix sums to $total, expected 100"
+    ;;
+  eval_missing_model_file)
+    run eval "$out/none.soma" --data idx:"$dir"
+    expect_status 1
+    ;;
+  summary)
+    run summary "$dir/mlp.soma"
+    expect_status 0
+    expect_stdout 'Dense'
+    expect_stdout 'Total params: 118,282'
+    ;;
+  predict)
+    run predict "$dir/mlp.soma" "$dir/shoe.png" "$dir/shoe.png" --classes mnist
+    expect_status 0
+    [ "$(grep -c 'shoe.png:$' "$out/stdout")" -eq 2 ] || fail "expected one block per image"
+    [ "$(grep -c '%' "$out/stdout")" -eq 6 ] || fail "expected the top 3 classes per image"
+    # The fixture shoe is drawn as class 7.
+    sed -n 2p "$out/stdout" | grep -q '(class 7)' || fail "top class is not 7"
+    ;;
+  predict_needs_an_image)
+    run predict "$dir/mlp.soma"
+    expect_usage_error "soma predict: missing argument MODEL IMAGE... (see soma predict --help)"
+    ;;
+  bench_op_overhead)
+    run bench --workload op_overhead
+    expect_status 0
+    [ "$(wc -l <"$out/stdout")" -eq 1 ] || fail "expected one line"
+    expect_stdout '^bench workload=op_overhead threads=[0-9]+ batch=1 value=[0-9.e+-]+ unit=ns$'
+    ;;
+  bench_lists_and_options)
+    run bench --workload mlp_train --threads 1,2 --batch 16 --steps 5
+    expect_status 0
+    [ "$(wc -l <"$out/stdout")" -eq 2 ] || fail "expected one line per thread count"
+    expect_stdout '^bench workload=mlp_train threads=1 batch=16 value=[0-9.e+-]+ unit=samples/s$'
+    expect_stdout '^bench workload=mlp_train threads=2 batch=16 value=[0-9.e+-]+ unit=samples/s$'
+    run bench --workload nope
+    expect_status 2
+    ;;
+  *)
+    fail "unknown test case"
+    ;;
+esac
+exit 0
