@@ -33,6 +33,20 @@ Tensor noncontiguous(const Tensor& t) {
   return view;
 }
 
+std::vector<std::int64_t> unravel(std::int64_t i, const Shape& s) {
+  std::vector<std::int64_t> idx(s.size());
+  for (std::size_t d = s.size(); d-- > 0;) {
+    idx[d] = i % s[d];
+    i /= s[d];
+  }
+  return idx;
+}
+std::int64_t ravel(const std::vector<std::int64_t>& idx, const Shape& s) {
+  std::int64_t i = 0;
+  for (std::size_t d = 0; d < s.size(); ++d) i = i * s[d] + idx[d];
+  return i;
+}
+
 ::testing::AssertionResult all_close(const Tensor& actual, const std::vector<double>& expected,
                                      double atol, double rtol) {
   if (!actual.defined()) return ::testing::AssertionFailure() << "actual tensor is undefined";

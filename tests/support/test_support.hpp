@@ -17,6 +17,10 @@ Tensor rand_tensor(const Shape& shape, std::uint64_t seed, double lo = -1.0, dou
 // twice as large along the last axis.
 Tensor noncontiguous(const Tensor& t);
 
+// Row-major linear index <-> multi-index, for naive references.
+std::vector<std::int64_t> unravel(std::int64_t i, const Shape& shape);
+std::int64_t ravel(const std::vector<std::int64_t>& index, const Shape& shape);
+
 // Elementwise |a - b| <= atol + rtol * |b|, shapes equal; failures name the first bad index.
 ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected,
                                      double atol = 1e-6, double rtol = 1e-6);

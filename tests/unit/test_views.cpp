@@ -17,19 +17,8 @@ using testing::noncontiguous;
 using testing::rand_tensor;
 
 // ---- naive helpers ----------------------------------------------------------------------------
-std::vector<std::int64_t> unravel(std::int64_t i, const Shape& s) {
-  std::vector<std::int64_t> idx(s.size());
-  for (std::size_t d = s.size(); d-- > 0;) {
-    idx[d] = i % s[d];
-    i /= s[d];
-  }
-  return idx;
-}
-std::int64_t ravel(const std::vector<std::int64_t>& idx, const Shape& s) {
-  std::int64_t i = 0;
-  for (std::size_t d = 0; d < s.size(); ++d) i = i * s[d] + idx[d];
-  return i;
-}
+using testing::ravel;
+using testing::unravel;
 
 // Writes `value` straight into the storage element that `view[idx]` refers to (f64 only).
 void poke(const Tensor& view, const std::vector<std::int64_t>& idx, double value) {
