@@ -30,3 +30,17 @@ find_package(nlohmann_json 3 QUIET)
 if(NOT nlohmann_json_FOUND)
   message(FATAL_ERROR "soma needs nlohmann/json: apt-get install nlohmann-json3-dev (or run scripts/install-deps.sh)")
 endif()
+
+# MPI (Debian: libopenmpi-dev) for data-parallel training (src/dist, docs/distributed.md). Optional:
+# without it libsoma still builds, and soma::dist runs as a single process (world size 1).
+option(SOMA_ENABLE_MPI "Build the MPI communicator (soma::dist) when MPI is found" ON)
+set(SOMA_HAS_MPI OFF)
+if(SOMA_ENABLE_MPI)
+  find_package(MPI COMPONENTS CXX QUIET)
+  if(MPI_CXX_FOUND)
+    set(SOMA_HAS_MPI ON)
+    message(STATUS "soma: MPI ${MPI_CXX_VERSION} (${MPIEXEC_EXECUTABLE}): distributed training on")
+  else()
+    message(STATUS "soma: MPI not found; soma::dist runs single-process (apt-get install libopenmpi-dev)")
+  endif()
+endif()

@@ -21,6 +21,14 @@ PACKAGES=(
   libpng-dev
   nlohmann-json3-dev
   dataset-fashion-mnist
+  # ONNX export/import (libonnx-dev); its tests run the ONNX checker and PyTorch's exporter
+  # with Debian's Python modules (they skip without them)
+  libonnx-dev
+  python3-onnx
+  python3-torch
+  # Distributed training over MPI; the mpirun tests skip without openmpi-bin
+  libopenmpi-dev
+  openmpi-bin
 )
 
 missing=()

@@ -122,7 +122,10 @@ Args ArgParser::parse(const std::vector<std::string>& argv) const {
     }
     const Opt* o = find(name);
     if (!o) throw UsageError("unknown option --" + name);
-    if (!inline_value) {
+    if (o->metavar.empty()) {  // a flag: present or not
+      if (inline_value) throw UsageError("option --" + name + " takes no value");
+      value = "1";
+    } else if (!inline_value) {
       if (i + 1 >= argv.size()) throw UsageError("option --" + name + " needs a value");
       value = argv[++i];
     }
@@ -145,7 +148,7 @@ std::string ArgParser::help() const {
   if (!pos_metavar_.empty()) os << "\narguments:\n  " << pos_metavar_ << "\n      " << pos_help_ << "\n";
   os << "\noptions:\n";
   for (const auto& o : opts_) {
-    std::string head = "  --" + o.name + " " + o.metavar;
+    std::string head = "  --" + o.name + (o.metavar.empty() ? "" : " " + o.metavar);
     std::string text = o.help;  // continuation lines keep the indentation
     for (auto pos = text.find('\n'); pos != std::string::npos; pos = text.find('\n', pos + 7))
       text.replace(pos, 1, "\n      ");

@@ -46,7 +46,8 @@ class ArgParser {
   // `command` is the full command name ("soma train"); `usage` the synopsis after it.
   ArgParser(std::string command, std::string usage, std::string description);
 
-  // An option taking a value (`--epochs 5`, `--epochs=5`).
+  // An option taking a value (`--epochs 5`, `--epochs=5`); with an empty metavar, a flag that
+  // takes none (`--distributed`; Args::has tells whether it was given).
   ArgParser& option(const std::string& name, const std::string& metavar, const std::string& help);
   // Positional arguments, for the help text and the count check.
   ArgParser& positional(const std::string& metavar, const std::string& help, int min_count,

@@ -65,6 +65,7 @@ int cmd_eval(int argc, char** argv);
 int cmd_predict(int argc, char** argv);
 int cmd_summary(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_export(int argc, char** argv);
 
 // Parses with `parser`, printing help (returns true: the caller exits 0) when asked.
 bool parse_or_help(const ArgParser& parser, int argc, char** argv, Args& out);

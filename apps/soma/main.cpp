@@ -4,6 +4,7 @@
 //   soma predict mlp.soma shoe.png
 //   soma summary mlp.soma
 //   soma bench --workload mlp_train --threads 2 --batch 32
+//   soma export mlp.soma mlp.onnx
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -32,6 +33,7 @@ const Subcommand kSubcommands[] = {
     {"predict", cmd_predict, "top classes with probabilities for PNG images"},
     {"summary", cmd_summary, "the layer table of a model file"},
     {"bench", cmd_bench, "machine-readable benchmark lines (bench workload=... value=...)"},
+    {"export", cmd_export, "write a model file as ONNX (soma export MODEL OUT.onnx)"},
 };
 
 void print_help(std::FILE* f) {
@@ -85,6 +87,8 @@ int main(int argc, char** argv) {
     return kExitUsage;
   } catch (const std::exception& e) {
     std::cout.flush();
+    // One rank of a distributed run failing alone would leave the others waiting: end them all.
+    if (soma::dist::world_size() > 1) soma::dist::abort(who + ": " + e.what(), kExitFailure);
     std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
     return kExitFailure;
   }

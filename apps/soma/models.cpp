@@ -146,7 +146,7 @@ std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
   json doc;
   try {
     doc = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     throw Error(path + ": not valid JSON: " + e.what());
   }
   // Keras' model.get_config() form wraps the layer list in {"class_name", "config"}.

@@ -16,6 +16,7 @@ ArgParser train_parser() {
               "  soma train --model mlp --epochs 5 --batch-size 32 --seed 1 --out mlp.soma\n"
               "  soma train --model cnn --epochs 5 --out cnn.soma\n"
               "  soma train --config my_model.json --data idx:DIR --epochs 3\n"
+              "  mpirun -np 4 soma train --distributed --threads 1 --batch-size 256\n"
               "The last line printed is `test_loss=<x> test_accuracy=<y>`.");
   p.option("model", "NAME",
            "built-in model: mlp (Flatten, Dense 128 relu, Dense 128 relu, Dense 10), cnn (two\n"
@@ -36,7 +37,10 @@ ArgParser train_parser() {
       .option("csv", "PATH", "per-epoch metrics as CSV (default <out>.csv)")
       .option("validation-split", "F",
               "validate on this last fraction of the training data instead of the test set")
-      .option("verbose", "N", "0 silent, 1 progress bar (default), 2 one line per epoch");
+      .option("verbose", "N", "0 silent, 1 progress bar (default), 2 one line per epoch")
+      .option("distributed", "",
+              "data-parallel training over the processes of mpirun (docs/distributed.md):\n"
+              "--batch-size is the global batch, split among them; rank 0 prints and saves");
   return p;
 }
 
@@ -79,12 +83,15 @@ int cmd_train(int argc, char** argv) {
   const std::string csv = a.str("csv", out + ".csv");
   const double validation_split = a.opt_real("validation-split", 0.0, 0.99).value_or(0.0);
   const int verbose = static_cast<int>(a.integer("verbose", 1, 0, 2));
+  const bool distributed = a.has("distributed");
   if (!model_files_available())
     throw NotAvailable("cannot save the trained model: model files are not available yet in "
                        "this build (soma/model/serialization.hpp is missing)");
 
   if (threads) set_num_threads(static_cast<int>(*threads));
   set_seed(seed);
+  if (distributed) dist::init();
+  const bool main_rank = dist::is_main();  // the rank that prints and writes files
 
   Dataset d = load_dataset(data_spec);
   const Shape input_shape(d.x_train.shape().begin() + 1, d.x_train.shape().end());
@@ -94,11 +101,12 @@ int cmd_train(int argc, char** argv) {
   model->compile(make_optimizer(opt_name, lr),
                  nn::SparseCategoricalCrossentropy({.from_logits = true}),
                  {metrics::Accuracy()});
-  if (verbose > 0) model->summary();
+  if (verbose > 0 && main_rank) model->summary();
 
   nn::FitOptions fit{.epochs = epochs, .batch_size = batch_size};
   fit.verbose = verbose;
   fit.seed = seed;
+  fit.distributed = distributed;
   if (validation_split > 0.0)
     fit.validation_split = validation_split;
   else
@@ -109,6 +117,7 @@ int cmd_train(int argc, char** argv) {
   const nn::Logs logs =
       model->evaluate(d.x_test, d.y_test, {.batch_size = std::max<std::int64_t>(batch_size, 256),
                                            .verbose = 0});
+  if (!main_rank) return 0;
   save_model_file(*model, out);
   if (verbose > 0) {
     std::cout << "saved the model to " << out;

@@ -3,6 +3,7 @@
 // trainable Variables) and replays their gradient definitions backwards. Gradient definitions are
 // made of ops themselves, so an outer tape records the inner tape's backward pass: nested tapes
 // give higher derivatives.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -59,6 +60,14 @@ class GradientTape {
   };
   StopRecording stop_recording() { return StopRecording(*this); }
 
+  // Called inside gradient() for each source as soon as its gradient is final (no op left to
+  // replay uses the source), with the source's position and gradient (undefined, or zeros with
+  // UnconnectedGradients::Zero, when it has none): once per source and call, in the order the
+  // backward pass finishes them. Data-parallel training starts all-reducing early gradients here
+  // while the rest of the backward pass runs (dist/data_parallel.hpp). Empty: no hook.
+  using GradientReadyHook = std::function<void(std::size_t source_index, const Tensor& gradient)>;
+  void set_gradient_ready_hook(GradientReadyHook hook) { ready_hook_ = std::move(hook); }
+
   bool persistent() const { return options_.persistent; }
   std::size_t num_recorded() const { return nodes_.size(); }
   void reset();
@@ -76,12 +85,15 @@ class GradientTape {
     std::vector<std::uint64_t> input_versions;
   };
   bool is_watched(const Tensor& t) const;
+  void replay(std::size_t n, std::unordered_map<std::uint64_t, Tensor>& grads,
+              const std::unordered_map<std::uint64_t, bool>& relevant);
 
   TapeOptions options_;
   bool recording_ = true;
   bool used_ = false;
   std::unordered_set<std::uint64_t> watched_;  // watched ids and ids computed from them
   std::vector<Node> nodes_;
+  GradientReadyHook ready_hook_;
 };
 
 // The tapes currently active on this thread, innermost last.

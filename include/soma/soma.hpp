@@ -11,6 +11,10 @@
 #include "soma/tensor.hpp"
 #include "soma/threading.hpp"
 #include "soma/variable.hpp"
+#include "soma/random_state.hpp"
+#include "soma/runtime_checks.hpp"
+#include "soma/graph/function.hpp"
+#include "soma/graph/graph.hpp"
 
 #include "soma/nn/activation.hpp"
 #include "soma/nn/conv.hpp"
@@ -27,6 +31,9 @@
 #include "soma/data/augment.hpp"
 #include "soma/data/dataset.hpp"
 #include "soma/data/readers.hpp"
+#include "soma/dist/communicator.hpp"
+#include "soma/dist/data_parallel.hpp"
+#include "soma/dist/dist.hpp"
 #include "soma/image.hpp"
 
 #include "soma/model/callbacks.hpp"
@@ -37,3 +44,5 @@
 #include "soma/model/sequential.hpp"
 #include "soma/model/serialization.hpp"
 #include "soma/model/tensorboard.hpp"
+
+#include "soma/onnx.hpp"

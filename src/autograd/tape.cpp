@@ -99,8 +99,59 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   std::unordered_map<std::uint64_t, Tensor> grads;
   grads[target.id()] = output_gradient.defined() ? output_gradient : ones_like(target);
 
+  // For the ready hook: a source's gradient is final once the walk has replayed the earliest
+  // node that takes it as input (only such nodes add to it).
+  std::vector<std::vector<std::size_t>> ready_after;  // node -> sources final after it
+  std::vector<bool> reported;
+  auto final_gradient = [&](std::size_t i) {
+    auto it = grads.find(sources[i].id());
+    if (it != grads.end()) return it->second;
+    return unconnected == UnconnectedGradients::Zero ? zeros_like(sources[i]) : Tensor();
+  };
+  if (ready_hook_) {
+    ready_after.resize(nodes_.size());
+    reported.assign(sources.size(), false);
+    std::unordered_map<std::uint64_t, std::vector<std::size_t>> waiting;
+    for (std::size_t i = 0; i < sources.size(); ++i)
+      if (relevant.count(sources[i].id())) waiting[sources[i].id()].push_back(i);
+    for (std::size_t n = 0; n < nodes_.size() && !waiting.empty(); ++n) {
+      if (!node_relevant[n]) continue;
+      for (const auto& in : nodes_[n].inputs) {
+        auto it = waiting.find(in.id());
+        if (it == waiting.end()) continue;
+        ready_after[n].insert(ready_after[n].end(), it->second.begin(), it->second.end());
+        waiting.erase(it);
+      }
+    }
+  }
+  auto report_ready = [&](std::size_t n) {
+    if (!ready_hook_) return;
+    for (std::size_t i : ready_after[n]) {
+      reported[i] = true;
+      ready_hook_(i, final_gradient(i));
+    }
+  };
+
   for (std::size_t n = nodes_.size(); n-- > 0;) {
     if (!node_relevant[n]) continue;
+    replay(n, grads, relevant);
+    report_ready(n);
+  }
+  if (ready_hook_)
+    for (std::size_t i = 0; i < sources.size(); ++i)
+      if (!reported[i]) ready_hook_(i, final_gradient(i));
+
+  std::vector<Tensor> out;
+  out.reserve(sources.size());
+  for (std::size_t i = 0; i < sources.size(); ++i) out.push_back(final_gradient(i));
+  return out;
+}
+
+// Replays node n's gradient definition: adds its input gradients into `grads`.
+void GradientTape::replay(std::size_t n, std::unordered_map<std::uint64_t, Tensor>& grads,
+                          const std::unordered_map<std::uint64_t, bool>& relevant) {
+  const char* op = "GradientTape.gradient";
+  {
     const Node& node = nodes_[n];
     std::vector<Tensor> gouts(node.outputs.size());
     bool any = false;
@@ -111,7 +162,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
         any = true;
       }
     }
-    if (!any) continue;
+    if (!any) return;
     for (std::size_t i = 0; i < gouts.size(); ++i)
       if (!gouts[i].defined()) gouts[i] = zeros_like(node.outputs[i]);
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
@@ -131,16 +182,6 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       else it->second = add(it->second, gins[i]);
     }
   }
-
-  std::vector<Tensor> out;
-  out.reserve(sources.size());
-  for (const auto& s : sources) {
-    auto it = grads.find(s.id());
-    if (it != grads.end()) out.push_back(it->second);
-    else if (unconnected == UnconnectedGradients::Zero) out.push_back(zeros_like(s));
-    else out.emplace_back();
-  }
-  return out;
 }
 
 Tensor GradientTape::gradient(const Tensor& target, const Tensor& source,

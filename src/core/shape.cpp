@@ -1,6 +1,7 @@
 #include "soma/shape.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "soma/error.hpp"
@@ -8,8 +9,14 @@
 namespace soma {
 
 std::int64_t numel(const Shape& s) {
+  // An empty dimension makes the product 0 whatever the others are, and a product too large for
+  // int64 saturates instead of wrapping around to a small size (found by fuzzing: a file's shape
+  // [2^32, 2^32] must be refused as too large, not allocated as 0 bytes).
+  for (auto d : s)
+    if (d == 0) return 0;
   std::int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s)
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<std::int64_t>::max();
   return n;
 }
 
@@ -26,7 +33,9 @@ Strides contiguous_strides(const Shape& s) {
   std::int64_t acc = 1;
   for (std::size_t i = s.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= std::max<std::int64_t>(s[i], 1);
+    // Saturate: only a zero-size tensor can have extents this large, and its strides are unused.
+    if (__builtin_mul_overflow(acc, std::max<std::int64_t>(s[i], 1), &acc))
+      acc = std::numeric_limits<std::int64_t>::max();
   }
   return st;
 }

@@ -4,7 +4,9 @@
 #include <cstring>
 #include <new>
 
+#include "internal/cpu_allocator.hpp"
 #include "internal/dispatch.hpp"
+#include "internal/runtime_checks.hpp"
 #include "soma/ops.hpp"
 
 namespace soma {
@@ -17,18 +19,20 @@ std::uint64_t next_tensor_id() {
 std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, Device device) {
   if (!device.is_cpu())
     fail("allocate", "device ", device.str(), " is not available in this build");
+  detail::check_allocation(nbytes, device);  // larger than the machine: a clear error
   auto s = std::make_shared<Storage>();
-  // 64-byte alignment for vector loads; aligned_alloc needs a multiple of the alignment.
-  std::size_t padded = (std::max<std::size_t>(nbytes, 1) + 63) / 64 * 64;
-  s->data = std::aligned_alloc(64, padded);
-  if (!s->data)
+  // 64-byte aligned, from the caching allocator (internal/cpu_allocator.hpp).
+  try {
+    s->data = detail::cpu_allocate(nbytes);
+  } catch (const std::bad_alloc&) {
     fail("allocate", "out of memory: could not allocate ", nbytes, " bytes on ", device.str());
+  }
   s->nbytes = nbytes;
   s->device = device;
   return s;
 }
 
-Storage::~Storage() { std::free(data); }
+Storage::~Storage() { detail::cpu_free(data, nbytes); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (auto d : shape)
@@ -80,11 +84,21 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+// A tensor with elements but no memory is a symbolic graph tensor (graph mode): its values
+// exist only when a Session runs the graph.
+static void check_has_data(const Tensor& t, const char* what) {
+  if (t.storage() && t.storage()->data == nullptr && t.numel() > 0)
+    fail(what, "tensor of shape ", shape_str(t.shape()),
+         " has no data: it is a symbolic graph tensor; fetch it with Session::run");
+}
+
 void* Tensor::raw_data() const {
+  check_has_data(*this, "raw_data");
   return static_cast<char*>(impl().storage->data) + impl().offset * std::int64_t(dtype_size(dtype()));
 }
 
 void Tensor::check_dtype(DType want, const char* what) const {
+  check_has_data(*this, what);
   if (dtype() != want)
     fail(what, "tensor has dtype ", dtype_name(dtype()), " but ", dtype_name(want),
          " was requested");
@@ -107,6 +121,7 @@ template <class T>
 T read_converted(const Tensor& t, std::int64_t storage_offset) {
   if (!t.device().is_cpu())
     fail("read", "tensor is on ", t.device().str(), "; copy it to the CPU first with to(Device::cpu())");
+  check_has_data(t, "read");
   return detail::dispatch_dtype(t.dtype(), [&]<class S>() {
     return detail::convert<T>(static_cast<const S*>(t.storage()->data)[storage_offset]);
   });

@@ -9,6 +9,7 @@
 
 #include "soma/error.hpp"
 #include "soma/model/model.hpp"
+#include "soma/model/serialization.hpp"
 
 namespace soma::callbacks {
 
@@ -156,7 +157,8 @@ void ModelCheckpoint::on_epoch_end(int epoch, Logs& logs) {
     std::cout << "\nEpoch " << epoch + 1 << ": saving model to " << path << "\n";
   }
   if (o_.save_weights_only) model().save_weights(path);
-  else model().save(path);  // whole model: architecture, weights, optimiser state
+  else  // whole model, optimiser state, epoch and RNG state: load_checkpoint resumes exactly
+    save_checkpoint(model(), path, {.epoch = epoch + 1, .rng = get_rng_state()});
   saved_.push_back(path);
 }
 

@@ -9,8 +9,12 @@
 
 #include "soma/autograd.hpp"
 #include "soma/data/dataset.hpp"
+#include "soma/dist/data_parallel.hpp"
+#include "soma/dist/dist.hpp"
+#include "soma/graph/function.hpp"
 #include "soma/metrics.hpp"
 #include "soma/model/progress.hpp"
+#include "soma/model/tensorboard.hpp"
 #include "model/summary_table.hpp"
 #include "soma/model/weights.hpp"
 #include "soma/ops.hpp"
@@ -130,6 +134,21 @@ struct Model::Compiled {
   // Adds one batch to the trackers and metrics (no tape).
   void track(double batch_size, const Tensor& total, const std::vector<Tensor>& per_output,
              const std::vector<Tensor>& y, const std::vector<Tensor>& pred);
+
+  // Set while a distributed fit() runs (FitOptions::distributed).
+  struct Distributed {
+    dist::CommunicatorRef comm;
+    std::int64_t bucket_bytes = 0;
+    std::unique_ptr<dist::GradientReducer> reducer;
+    std::vector<std::uint64_t> reducer_vars;  // ids of the variables the reducer was built for
+    bool weights_synced = false;
+    double weight = 1.0;     // this rank's share of the current global batch
+    std::uint64_t seed = 0;  // the shuffling seed, the same on every rank
+  };
+  std::shared_ptr<Distributed> dist;
+  // compile(..., {.jit = true}): the traced training step (see train_step).
+  bool jit = false;
+  std::shared_ptr<Function> traced;
 };
 
 void Model::compile(optim::OptimizerRef optimizer, LossRef loss,
@@ -166,6 +185,7 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
   auto c = std::make_shared<Compiled>();
   c->losses = std::move(losses);
   c->loss_weights = std::move(options.loss_weights);
+  c->jit = options.jit;
   c->metrics = std::move(metrics);
   compiled_ = std::move(c);
   optimizer_ = std::move(optimizer);
@@ -231,11 +251,11 @@ void Model::reset_metrics() {
     for (auto& m : list) m->reset_state();
 }
 
-Logs Model::collect_logs() const {
+Logs Model::collect_logs(bool across_ranks) const {
   Logs logs;
   const auto& c = *compiled_;
-  if (c.count > 0) {
-    logs["loss"] = c.loss_sum / c.count;
+  if (c.count > 0 || c.dist) {  // distributed: every rank must send the same keys
+    logs["loss"] = c.count > 0 ? c.loss_sum / c.count : 0.0;
     if (c.n_outputs > 1)
       for (std::size_t i = 0; i < c.n_outputs; ++i)
         logs[c.output_names[i] + "_loss"] = c.output_loss_sum[i] / c.count;
@@ -243,6 +263,8 @@ Logs Model::collect_logs() const {
   for (std::size_t i = 0; i < c.metrics.size() && i < c.metric_names.size(); ++i)
     for (std::size_t k = 0; k < c.metrics[i].size(); ++k)
       logs[c.metric_names[i][k]] = c.metrics[i][k]->result();
+  // Each rank's logs weigh by its number of samples: the mean over all ranks' samples.
+  if (across_ranks && c.dist) logs = dist::average_over_ranks(*c.dist->comm, logs, c.count);
   return logs;
 }
 
@@ -290,6 +312,45 @@ void Model::Compiled::track(double bs, const Tensor& total, const std::vector<Te
 Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
                        const Tensor& sw) {
   auto& c = *compiled_;
+  if (c.dist && !c.dist->weights_synced) sync_distributed_weights(x);
+  // jit: once a first eager step has built the layers, forward pass, loss and gradients run as
+  // a graph traced per batch shape; the optimiser and the trackers run eagerly as below.
+  if (c.jit && !c.dist && c.n_outputs > 0) {
+    std::vector<Variable> vars = trainable_parameters();
+    const std::size_t nx = x.size(), ny = y.size(), nv = vars.size(), no = c.n_outputs;
+    if (!c.traced)
+      c.traced = std::make_shared<Function>(function([this, &c, vars, nx, ny](const std::vector<Tensor>& in) {
+        std::vector<Tensor> xs(in.begin(), in.begin() + std::ptrdiff_t(nx));
+        std::vector<Tensor> ys(in.begin() + std::ptrdiff_t(nx), in.begin() + std::ptrdiff_t(nx + ny));
+        Tensor w = in.size() > nx + ny ? in.back() : Tensor();
+        GradientTape tape;
+        std::vector<Tensor> p = call(xs), per;
+        Tensor t = c.loss(ys, p, w, per);
+        for (auto& r : regularization_losses()) t = t + r.cast(t.dtype());
+        std::vector<Tensor> out{t};
+        if (per.size() != p.size()) per.assign(p.size(), Tensor());
+        out.insert(out.end(), per.begin(), per.end());
+        out.insert(out.end(), p.begin(), p.end());
+        for (auto& g : tape.gradient(t, vars)) out.push_back(g);
+        return out;
+      }));
+    std::vector<Tensor> in = x;
+    in.insert(in.end(), y.begin(), y.end());
+    if (sw.defined()) in.push_back(sw);
+    std::vector<Tensor> out = (*c.traced)(in);
+    std::vector<Tensor> per(out.begin() + 1, out.begin() + 1 + std::ptrdiff_t(no));
+    std::vector<Tensor> pred(out.begin() + 1 + std::ptrdiff_t(no), out.begin() + 1 + std::ptrdiff_t(2 * no));
+    std::vector<Variable> used_vars;
+    std::vector<Tensor> used_grads;
+    for (std::size_t i = 0; i < nv; ++i)
+      if (out[1 + 2 * no + i].defined()) {
+        used_vars.push_back(vars[i]);
+        used_grads.push_back(out[1 + 2 * no + i]);
+      }
+    if (!used_vars.empty()) optimizer_->apply_gradients(used_grads, used_vars);
+    c.track(double(batch_of(x)), out[0], per, y, pred);
+    return {};
+  }
   GradientTape tape;
   std::vector<Tensor> pred = call(x);
   c.settle(pred.size(), outputs_);
@@ -297,7 +358,13 @@ Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& 
   Tensor total = c.loss(y, pred, sw, per_output);
   for (auto& r : regularization_losses()) total = total + r.cast(total.dtype());
   std::vector<Variable> vars = trainable_parameters();
+  dist::GradientReducer* reducer = c.dist ? distributed_reducer(vars) : nullptr;
+  if (reducer) {  // all-reduce buckets of gradients as the backward pass finishes them
+    reducer->begin_step(c.dist->weight);
+    tape.set_gradient_ready_hook(reducer->hook());
+  }
   std::vector<Tensor> grads = tape.gradient(total, vars);
+  if (reducer) grads = reducer->finish_step();
   std::vector<Variable> used_vars;
   std::vector<Tensor> used_grads;
   for (std::size_t i = 0; i < vars.size(); ++i)
@@ -400,11 +467,101 @@ struct ModeGuard {
 };
 
 std::ostream& out_stream(std::ostream* os) { return os ? *os : std::cout; }
+
+// Distributed fit: ranks other than 0 leave out the callbacks that write files.
+std::vector<callbacks::CallbackRef> callbacks_for_rank(
+    const std::vector<callbacks::CallbackRef>& cbs, bool distributed) {
+  if (!distributed || dist::is_main()) return cbs;
+  std::vector<callbacks::CallbackRef> out;
+  for (auto& cb : cbs) {
+    callbacks::Callback* p = cb.get();
+    if (dynamic_cast<callbacks::ModelCheckpoint*>(p) || dynamic_cast<callbacks::CSVLogger*>(p) ||
+        dynamic_cast<callbacks::TensorBoard*>(p))
+      continue;
+    out.push_back(cb);
+  }
+  return out;
+}
+
+// Distributed fit: the ranks must cut the same global batches out of the same data, or they
+// would train on a mix without noticing. Compares a checksum of the first global batch (every
+// rank gets the same verdict, so all throw together).
+void check_same_batch(const std::vector<Tensor>& global_x) {
+  double sum = 0.0;
+  for (const Tensor& t : global_x) sum += soma::sum(t.cast(DType::f64)).item<double>();
+  Tensor v = Tensor::empty({2}, DType::f64);
+  v.data<double>()[0] = sum;
+  v.data<double>()[1] = -sum;
+  dist::world().allreduce(v, dist::ReduceOp::Max);
+  const double hi = v.data<double>()[0], lo = -v.data<double>()[1];
+  if (hi > lo && hi - lo > 1e-9 * std::max(1.0, std::fabs(hi)))
+    fail("fit", "the ranks see different first batches (input checksums from ", lo, " to ", hi,
+         "): every rank must load the same data and shuffle it with the same seed (give "
+         "shuffle() a seed, or call set_seed with the same value on every rank)");
+}
+
+// Ends the distributed part of fit() also when it throws.
+template <class F>
+struct ScopeExit {
+  F f;
+  ~ScopeExit() { f(); }
+};
+template <class F>
+ScopeExit(F) -> ScopeExit<F>;
 bool terminal_flag(std::ostream* os, std::optional<bool> flag) {
   if (flag) return *flag;
   return os == nullptr && callbacks::stdout_is_terminal();
 }
 }  // namespace
+
+// ---- distributed fit ----------------------------------------------------------------------
+void Model::begin_distributed(const FitOptions& o) {
+  if (o.distributed_bucket_bytes < 0)
+    fail("fit", "distributed_bucket_bytes must be >= 0, got ", o.distributed_bucket_bytes);
+  dist::init();  // no-op when the program called it
+  auto d = std::make_shared<Compiled::Distributed>();
+  d->comm = dist::world_ref();
+  d->bucket_bytes = o.distributed_bucket_bytes;
+  // Every rank must draw the same batches: rank 0's seed decides.
+  Tensor seed = Tensor::empty({1}, DType::i64);
+  seed.data<std::int64_t>()[0] =
+      o.seed ? std::int64_t(*o.seed)
+             : std::int64_t(random_uniform({1}, 0.0, 1e15, DType::f64).item<double>());
+  d->comm->broadcast(seed, 0);
+  d->seed = std::uint64_t(seed.data<std::int64_t>()[0]);
+  compiled_->dist = std::move(d);
+}
+
+void Model::end_distributed() {
+  if (compiled_) compiled_->dist.reset();
+}
+
+// Rank 0's weights (and non-trainable state) go to every rank before the first step; lazily built
+// layers get their weights from a first call on one sample.
+void Model::sync_distributed_weights(const std::vector<Tensor>& x) {
+  auto& d = *compiled_->dist;
+  if (!built()) {
+    ModeGuard mode(*this, false);
+    NoGradScope no_grad;
+    call(rows(x, 0, std::min<std::int64_t>(1, x.at(0).shape()[0])));
+  }
+  std::vector<Tensor> values;
+  for (auto& [n, v] : named_parameters(true)) values.push_back(v.value());
+  dist::broadcast_parameters(*d.comm, values, 0);
+  d.weights_synced = true;
+}
+
+dist::GradientReducer* Model::distributed_reducer(const std::vector<Variable>& vars) {
+  auto& d = *compiled_->dist;
+  std::vector<std::uint64_t> ids;
+  for (auto& v : vars) ids.push_back(v.value().id());
+  if (!d.reducer || ids != d.reducer_vars) {
+    d.reducer = std::make_unique<dist::GradientReducer>(
+        d.comm, vars, dist::ReducerOptions{.bucket_bytes = d.bucket_bytes});
+    d.reducer_vars = std::move(ids);
+  }
+  return d.reducer.get();
+}
 
 // ---- fit ------------------------------------------------------------------------------------
 History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
@@ -449,8 +606,12 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
   const std::int64_t steps = (n + bs - 1) / bs;
   const std::int64_t val_bs = o.validation_batch_size > 0 ? o.validation_batch_size : bs;
 
-  callbacks::CallbackList user(o.callbacks), all(o.callbacks);
-  if (o.verbose > 0)
+  if (o.distributed) begin_distributed(o);
+  ScopeExit end_dist{[&] { if (o.distributed) end_distributed(); }};
+  const int n_ranks = o.distributed ? dist::world_size() : 1;
+  const std::vector<callbacks::CallbackRef> cbs = callbacks_for_rank(o.callbacks, o.distributed);
+  callbacks::CallbackList user(cbs), all(cbs);
+  if (o.verbose > 0 && (!o.distributed || dist::is_main()))
     all.add(std::make_shared<callbacks::ProgbarLogger>(out_stream(o.output),
                                                        terminal_flag(o.output, o.is_terminal),
                                                        o.verbose));
@@ -471,10 +632,22 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
     if (o.shuffle) {
       std::optional<std::uint64_t> seed;
       if (o.seed) seed = *o.seed + 0x9E3779B97F4A7C15ull * std::uint64_t(epoch + 1);
+      if (o.distributed)
+        seed = compiled_->dist->seed + 0x9E3779B97F4A7C15ull * std::uint64_t(epoch + 1);
       perm = random_shuffle(arange(double(n), DType::i64), seed);
     }
     for (std::int64_t step = 0; step < steps; ++step) {
-      const std::int64_t start = step * bs, stop = std::min(n, start + bs);
+      std::int64_t start = step * bs, stop = std::min(n, start + bs);
+      if (o.distributed) {  // this rank's rows of the global batch
+        if (stop - start < n_ranks) break;  // a last batch too small to share out is skipped
+        if (epoch == o.initial_epoch && step == 0)
+          check_same_batch(o.shuffle ? gather_rows(x, perm.slice(0, start, stop))
+                                     : rows(x, start, stop));
+        const auto [lo, hi] = dist::shard_range(stop - start, dist::rank(), n_ranks);
+        compiled_->dist->weight = double(hi - lo) / double(stop - start);
+        stop = start + hi;
+        start += lo;
+      }
       std::vector<Tensor> xb, yb;
       Tensor swb;
       if (o.shuffle) {
@@ -490,11 +663,11 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
       Logs batch_logs;
       all.on_train_batch_begin(step, batch_logs);
       train_step(xb, yb, swb);
-      batch_logs = collect_logs();
+      batch_logs = collect_logs(true);
       all.on_train_batch_end(step, batch_logs);
       if (stop_training) break;
     }
-    epoch_logs = collect_logs();
+    epoch_logs = collect_logs(true);
     if (!xv.empty()) {
       Logs val = evaluate_impl(xv, yv, Tensor(), val_bs, user, true);
       for (auto& [k, v] : val) epoch_logs["val_" + k] = v;
@@ -547,8 +720,11 @@ History Model::fit(const data::Dataset& train_data, const FitOptions& o) {
   // The progress bar's target: 0 when the dataset cannot tell its length.
   const std::int64_t steps = o.steps_per_epoch > 0 ? o.steps_per_epoch : std::max<std::int64_t>(card, 0);
 
-  callbacks::CallbackList user(o.callbacks), all(o.callbacks);
-  if (o.verbose > 0)
+  if (o.distributed) begin_distributed(o);
+  ScopeExit end_dist{[&] { if (o.distributed) end_distributed(); }};
+  const std::vector<callbacks::CallbackRef> cbs = callbacks_for_rank(o.callbacks, o.distributed);
+  callbacks::CallbackList user(cbs), all(cbs);
+  if (o.verbose > 0 && (!o.distributed || dist::is_main()))
     all.add(std::make_shared<callbacks::ProgbarLogger>(out_stream(o.output),
                                                        terminal_flag(o.output, o.is_terminal),
                                                        o.verbose));
@@ -578,15 +754,25 @@ History Model::fit(const data::Dataset& train_data, const FitOptions& o) {
       Tensor swb;
       split_element("fit", *e, xb, yb, swb);
       swb = sample_weights(o.class_weight, swb, yb, xb[0].shape()[0]);
+      if (o.distributed) {  // each element is a global batch: this rank takes its rows
+        const std::int64_t nb = xb[0].shape()[0];
+        if (nb < dist::world_size()) continue;  // too small to share out: skipped by every rank
+        if (epoch == o.initial_epoch && step == 0) check_same_batch(xb);
+        const auto [lo, hi] = dist::shard_range(nb, dist::rank(), dist::world_size());
+        compiled_->dist->weight = double(hi - lo) / double(nb);
+        xb = rows(xb, lo, hi);
+        yb = rows(yb, lo, hi);
+        if (swb.defined()) swb = swb.slice(0, lo, hi);
+      }
       Logs batch_logs;
       all.on_train_batch_begin(step, batch_logs);
       train_step(xb, yb, swb);
-      batch_logs = collect_logs();
+      batch_logs = collect_logs(true);
       all.on_train_batch_end(step, batch_logs);
       if (stop_training) break;
     }
     if (o.steps_per_epoch == 0) it.reset();  // stops prefetch threads before validation
-    epoch_logs = collect_logs();
+    epoch_logs = collect_logs(true);
     if (o.validation_data) {
       const ValidationData& vd = *o.validation_data;
       Logs val;
@@ -624,13 +810,20 @@ Logs Model::evaluate_dataset_impl(const data::Dataset& data, callbacks::Callback
     Tensor swb;
     split_element("evaluate", *e, xb, yb, swb);
     if (swb.defined()) swb = sample_weights({}, swb, yb, xb[0].shape()[0]);
+    if (compiled_->dist) {  // distributed validation: this rank's rows of every batch
+      const auto [lo, hi] =
+          dist::shard_range(xb[0].shape()[0], dist::rank(), dist::world_size());
+      xb = rows(xb, lo, hi);
+      yb = rows(yb, lo, hi);
+      if (swb.defined()) swb = swb.slice(0, lo, hi);
+    }
     Logs batch_logs;
     cbs.on_test_batch_begin(step, batch_logs);
-    test_step(xb, yb, swb);
+    if (xb[0].shape()[0] > 0) test_step(xb, yb, swb);
     batch_logs = collect_logs();
     cbs.on_test_batch_end(step, batch_logs);
   }
-  logs = collect_logs();
+  logs = collect_logs(true);
   cbs.on_test_end(logs);
   return logs;
 }
@@ -651,10 +844,18 @@ Logs Model::evaluate(const data::Dataset& data, const EvaluateOptions& o) {
 }
 
 // ---- evaluate / predict ---------------------------------------------------------------------
-Logs Model::evaluate_impl(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
-                          const Tensor& sw, std::int64_t bs, callbacks::CallbackList& cbs,
+Logs Model::evaluate_impl(const std::vector<Tensor>& x_all, const std::vector<Tensor>& y_all,
+                          const Tensor& sw_all, std::int64_t bs, callbacks::CallbackList& cbs,
                           bool is_validation) {
   (void)is_validation;
+  std::vector<Tensor> x = x_all, y = y_all;
+  Tensor sw = sw_all;
+  if (compiled_->dist) {  // distributed validation: each rank its share, collect_logs averages
+    const auto [lo, hi] = dist::shard_range(x[0].shape()[0], dist::rank(), dist::world_size());
+    x = rows(x_all, lo, hi);
+    y = rows(y_all, lo, hi);
+    if (sw.defined()) sw = sw_all.slice(0, lo, hi);
+  }
   const std::int64_t n = x[0].shape()[0];
   const std::int64_t steps = (n + bs - 1) / bs;
   reset_metrics();
@@ -670,7 +871,7 @@ Logs Model::evaluate_impl(const std::vector<Tensor>& x, const std::vector<Tensor
     batch_logs = collect_logs();
     cbs.on_test_batch_end(step, batch_logs);
   }
-  logs = collect_logs();
+  logs = collect_logs(true);
   cbs.on_test_end(logs);
   return logs;
 }

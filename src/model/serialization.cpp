@@ -15,8 +15,11 @@
 #include <set>
 #include <sstream>
 
+#include "model/checkpoint_internal.hpp"
+#include "model/serialization_internal.hpp"
 #include "soma/error.hpp"
 #include "soma/metrics.hpp"
+#include "soma/model/merge.hpp"
 #include "soma/model/sequential.hpp"
 #include "soma/model/weights.hpp"
 #include "soma/nn/conv.hpp"
@@ -401,6 +404,14 @@ std::map<std::string, LayerCodec> builtin_codecs() {
               }};
   r["Sequential"] = {[](const nn::Module& m) { return sequential_config(as<nn::Sequential>(m)); },
                      [](const json& c) -> nn::ModuleRef { return nn::ModuleRef(sequential_from(c)); }};
+  // Merge layers (functional models).
+  r["Add"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Add(); }};
+  r["Multiply"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Multiply(); }};
+  r["Average"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Average(); }};
+  r["Concatenate"] = {[](const nn::Module& m) { return json{{"axis", as<nn::Concatenate>(m).axis()}}; },
+                      [](const json& c) -> nn::ModuleRef { return nn::Concatenate(c.value("axis", std::int64_t(-1))); }};
+  r["Functional"] = {[](const nn::Module& m) { return internal::functional_config(as<nn::Model>(m)); },
+                     [](const json& c) -> nn::ModuleRef { return nn::ModuleRef(internal::functional_from(c)); }};
   return r;
 }
 
@@ -467,9 +478,11 @@ std::shared_ptr<nn::Sequential> sequential_from(const json& cfg) {
 template <class O>
 json common_opt(const O& o, const optim::Optimizer& optimizer) {
   json j;
-  // A schedule is stored as its current value: schedules have no config yet (model-format.md).
-  j["learning_rate"] = optimizer.learning_rate();
-  if (o.learning_rate.is_schedule()) j["learning_rate_was_schedule"] = true;
+  // The optimiser's own rate (set_schedule / set_learning_rate may have replaced the options'):
+  // a schedule as its config (it follows the saved "iterations"), else the constant.
+  const optim::LearningRate& lr = optimizer.common_options().learning_rate;
+  if (lr.is_schedule()) j["learning_rate"] = internal::schedule_json(*lr.schedule());
+  else j["learning_rate"] = optimizer.learning_rate();
   j["weight_decay"] = o.weight_decay;
   j["clipnorm"] = opt(o.clipnorm);
   j["clipvalue"] = opt(o.clipvalue);
@@ -478,7 +491,10 @@ json common_opt(const O& o, const optim::Optimizer& optimizer) {
 }
 template <class O>
 void common_from(O& o, const json& c) {
-  o.learning_rate = c.at("learning_rate").get<double>();
+  // Version 1 stored a schedule as its value at save time (with "learning_rate_was_schedule").
+  const json& lr = c.at("learning_rate");
+  if (lr.is_object()) o.learning_rate = internal::schedule_from_json(lr);
+  else o.learning_rate = lr.get<double>();
   o.weight_decay = c.at("weight_decay").get<double>();
   o.clipnorm = opt_from<double>(c, "clipnorm");
   o.clipvalue = opt_from<double>(c, "clipvalue");
@@ -654,6 +670,9 @@ nn::LossRef loss_from_json(const json& j) {
 // ---- weights grouped by layer ---------------------------------------------------------------
 // The model's state_dict keys are "<child key>.<param>"; files key them by the child's layer
 // *name* instead, so that weights move between models whose layers sit at other positions.
+// A subclassed model's layers go by the name they were registered under (their attribute, as
+// Keras 3's weight paths): auto-generated layer names ("dense_3") differ between two instances
+// of one class in a process, registration names do not.
 struct LayerWeights {
   std::string layer;  // layer name ("(model)" for the model's own weights)
   std::string key;    // registration key in the model ("0", "1", ...)
@@ -661,16 +680,21 @@ struct LayerWeights {
 };
 constexpr const char* kOwnWeights = "(model)";
 
-std::vector<LayerWeights> group_by_layer(const nn::Model& model, const char* who) {
+bool keyed_by_registration(const nn::Model& model) {
+  return dynamic_cast<const nn::Sequential*>(&model) == nullptr && model.inputs().empty();
+}
+
+std::vector<LayerWeights> group_layers(const nn::Model& model, const char* who, bool by_registration) {
   std::vector<LayerWeights> out;
   std::map<std::string, std::size_t> by_key;
   std::set<std::string> names;
   for (auto& [key, child] : model.named_children()) {
-    if (!names.insert(child->name()).second)
-      fail(who, "model '", model.name(), "' has two layers named '", child->name(),
+    const std::string id = by_registration ? key : child->name();
+    if (!names.insert(id).second)
+      fail(who, "model '", model.name(), "' has two layers named '", id,
            "'; weights are matched by layer name, so names must be unique");
     by_key[key] = out.size();
-    out.push_back({child->name(), key, {}});
+    out.push_back({id, key, {}});
   }
   LayerWeights own{kOwnWeights, "", {}};
   for (auto& [k, t] : model.state_dict()) {
@@ -684,6 +708,10 @@ std::vector<LayerWeights> group_by_layer(const nn::Model& model, const char* who
     if (!l.params.empty()) kept.push_back(std::move(l));
   if (!own.params.empty()) kept.push_back(std::move(own));
   return kept;
+}
+
+std::vector<LayerWeights> group_by_layer(const nn::Model& model, const char* who) {
+  return group_layers(model, who, keyed_by_registration(model));
 }
 
 json weights_index(const std::vector<LayerWeights>& groups, std::map<std::string, Tensor>& tensors) {
@@ -707,14 +735,11 @@ json parse_header(const FileContents& f, const std::string& path, const char* wh
   }
 }
 
-// Matches the file's weights to the model's layers by name; throws naming every missing,
-// unexpected or mismatched weight.
-void assign_weights(nn::Model& model, const json& index, const std::map<std::string, Tensor>& tensors,
-                    const std::string& path, const char* who) {
-  if (!model.built())
-    fail(who, "model '", model.name(), "' is not built; give it an Input or call it once before loading '",
-         path, "'");
-  auto groups = group_by_layer(model, who);
+// Matches the file's weights to the layers in `groups` by name: the state to load, or in
+// `problems` every missing, unexpected or mismatched weight.
+std::map<std::string, Tensor> match_weights(const std::vector<LayerWeights>& groups, const json& index,
+                                            const std::map<std::string, Tensor>& tensors, const std::string& path,
+                                            const char* who, std::string& problems) {
   std::map<std::string, const LayerWeights*> want;
   for (auto& g : groups) want[g.layer] = &g;
   std::vector<std::string> missing, unexpected, mismatched;
@@ -763,8 +788,33 @@ void assign_weights(nn::Model& model, const json& index, const std::map<std::str
     list("layers missing from the file", missing);
     list("layers in the file but not in the model", unexpected);
     list("mismatched weights", mismatched);
-    fail(who, "'", path, "' does not match model '", model.name(), "'", os.str());
+    problems = os.str();
   }
+  return state;
+}
+
+// Loads the file's weights into the model, matched by layer name; throws naming every missing,
+// unexpected or mismatched weight.
+void assign_weights(nn::Model& model, const json& index, const std::map<std::string, Tensor>& tensors,
+                    const std::string& path, const char* who) {
+  if (!model.built())
+    fail(who, "model '", model.name(), "' is not built; give it an Input or call it once before loading '",
+         path, "'");
+  std::string problems;
+  auto state = match_weights(group_by_layer(model, who), index, tensors, path, who, problems);
+  if (!problems.empty() && keyed_by_registration(model)) {
+    // Version 1 named a subclassed model's layers by layer name: accept that when it fits.
+    try {
+      std::string by_name_problems;
+      auto by_name = match_weights(group_layers(model, who, false), index, tensors, path, who, by_name_problems);
+      if (by_name_problems.empty()) {
+        state = std::move(by_name);
+        problems.clear();
+      }
+    } catch (const Error&) {  // duplicate layer names: no by-name reading exists
+    }
+  }
+  if (!problems.empty()) fail(who, "'", path, "' does not match model '", model.name(), "'", problems);
   model.load_state_dict(state);
 }
 
@@ -907,8 +957,9 @@ FileContents read_file(const std::string& path) {
   const auto kind = h.get<std::uint32_t>("kind");
   const auto payload_size = h.get<std::uint64_t>("size");
   const auto crc = h.get<std::uint32_t>("crc");
-  if (version != kFormatVersion)
-    fail(who, "'", path, "' has format version ", version, "; this soma reads version ", kFormatVersion);
+  if (version < kOldestFormatVersion || version > kFormatVersion)
+    fail(who, "'", path, "' has format version ", version, "; this soma reads versions ", kOldestFormatVersion,
+         " to ", kFormatVersion);
   if (kind != kKindModel && kind != kKindWeights) fail(who, "'", path, "' is corrupt: unknown kind ", kind);
   const std::uint64_t have = std::uint64_t(size) - kHeaderSize;
   if (payload_size > have)
@@ -983,38 +1034,103 @@ std::map<std::string, Tensor> read_state_dict(const std::string& path) {
 }
 
 // ---- public: configs ------------------------------------------------------------------------
+namespace {
+// Config text from a caller (a file, the CLI, a fuzzer): malformed JSON, a missing key or a value
+// of the wrong type is a soma::Error, never a json exception escaping the API.
+template <class F>
+auto from_text(const char* who, const std::string& text, F decode) {
+  try {
+    return decode(json::parse(text));
+  } catch (const json::exception& e) {
+    fail(who, "malformed config (", e.what(), ")");
+  }
+}
+}  // namespace
+
+json internal::encode_layer(const nn::Module& layer) { return layer_json(layer); }
+nn::ModuleRef internal::decode_layer(const json& j) { return layer_from_json(j); }
+Shape internal::shape_from_json(const json& j) { return shape_from(j); }
+
 std::string layer_config(const nn::Module& layer) { return layer_json(layer).dump(); }
-nn::ModuleRef layer_from_config(const std::string& text) { return layer_from_json(json::parse(text)); }
+nn::ModuleRef layer_from_config(const std::string& text) {
+  return from_text("layer_from_config", text, layer_from_json);
+}
 std::string optimizer_config(const optim::Optimizer& o) { return optimizer_json(o).dump(); }
 optim::OptimizerRef optimizer_from_config(const std::string& text) {
-  return optimizer_from_json(json::parse(text));
+  return from_text("optimizer_from_config", text, optimizer_from_json);
 }
 std::string loss_config(const nn::Loss& l) { return loss_json(l).dump(); }
-nn::LossRef loss_from_config(const std::string& text) { return loss_from_json(json::parse(text)); }
+nn::LossRef loss_from_config(const std::string& text) {
+  return from_text("loss_from_config", text, loss_from_json);
+}
 
 namespace {
+std::optional<LayerCodec> registered(const std::string& class_name) {
+  std::lock_guard lock(registry_mutex());
+  auto it = registry().find(class_name);
+  if (it == registry().end()) return std::nullopt;
+  return it->second;
+}
+
 json model_json(const nn::Model& model) {
-  auto* seq = dynamic_cast<const nn::Sequential*>(&model);
-  if (!seq)
-    fail("save", "model '", model.name(), "' is a ", model.type_name(),
-         " model; only Sequential models can be saved whole for now (use save_weights for the "
-         "weights and rebuild the model in code)");
-  json cfg = sequential_config(*seq);
-  cfg["name"] = model.name();
-  return json{{"class_name", "Sequential"}, {"config", cfg}};
+  const std::string type = model.type_name();
+  if (auto* seq = dynamic_cast<const nn::Sequential*>(&model); seq && type == "Sequential") {
+    json cfg = sequential_config(*seq);
+    cfg["name"] = model.name();
+    return json{{"class_name", "Sequential"}, {"config", cfg}};
+  }
+  if (!model.inputs().empty() && type == "Functional")
+    return json{{"class_name", "Functional"}, {"config", internal::functional_config(model)}};
+  // A subclassed model: its architecture is code, which only a registered factory can rebuild.
+  if (type == "Sequential" || type == "Functional" || !registered(type)) {
+    const bool plain = type == "Model";
+    fail("save", "model '", model.name(), "' is a subclassed model (type '", type,
+         "'): its architecture is C++ code, which a model file cannot hold. Use save_weights() and "
+         "rebuild the model in code before load_weights(), or ",
+         plain ? "override type_name() and " : "", "register a factory with serialization::register_model(\"",
+         plain ? "<YourType>" : type, "\", to_config, from_config)");
+  }
+  return layer_json(model);
 }
 std::shared_ptr<nn::Model> model_from_json(const json& j) {
   const std::string cls = j.at("class_name").get<std::string>();
-  if (cls != "Sequential") fail("load_model", "model class '", cls, "' cannot be rebuilt (Sequential only)");
-  auto s = sequential_from(j.at("config"));
-  if (j.at("config").contains("name")) s->set_name(j.at("config").at("name").get<std::string>());
-  return s;
+  const json& cfg = j.at("config");
+  if (cls == "Sequential") {
+    auto s = sequential_from(cfg);
+    if (cfg.contains("name")) s->set_name(cfg.at("name").get<std::string>());
+    return s;
+  }
+  if (cls == "Functional") return internal::functional_from(cfg);
+  if (!registered(cls))
+    fail("load_model", "model class '", cls, "' is neither built in (Sequential, Functional) nor registered; "
+         "call serialization::register_model(\"", cls, "\", ...) before load_model");
+  auto model = std::dynamic_pointer_cast<nn::Model>(layer_from_json(j).ptr());
+  if (!model) fail("load_model", "the factory registered for '", cls, "' did not build an nn::Model");
+  if (!model->built())
+    fail("load_model", "the factory registered for model class '", cls,
+         "' returned an unbuilt model; build it in from_config (run it once on a sample batch) so that "
+         "the saved weights can be assigned");
+  if (!cfg.value("trainable", true)) model->set_trainable(false);
+  return model;
 }
 }  // namespace
 
 std::string model_config(const nn::Model& model) { return model_json(model).dump(); }
 std::shared_ptr<nn::Model> model_from_config(const std::string& text) {
-  return model_from_json(json::parse(text));
+  return from_text("model_from_config", text, model_from_json);
+}
+
+void register_model(const std::string& class_name, std::function<std::string(const nn::Model&)> to_config,
+                    std::function<std::shared_ptr<nn::Model>(const std::string&)> from_config) {
+  register_layer(
+      class_name,
+      [to = std::move(to_config), class_name](const nn::Module& m) {
+        auto* model = dynamic_cast<const nn::Model*>(&m);
+        if (!model)
+          fail("save", "'", class_name, "' is registered as a model, but layer '", m.name(), "' is not an nn::Model");
+        return to(*model);
+      },
+      [from = std::move(from_config)](const std::string& c) { return nn::ModuleRef(from(c)); });
 }
 
 void register_layer(const std::string& class_name, std::function<std::string(const nn::Module&)> to_config,
@@ -1067,6 +1183,8 @@ void Model::save(const std::string& path) const {
   } else {
     doc["compile"] = nullptr;
   }
+  // Epoch and RNG state when written by save_checkpoint (src/model/checkpoint.cpp).
+  if (auto t = ser::internal::pending_training_state_json(); !t.empty()) doc["training"] = json::parse(t);
   ser::write_file(path, {"model", doc.dump(), std::move(tensors)});
 }
 

@@ -78,7 +78,10 @@ Shape Flatten::output_shape(const Shape& s) {
 
 Tensor Flatten::forward(const Tensor& x) {
   if (x.rank() == 0) fail("Flatten", "layer '", name(), "' needs a batched input, got a scalar");
-  return reshape(x, {x.dim(0), x.numel() / std::max<std::int64_t>(x.dim(0), 1)});
+  // The batch may be unknown (-1) in a define-and-run graph: then let reshape infer it.
+  std::int64_t rest = 1;
+  for (std::int64_t d = 1; d < x.rank(); ++d) rest *= x.dim(d);
+  return reshape(x, {x.dim(0) >= 0 ? x.dim(0) : -1, rest});
 }
 
 Reshape::Reshape(Shape target_shape) : target_(std::move(target_shape)) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "soma/graph/graph.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::nn {
@@ -73,7 +74,8 @@ Tensor one_hot_labels(const std::string& loss, const Tensor& y_true, const Tenso
   // Checked on the host before any computing: an out-of-range id would otherwise become an
   // all-zero one-hot row and a silently wrong loss.
   Tensor labels = y_true.device().kind == DeviceKind::CPU ? y_true : y_true.to(Device::cpu());
-  for (double v : labels.to_vector<double>()) {
+  // (A symbolic tensor of a traced graph has no values to check.)
+  if (!is_symbolic(labels)) for (double v : labels.to_vector<double>()) {
     if (v != std::floor(v)) fail(loss, "label ", v, " is not an integer class id");
     if (v < 0 || v >= double(classes))
       fail(loss, "label ", std::int64_t(v), " is out of range for ", classes,

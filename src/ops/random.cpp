@@ -28,6 +28,7 @@
 #include "internal/dispatch.hpp"
 #include "internal/parallel.hpp"
 #include "soma/ops.hpp"
+#include "soma/random_state.hpp"
 
 namespace soma {
 
@@ -208,6 +209,19 @@ void set_seed(std::uint64_t seed) {
   std::lock_guard lock(g.mu);
   g.seed = seed;
   g.calls = 0;
+}
+
+RngState get_rng_state() {
+  auto& g = global_rng();
+  std::lock_guard lock(g.mu);
+  return {g.seed, g.calls};
+}
+
+void set_rng_state(const RngState& state) {
+  auto& g = global_rng();
+  std::lock_guard lock(g.mu);
+  g.seed = state.seed;
+  g.calls = state.calls;
 }
 
 Tensor random_normal(const Shape& shape, double mean, double stddev, DType dtype,

@@ -1,7 +1,9 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "graph/hook.hpp"
 #include "internal/registration.hpp"
+#include "internal/runtime_checks.hpp"
 #include "soma/autograd.hpp"
 #include "soma/op.hpp"
 
@@ -116,9 +118,15 @@ std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
                             const Attrs& attrs) {
   if (def.num_inputs >= 0 && std::size_t(def.num_inputs) != inputs.size())
     fail(def.name, "expected ", def.num_inputs, " inputs, got ", inputs.size());
+  // Graph mode (src/graph): while a GraphScope is open, or for a symbolic input, the op becomes
+  // a graph node instead of running. Eager cost: one thread-local read and one bit per input.
+  if (graph_detail::t_build_depth > 0) [[unlikely]]
+    return graph_detail::add_op_node(def, inputs, attrs);
   Device dev = Device::cpu();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) fail(def.name, "input ", i, " is an undefined (empty) Tensor");
+    if (graph_detail::is_symbolic_id(inputs[i].id())) [[unlikely]]
+      return graph_detail::add_op_node(def, inputs, attrs);
     if (i == 0) dev = inputs[0].device();
     else if (inputs[i].device() != dev)
       fail(def.name, "inputs are on different devices: input 0 on ", dev.str(), ", input ", i,
@@ -129,9 +137,27 @@ std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
 
   std::vector<Tensor> outputs;
   if (def.infer) {
-    std::vector<TensorSpec> in_specs;
-    in_specs.reserve(inputs.size());
-    for (const auto& t : inputs) in_specs.push_back({t.shape(), t.dtype()});
+    // Input specs go into per-thread buffers (one per input count) that keep their capacity:
+    // copying shapes into them allocates nothing after the first calls. A nested call, should an
+    // infer rule ever make one, or an op with many inputs gets a fresh vector.
+    constexpr std::size_t kSpecBuffers = 5;
+    thread_local std::vector<TensorSpec> t_specs[kSpecBuffers];
+    thread_local bool t_specs_busy = false;
+    std::vector<TensorSpec> fresh;
+    const std::size_t n_in = inputs.size();
+    std::vector<TensorSpec>& in_specs =
+        t_specs_busy || n_in >= kSpecBuffers ? fresh : t_specs[n_in];
+    struct Busy {
+      bool& flag;
+      bool was;
+      ~Busy() { flag = was; }
+    } busy{t_specs_busy, t_specs_busy};
+    t_specs_busy = true;
+    in_specs.resize(n_in);
+    for (std::size_t i = 0; i < n_in; ++i) {
+      in_specs[i].shape = inputs[i].shape();
+      in_specs[i].dtype = inputs[i].dtype();
+    }
     std::vector<TensorSpec> out_specs = def.infer(in_specs, attrs);
     if (!def.view) {
       outputs.reserve(out_specs.size());
@@ -139,6 +165,9 @@ std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
     }
   }
   kernel(inputs, outputs, attrs);
+  // set_check_numerics(true): name the first op whose output holds inf/nan (one relaxed load
+  // when off).
+  if (detail::check_numerics_on()) [[unlikely]] detail::check_op_numerics(def, inputs, outputs);
 
   if (def.grad && !grad_recording_disabled()) {
     for (GradientTape* tape : active_tapes()) tape->record(def, inputs, outputs, attrs);

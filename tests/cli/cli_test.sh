@@ -189,6 +189,23 @@ case $case_name in
     run bench --workload nope
     expect_status 2
     ;;
+  export)
+    # soma export MODEL OUT.onnx; the file passes onnx.checker when Debian's python3-onnx is
+    # there. A build without ONNX must say so (exit status 2).
+    run export "$dir/mlp.soma" "$out/mlp.onnx" --opset 17
+    if grep -q 'no ONNX support' "$out/stderr"; then expect_status 2; exit 0; fi
+    expect_status 0
+    expect_stdout '^wrote .*mlp.onnx \(ONNX opset 17, 118282 parameters\)$'
+    [ -s "$out/mlp.onnx" ] || fail "no ONNX file written"
+    if /usr/bin/python3 -c 'import onnx' 2>/dev/null; then
+      /usr/bin/python3 "$(dirname "$0")/../onnx/check_model.py" "$out/mlp.onnx" >"$out/stdout" 2>&1 ||
+        fail "onnx.checker rejects the file"
+    fi
+    run export "$dir/mlp.soma"
+    expect_usage_error "soma export: missing argument MODEL OUT.onnx (see soma export --help)"
+    run export "$dir/mlp.soma" "$out/x.onnx" --opset 12
+    expect_status 2
+    ;;
   *)
     fail "unknown test case"
     ;;

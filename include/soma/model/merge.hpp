@@ -35,6 +35,7 @@ class Concatenate : public Module {
   explicit Concatenate(std::int64_t axis = -1) : axis_(axis) {}
   std::string type_name() const override { return "Concatenate"; }
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
+  std::int64_t axis() const { return axis_; }
 
  private:
   std::int64_t axis_;

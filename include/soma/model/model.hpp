@@ -26,12 +26,21 @@
 namespace soma::data {
 class Dataset;
 }
+namespace soma::dist {
+class GradientReducer;
+}
 
 namespace soma::nn {
 
 struct CompileOptions {
   // One weight per output: the total loss is sum_i loss_weights[i] * loss_i. Empty: all 1.
   std::vector<double> loss_weights;
+  // Train through a traced step (soma::function, docs/graph.md): after a first eager step, which
+  // builds the layers and the optimiser's slots, forward pass, loss and gradients run as a graph
+  // planned once per batch shape; the optimiser applies the gradients as in eager mode. Layers
+  // that draw random numbers or update state in their forward pass (Dropout, BatchNormalization)
+  // would be frozen by the trace: keep jit off for them.
+  bool jit = false;
 };
 
 // Validation data for fit(): one input and one target (`{{x_val, y_val}}`), or vectors of them
@@ -66,6 +75,14 @@ struct FitOptions {
   // count, one iterator runs on across epochs and restarts when exhausted (needed for a
   // repeat()ed, infinite dataset).
   std::int64_t steps_per_epoch = 0;
+  // Data-parallel training over the ranks of soma::dist (run under mpirun; docs/distributed.md).
+  // batch_size is the global batch: each rank trains on its share of every batch, the gradients
+  // are averaged with all-reduce (buckets of distributed_bucket_bytes, overlapped with the
+  // backward pass), the weights start from rank 0's, logs are averaged over the ranks, validation
+  // is split among them, and only rank 0 shows progress and runs the callbacks that write files
+  // (ModelCheckpoint, CSVLogger, TensorBoard). With one process it trains as without the option.
+  bool distributed = false;
+  std::int64_t distributed_bucket_bytes = 1 << 20;
 };
 
 struct EvaluateOptions {
@@ -137,13 +154,15 @@ class Model : public Module {
   // ---- weights ----
   std::map<std::string, Tensor> get_weights() const { return state_dict(); }
   void set_weights(const std::map<std::string, Tensor>& w) { load_state_dict(w); }
-  // Weights alone, keyed by layer name (docs/model-format.md). load_weights matches them by
-  // layer name and refuses missing/unexpected layers or shape mismatches, naming them all; it
-  // also reads the older position-keyed SOMAWTS1 files.
+  // Weights alone, keyed by layer name (a subclassed model's layers: by the name they were
+  // registered under; docs/model-format.md). load_weights matches them by that name and refuses
+  // missing/unexpected layers or shape mismatches, naming them all; it also reads the older
+  // position-keyed SOMAWTS1 files.
   void save_weights(const std::string& path) const;
   void load_weights(const std::string& path);
   // One file with the architecture, the compile config, the weights and the optimiser state;
-  // soma::load_model (soma/model/serialization.hpp) rebuilds the model. Sequential models only.
+  // soma::load_model (soma/model/serialization.hpp) rebuilds the model. Sequential and
+  // functional models; a subclassed model needs serialization::register_model (else it throws).
   void save(const std::string& path) const;
 
   // What compile() was given (empty before compile()).
@@ -176,12 +195,18 @@ class Model : public Module {
   void test_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
                  const Tensor& sample_weight);
   void reset_metrics();
-  Logs collect_logs() const;
+  // across_ranks: averaged over the ranks of a distributed fit (a collective: every rank calls it).
+  Logs collect_logs(bool across_ranks = false) const;
   Logs evaluate_impl(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
                      const Tensor& sample_weight, std::int64_t batch_size,
                      callbacks::CallbackList& cbs, bool is_validation);
   Logs evaluate_dataset_impl(const data::Dataset& data, callbacks::CallbackList& cbs);
   void check_compiled(const char* what) const;
+  // FitOptions::distributed (model.cpp, docs/distributed.md).
+  void begin_distributed(const FitOptions& options);
+  void end_distributed();
+  void sync_distributed_weights(const std::vector<Tensor>& x);
+  dist::GradientReducer* distributed_reducer(const std::vector<Variable>& vars);
   void summary_functional(std::ostream& os) const;
 
   std::shared_ptr<const Graph> graph_;

@@ -10,11 +10,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "soma/model/model.hpp"
 #include "soma/nn/module.hpp"
 #include "soma/optim/optimizer.hpp"
+#include "soma/random_state.hpp"
 #include "soma/tensor.hpp"
 
 namespace soma {
@@ -36,9 +38,10 @@ std::string optimizer_config(const optim::Optimizer& optimizer);
 optim::OptimizerRef optimizer_from_config(const std::string& json);
 std::string loss_config(const nn::Loss& loss);
 nn::LossRef loss_from_config(const std::string& json);
-// The model's config ({"class_name": "Sequential", "config": {"name", "input_shape",
-// "layers": [...]}}), and the reverse. Only Sequential models (nested ones included) have one;
-// functional and subclassed models throw, naming the model.
+// The model's config, and the reverse: {"class_name": "Sequential", "config": {"name",
+// "input_shape", "layers": [...]}}, {"class_name": "Functional", "config": {"name", "layers"
+// (each with its "inbound_nodes"), "input_layers", "output_layers"}}, or a subclassed model's
+// registered config (register_model). An unregistered subclassed model throws, naming it.
 std::string model_config(const nn::Model& model);
 std::shared_ptr<nn::Model> model_from_config(const std::string& json);
 
@@ -47,6 +50,22 @@ std::shared_ptr<nn::Model> model_from_config(const std::string& json);
 void register_layer(const std::string& class_name,
                     std::function<std::string(const nn::Module&)> to_config,
                     std::function<nn::ModuleRef(const std::string& config_json)> from_config);
+
+// A subclassed model (a C++ class deriving from nn::Model, whose type_name() returns
+// `class_name`): its architecture is code, so a file can hold it whole only through a factory.
+// `to_config` returns the JSON object of its constructor options; `from_config` builds the model
+// from it *built* (run it once on a sample batch), so that the saved weights can be assigned.
+// Without registration, save() throws and save_weights()/load_weights() still work.
+void register_model(const std::string& class_name,
+                    std::function<std::string(const nn::Model&)> to_config,
+                    std::function<std::shared_ptr<nn::Model>(const std::string& config_json)> from_config);
+
+// A custom learning-rate schedule (name() == class_name), so that optimisers using it can be
+// saved. Built-in schedules (ExponentialDecay, PiecewiseConstantDecay, CosineDecay, StepDecay)
+// need none.
+void register_schedule(const std::string& class_name,
+                       std::function<std::string(const optim::LearningRateSchedule&)> to_config,
+                       std::function<optim::ScheduleRef(const std::string& config_json)> from_config);
 
 // The container: JSON header + named tensors, magic, version and CRC-32, written atomically
 // (temporary file, fsync, rename). Low-level; Model::save / load_model use it.
@@ -61,7 +80,27 @@ FileContents read_file(const std::string& path);
 // state_dict() ("0.kernel"), for code that compares raw weights.
 std::map<std::string, Tensor> read_state_dict(const std::string& path);
 
-inline constexpr std::uint32_t kFormatVersion = 1;
+// Written: kFormatVersion. Read: every version from 1 (docs/model-format.md lists the changes).
+inline constexpr std::uint32_t kFormatVersion = 2;
+inline constexpr std::uint32_t kOldestFormatVersion = 1;
 
 }  // namespace serialization
+
+// ---- checkpoints that resume training exactly (docs/reliability.md) -------------------------
+// What a checkpoint needs beyond the model file to continue a run bit-for-bit.
+struct TrainingState {
+  int epoch = 0;  // epochs completed: resume with fit(..., {.initial_epoch = epoch})
+  RngState rng;   // soma's global generator when the checkpoint was written
+};
+// model.save(path) with the training state in the header (atomic like save). ModelCheckpoint
+// with save_weights_only = false writes these at each epoch's end.
+void save_checkpoint(const nn::Model& model, const std::string& path, const TrainingState& state);
+struct Checkpoint {
+  std::shared_ptr<nn::Model> model;
+  std::optional<TrainingState> state;  // absent in a file written by plain save()
+};
+// load_model plus the training state. restore_rng: also set soma's global generator to the
+// saved state, so that unseeded Dropout and fit()'s shuffling continue as in the killed run.
+Checkpoint load_checkpoint(const std::string& path, bool restore_rng = true);
+
 }  // namespace soma

@@ -132,6 +132,17 @@ void gemm_batched(Tensor a, Tensor b, const Tensor& c, const Shape& batch) {
     const T* x = pa + oa[std::size_t(i)];
     const T* y = pb + ob[std::size_t(i)];
     T* z = pc + i * m * n;
+    if (M == 1) {
+      // One row (batch-1 inference, a vector times a matrix): GEMV skips GEMM's packing, which
+      // costs more than the arithmetic here. The row x is unit-stride (blas_layout ensures it).
+      const auto tr = lb.trans == CblasNoTrans ? CblasTrans : CblasNoTrans;
+      const int rows = lb.trans == CblasNoTrans ? K : N, cols = lb.trans == CblasNoTrans ? N : K;
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemv(CblasRowMajor, tr, rows, cols, 1.0f, y, ldb, x, 1, 0.0f, z, 1);
+      else
+        cblas_dgemv(CblasRowMajor, tr, rows, cols, 1.0, y, ldb, x, 1, 0.0, z, 1);
+      return;
+    }
     if constexpr (std::is_same_v<T, float>)
       cblas_sgemm(CblasRowMajor, la.trans, lb.trans, M, N, K, 1.0f, x, lda, y, ldb, 0.0f, z, ldc);
     else

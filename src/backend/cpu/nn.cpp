@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "internal/copy.hpp"
+#include "internal/fast_paths.hpp"
 #include "internal/parallel.hpp"
 #include "internal/registration.hpp"
 #include "soma/op.hpp"
@@ -330,6 +331,27 @@ Pool make_pool(const Shape& x, const Shape& y, const Attrs& a) {
   return {x[0] * x[1], x[2], x[3], y[2], y[3], pool[0], pool[1], st[0], st[1], pads[0], pads[2]};
 }
 
+// The common 2x2, stride-2, unpadded window (every CNN's MaxPool2D(2)) gets unrolled loops;
+// same result as Pool::argmax: the first maximum in row-major order, NaN propagating.
+bool is_pool2x2(const Pool& p) {
+  return p.ph == 2 && p.pw == 2 && p.sh == 2 && p.sw == 2 && p.pt == 0 && p.pl == 0 &&
+         2 * p.oh <= p.h && 2 * p.ow <= p.w;
+}
+template <class T>
+inline bool beats(T v, T best) {
+  return v > best || (std::isnan(v) && !std::isnan(best));
+}
+// Index 0..3 of the first maximum of (a, b; c, d).
+template <class T>
+inline int argmax4(T a, T b, T c, T d) {
+  int k = 0;
+  T m = a;
+  if (beats(b, m)) m = b, k = 1;
+  if (beats(c, m)) m = c, k = 2;
+  if (beats(d, m)) k = 3;
+  return k;
+}
+
 template <class F>
 void for_each_plane(const Pool& p, F&& f) {
   const std::int64_t per = std::max<std::int64_t>(1, p.oh * p.ow * p.ph * p.pw + p.h * p.w);
@@ -345,9 +367,26 @@ void max_pool_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, co
     dispatch_work(o.dtype(), [&]<class T>() {
       const T* x = wi[0].data<T>();
       T* y = o.data<T>();
+      const bool fast = is_pool2x2(p) && fast_paths_enabled();
       for_each_plane(p, [&](std::int64_t i) {
         const T* plane = x + i * p.h * p.w;
         T* yo = y + i * p.oh * p.ow;
+        if (fast) {
+          for (std::int64_t oy = 0; oy < p.oh; ++oy) {
+            const T* r0 = plane + 2 * oy * p.w;
+            const T* r1 = r0 + p.w;
+            T* yr = yo + oy * p.ow;
+            for (std::int64_t ox = 0; ox < p.ow; ++ox) {
+              const T a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
+              T m = a;
+              if (beats(b, m)) m = b;
+              if (beats(c, m)) m = c;
+              if (beats(d, m)) m = d;
+              yr[ox] = m;
+            }
+          }
+          return;
+        }
         for (std::int64_t oy = 0; oy < p.oh; ++oy)
           for (std::int64_t ox = 0; ox < p.ow; ++ox)
             yo[oy * p.ow + ox] = plane[p.argmax(plane, oy, ox)];
@@ -365,10 +404,30 @@ void max_pool_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
       const T* x = wi[0].data<T>();
       const T* g = wi[1].data<T>();
       T* dx = o.data<T>();
+      const bool fast = is_pool2x2(p) && fast_paths_enabled();
       for_each_plane(p, [&](std::int64_t i) {
         const T* plane = x + i * p.h * p.w;
         const T* gi = g + i * p.oh * p.ow;
         T* d = dx + i * p.h * p.w;
+        if (fast) {  // windows do not overlap: each input gets its g or 0, written once
+          if (2 * p.oh != p.h || 2 * p.ow != p.w) std::fill(d, d + p.h * p.w, T(0));
+          for (std::int64_t oy = 0; oy < p.oh; ++oy) {
+            const T* r0 = plane + 2 * oy * p.w;
+            const T* r1 = r0 + p.w;
+            T* d0 = d + 2 * oy * p.w;
+            T* d1 = d0 + p.w;
+            const T* gr = gi + oy * p.ow;
+            for (std::int64_t ox = 0; ox < p.ow; ++ox) {
+              const int k = argmax4(r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]);
+              const T gv = gr[ox];
+              d0[2 * ox] = k == 0 ? gv : T(0);
+              d0[2 * ox + 1] = k == 1 ? gv : T(0);
+              d1[2 * ox] = k == 2 ? gv : T(0);
+              d1[2 * ox + 1] = k == 3 ? gv : T(0);
+            }
+          }
+          return;
+        }
         std::fill(d, d + p.h * p.w, T(0));
         for (std::int64_t oy = 0; oy < p.oh; ++oy)
           for (std::int64_t ox = 0; ox < p.ow; ++ox)

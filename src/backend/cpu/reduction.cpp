@@ -539,7 +539,9 @@ void arg_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const A
 // the loops around it vectorise: exp(x) = 2^n exp(r), |r| <= ln2/2, with Cephes' degree-6
 // polynomial (within 1.5 ulp). Below -87.3 (where f32 goes subnormal) it returns 0; NaN stays NaN.
 inline float exp_nonpositive(float x) {
-  const float xc = x < -87.3f ? -87.3f : x;
+  // NaN and large x are clamped too: int32_t(fn) below is undefined behaviour for NaN or inf
+  // (found by fuzzing a model file with NaN weights, UBSan); the final select fixes their value.
+  const float xc = !(x >= -87.3f) ? -87.3f : (x > 88.0f ? 88.0f : x);
   // Round to nearest by adding and removing 1.5 * 2^23 (std::floor would block vectorising).
   const float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - fn * 0.693359375f;
@@ -554,7 +556,7 @@ inline float exp_nonpositive(float x) {
   y = y * z + r + 1.0f;
   const float scale = std::bit_cast<float>((std::int32_t(fn) + 127) << 23);
   const float e = y * scale;
-  return x != x ? x : (x < -87.3f ? 0.0f : e);
+  return x != x ? x : (x < -87.3f ? 0.0f : (x > 88.0f ? std::numeric_limits<float>::infinity() : e));
 }
 inline double exp_nonpositive(double x) { return std::exp(x); }
 

@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# soma against libtorch, side by side in one run (issue 5).
+#
+#   bash bench/compare.sh            # quick smoke run: 1 repetition, short runs
+#   bash bench/compare.sh --full     # 5 repetitions, full epochs, compile-time workload too
+#   bash bench/compare.sh --reps 3 --threads 1,2 --workloads mlp_train,sgemm
+#   bash bench/compare.sh --reps 3 --compile-time   # quick runs, 3 repetitions, workload 10 too
+#   bash bench/compare.sh --table-only              # print the table again from the last raw.txt
+#
+# Builds soma's `soma` program (BUILD_DIR, default build-bench, Release) and the peer programs in
+# bench/libtorch (libtorch twins, OpenBLAS/oneDNN called directly; libtorch is optional and is
+# installed with apt-get when missing and running as root). Every (workload, threads, batch) runs
+# as its own process, soma and libtorch alternately (the order flips every repetition), with
+# OMP_NUM_THREADS set to the thread count on both sides. Prints one markdown table: medians over
+# the repetitions, the spread as (max-min)/median, and "speedup" = how many times better soma
+# is (throughput soma/torch; latency, time and memory torch/soma), next to the issue's target.
+# Raw lines go to $BUILD_DIR/compare/raw.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD_DIR=${BUILD_DIR:-build-bench}
+MODE=quick
+REPS=
+COMPILE_TIME=0
+TABLE_ONLY=0
+THREADS=1,2
+WORKLOADS=mlp_train,lenet_train,cifar_cnn_train,mlp_infer,cnn_infer,op_overhead,op_overhead_tape,sgemm
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --full) MODE=full; COMPILE_TIME=1 ;;
+    --compile-time) COMPILE_TIME=1 ;;
+    --table-only) TABLE_ONLY=1 ;;
+    --quick) MODE=quick ;;
+    --reps) REPS=$2; shift ;;
+    --threads) THREADS=$2; shift ;;
+    --workloads) WORKLOADS=$2; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ -z $REPS ]] && { [[ $MODE == full ]] && REPS=5 || REPS=1; }
+
+log() { echo "compare.sh: $*" >&2; }
+
+OUT=$ROOT/$BUILD_DIR/compare
+mkdir -p "$OUT"
+RAW=$OUT/raw.txt
+measure() {
+# ---- build -------------------------------------------------------------------------------------
+if [[ ! -f /usr/lib/x86_64-linux-gnu/cmake/Torch/TorchConfig.cmake ]] && command -v apt-get >/dev/null \
+   && [[ $(id -u) == 0 ]]; then
+  log "installing libtorch-dev and libdnnl-dev (the peer side only)"
+  apt-get install -y -q libtorch-dev libdnnl-dev >/dev/null || log "could not install libtorch-dev"
+fi
+log "building soma in $BUILD_DIR"
+if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then  # an existing build directory keeps its options
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSOMA_BUILD_TESTS=OFF \
+    -DSOMA_BUILD_EXAMPLES=OFF -DSOMA_BUILD_BENCH=OFF >/dev/null
+fi
+mkdir -p "$BUILD_DIR"
+cmake --build "$BUILD_DIR" --target soma_cli >"$BUILD_DIR/compare-build.log" 2>&1 ||
+  { tail -20 "$BUILD_DIR/compare-build.log" >&2; exit 1; }
+SOMA=$ROOT/$BUILD_DIR/apps/soma/soma
+PEERS=$ROOT/$BUILD_DIR/peers
+log "building the peer programs in $PEERS (libtorch: about a minute per file)"
+cmake -S bench/libtorch -B "$PEERS" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$PEERS" >"$BUILD_DIR/compare-build.log" 2>&1 ||
+  { tail -20 "$BUILD_DIR/compare-build.log" >&2; exit 1; }
+TORCH=$PEERS/bench_torch
+[[ -x $TORCH ]] || { log "libtorch not available: the libtorch column stays empty"; TORCH=; }
+
+: >"$RAW"
+
+# ---- runs --------------------------------------------------------------------------------------
+# Steps per run: quick mode times fewer steps (same per-step work).
+steps_for() {
+  local w=$1 b=$2
+  if [[ $MODE == full ]]; then echo; return; fi
+  case $w in
+    mlp_train) echo $((12000 / b)) ;;
+    lenet_train) echo 20 ;;
+    cifar_cnn_train) echo 10 ;;
+    mlp_infer) [[ $b == 1 ]] && echo 1000 || echo 100 ;;
+    cnn_infer) [[ $b == 1 ]] && echo 100 || echo 5 ;;
+    op_overhead|op_overhead_tape) echo 100000 ;;
+    *) echo ;;
+  esac
+}
+batches_for() {
+  case $1 in
+    mlp_train) echo "32 128" ;;
+    lenet_train|cifar_cnn_train) echo 64 ;;
+    mlp_infer|cnn_infer) echo "1 256" ;;
+    sgemm) echo "256 512 1024 2048" ;;
+    *) echo 1 ;;
+  esac
+}
+
+# One process; appends "side bench workload=... value=..." and "side rss workload=... kib=..."
+run_one() {
+  local side=$1 w=$2 t=$3 b=$4 s=$5 bin
+  if [[ $side == soma ]]; then bin=("$SOMA" bench); else bin=("$TORCH"); fi
+  local tmp=$OUT/run.out
+  # /usr/bin/time (Debian package `time`) gives the peak RSS; without it that row stays empty.
+  local timer=()
+  [[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f "maxrss_kib=%M" -o "$OUT/time.out")
+  : >"$OUT/time.out"
+  if ! OMP_NUM_THREADS=$t "${timer[@]}" \
+      "${bin[@]}" --workload "$w" --threads "$t" --batch "$b" ${s:+--steps $s} >"$tmp" 2>"$OUT/err.out"; then
+    log "$side $w threads=$t batch=$b failed:"; tail -3 "$OUT/err.out" >&2; return 0
+  fi
+  sed "s/^/$side /" "$tmp" >>"$RAW"
+  grep '^cpu ' "$OUT/err.out" | sed "s/^/$side /" >>"$RAW" || true
+  local rss
+  rss=$(sed -n 's/maxrss_kib=//p' "$OUT/time.out")
+  [[ -n $rss ]] && echo "$side rss workload=$w threads=$t batch=$b value=$rss unit=KiB" >>"$RAW"
+  return 0
+}
+
+IFS=, read -ra WL <<<"$WORKLOADS"
+IFS=, read -ra TH <<<"$THREADS"
+for ((r = 1; r <= REPS; ++r)); do
+  log "repetition $r/$REPS"
+  for w in "${WL[@]}"; do
+    for t in "${TH[@]}"; do
+      for b in $(batches_for "$w"); do
+        s=$(steps_for "$w" "$b")
+        if (( r % 2 )); then order="soma torch"; else order="torch soma"; fi
+        for side in $order; do
+          [[ $side == torch && -z $TORCH ]] && continue
+          run_one "$side" "$w" "$t" "$b" "$s"
+        done
+      done
+    done
+    if [[ $w == sgemm && -x $PEERS/bench_gemm_peers ]]; then
+      OMP_NUM_THREADS=${TH[-1]} "$PEERS/bench_gemm_peers" --threads "$THREADS" \
+        --batch 256,512,1024,2048 | sed 's/^/peer /' >>"$RAW"
+    fi
+  done
+done
+
+# Workloads 9 and 10: whole-process start-up of a program that includes the whole API and runs
+# one op; compile time of that file (libtorch's takes 40-55 s: full mode only).
+startup() {  # median wall time in ms of 11 runs
+  local times=()
+  for i in $(seq 11); do
+    local t0=$(date +%s%N); "$@" >/dev/null; local t1=$(date +%s%N)
+    times+=($(( (t1 - t0) / 1000 )))
+  done
+  printf '%s\n' "${times[@]}" | sort -n | sed -n 6p | awk '{printf "%.1f", $1 / 1000}'
+}
+CXX=${CXX:-g++}
+SOMA_INC=$ROOT/include
+SOMA_LIB=$ROOT/$BUILD_DIR
+t0=$(date +%s%N)
+$CXX -std=c++20 -O2 -I"$SOMA_INC" bench/libtorch/startup_soma.cpp -o "$OUT/startup_soma" \
+  -L"$SOMA_LIB" -lsoma -Wl,-rpath,"$SOMA_LIB"
+t1=$(date +%s%N)
+echo "soma bench workload=compile_time threads=1 batch=1 value=$(( (t1 - t0) / 1000000 )) unit=ms" >>"$RAW"
+echo "soma bench workload=startup threads=1 batch=1 value=$(startup "$OUT/startup_soma") unit=ms" >>"$RAW"
+if [[ -n $TORCH ]]; then
+  echo "torch bench workload=startup threads=1 batch=1 value=$(startup "$PEERS/startup_torch") unit=ms" >>"$RAW"
+  if [[ $COMPILE_TIME == 1 ]]; then
+    TORCH_INC="-I/usr/include -I/usr/include/torch/csrc/api/include"
+    t0=$(date +%s%N)
+    if $CXX -std=c++17 -O2 $TORCH_INC -c bench/libtorch/startup_torch.cpp -o "$OUT/startup_torch.o"; then
+      t1=$(date +%s%N)
+      echo "torch bench workload=compile_time threads=1 batch=1 value=$(( (t1 - t0) / 1000000 )) unit=ms" >>"$RAW"
+    fi
+  fi
+fi
+
+}
+[[ $TABLE_ONLY == 1 ]] || measure
+
+# ---- table -------------------------------------------------------------------------------------
+[[ $TABLE_ONLY == 1 ]] || echo "# bash bench/compare.sh $MODE, $REPS repetition(s), $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ)"
+python3 - "$RAW" <<'EOF'
+import re, statistics, sys
+from collections import defaultdict
+
+vals = defaultdict(list)  # (side, kind, workload, threads, batch) -> values
+units = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(\w+) (bench|rss|cpu) workload=(\S+) threads=(\d+) batch=(\d+) value=(\S+) unit=(\S+)", line)
+    if not m:
+        continue
+    side, kind, w, t, b, v, u = m.groups()
+    key = (kind, w, int(t), int(b))
+    vals[(side,) + key].append(float(v))
+    units[key] = u
+
+def med(xs): return statistics.median(xs) if xs else None
+def spread(xs): return (max(xs) - min(xs)) / statistics.median(xs) * 100 if len(xs) > 1 else 0.0
+def fmt(v): return "-" if v is None else (f"{v:.3g}" if v < 100 else f"{v:,.0f}")
+
+higher_better = {"samples/s", "GFLOP/s"}
+targets = {"mlp_train/32": 1.5, "mlp_train/128": 1.2, "lenet_train": 1.2, "cifar_cnn_train": 1.2,
+           "mlp_infer/1": 2.0, "cnn_infer/1": 2.0, "op_overhead": 3.0, "op_overhead_tape": 3.0,
+           "rss mlp_train": 1.0, "rss lenet_train": 1.0, "startup": 10.0, "compile_time": 5.0}
+def target(kind, w, b):
+    if kind == "rss":
+        return targets.get(f"rss {w}")
+    return targets.get(f"{w}/{b}", targets.get(w))
+
+print("| workload | threads | batch | unit | soma | spread | libtorch | spread | speedup | target | met | speedup by CPU time |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+keys = sorted({k[1:] for k in vals if k[0] in ("soma", "torch") and k[1] != "cpu"},
+              key=lambda k: (k[0] == "rss", k[1], k[2], k[3]))
+for key in keys:
+    kind, w, t, b = key
+    if kind == "rss" and w not in ("mlp_train", "lenet_train"):
+        continue
+    s, o = vals.get(("soma",) + key, []), vals.get(("torch",) + key, [])
+    ms, mo, u = med(s), med(o), units[key]
+    sp = None
+    if ms and mo:
+        sp = ms / mo if u in higher_better else mo / ms
+    tg = target(kind, w, b)
+    met = "-" if sp is None or tg is None else ("yes" if sp >= tg else "NO")
+    name = ("peak RSS " if kind == "rss" else "") + w
+    cs, co = med(vals.get(("soma", "cpu", w, t, b), [])), med(vals.get(("torch", "cpu", w, t, b), []))
+    cpu = "-"
+    if cs and co and kind == "bench":
+        cpu = f"{cs / co if u in higher_better else co / cs:.2f}x"
+    print(f"| {name} | {t} | {b} | {u} | {fmt(ms)} | {spread(s):.0f}% | {fmt(mo)} | {spread(o):.0f}% | "
+          f"{'-' if sp is None else f'{sp:.2f}x'} | {'-' if tg is None else f'{tg:g}x'} | {met} | {cpu} |")
+
+# Workload 6: soma's matmul against the libraries called directly and the FMA peak.
+peer = {k[1:]: med(v) for k, v in vals.items() if k[0] == "peer"}
+if peer:
+    print()
+    print("| sgemm N | threads | soma GFLOP/s | OpenBLAS direct | oneDNN direct | soma / best (target 0.95) | FMA peak | soma / peak |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for (kind, w, t, b), v in sorted(peer.items()):
+        if w != "sgemm_openblas":
+            continue
+        s = med(vals.get(("soma", "bench", "sgemm", t, b), []))
+        dn = peer.get(("bench", "sgemm_onednn", t, b))
+        best = max(v, dn or 0)
+        pk = peer.get(("bench", "fma_peak", t, 1))
+        print(f"| {b} | {t} | {fmt(s)} | {fmt(v)} | {fmt(dn)} | "
+              f"{'-' if s is None else f'{s / best:.2f}'} | {fmt(pk)} | "
+              f"{'-' if s is None or not pk else f'{s / pk:.2f}'} |")
+
+# Thread scaling: every workload should be faster with 2 threads than with 1.
+print()
+print("| workload | batch | soma 2 threads / 1 thread | libtorch 2 threads / 1 thread |")
+print("| --- | --- | --- | --- |")
+for key in keys:
+    kind, w, t, b = key
+    if kind != "bench" or t != 1:
+        continue
+    row = []
+    for side in ("soma", "torch"):
+        one, two = med(vals.get((side, kind, w, 1, b), [])), med(vals.get((side, kind, w, 2, b), []))
+        if one and two:
+            r = two / one if units[key] in higher_better else one / two
+            row.append(f"{r:.2f}x")
+        else:
+            row.append("-")
+    if row != ["-", "-"]:
+        print(f"| {w} | {b} | {row[0]} | {row[1]} |")
+EOF

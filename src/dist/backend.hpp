@@ -1,0 +1,27 @@
+#pragma once
+// Between dist.cpp (always built) and the MPI communicator (src/dist/mpi_communicator.cpp, built
+// only with SOMA_HAS_MPI): dist.cpp never sees mpi.h.
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "soma/dist/communicator.hpp"
+
+namespace soma::dist::detail {
+
+// Checks that `t` can take part in a collective: defined, contiguous, on the CPU.
+void check_collective_tensor(const char* who, const Tensor& t);
+// "7 values of f32"
+std::string describe(const Tensor& t);
+
+#ifdef SOMA_HAS_MPI
+// MPI_Init (unless MPI is initialised already; then owns_mpi is false) and a communicator over a
+// duplicate of MPI_COMM_WORLD.
+CommunicatorRef mpi_init(std::chrono::milliseconds timeout, bool& owns_mpi);
+// Frees the communicator's resources and calls MPI_Finalize when owns_mpi.
+void mpi_finalize(bool owns_mpi);
+bool mpi_running();  // initialised and not finalised
+[[noreturn]] void mpi_abort(int exit_code);
+#endif
+
+}  // namespace soma::dist::detail

@@ -1,0 +1,32 @@
+#pragma once
+// Internal: the caching CPU allocator behind Storage::allocate. Training and inference loops
+// allocate the same buffer sizes every step; handing freed blocks back for the next request of
+// the same size skips malloc's aligned path, its consolidation and, for big buffers, the
+// mmap/munmap + page-fault round trip of every step.
+#include <cstddef>
+#include <cstdint>
+
+namespace soma::detail {
+
+// 64-byte aligned memory for at least `nbytes` bytes (never null; throws std::bad_alloc).
+void* cpu_allocate(std::size_t nbytes);
+// Gives back memory from cpu_allocate(nbytes) (same nbytes); null is ignored.
+void cpu_free(void* p, std::size_t nbytes);
+
+struct CpuCacheStats {
+  std::size_t cached_bytes = 0;  // held in the cache now
+  std::uint64_t hits = 0, misses = 0;
+};
+CpuCacheStats cpu_cache_stats();
+// Frees every cached block.
+void cpu_cache_release();
+// Turns caching on or off (on by default; SOMA_CPU_CACHE=0 in the environment turns it off,
+// e.g. for memory checkers). Turning it off releases the cache.
+void set_cpu_cache_enabled(bool enabled);
+bool cpu_cache_enabled();
+
+// Blocks above this size are not cached; the cache holds at most kCpuCacheMaxBytes.
+inline constexpr std::size_t kCpuCacheMaxBlock = std::size_t(64) << 20;
+inline constexpr std::size_t kCpuCacheMaxBytes = std::size_t(256) << 20;
+
+}  // namespace soma::detail

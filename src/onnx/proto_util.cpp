@@ -1,0 +1,133 @@
+#ifdef SOMA_HAS_ONNX
+#include "onnx/proto_util.hpp"
+
+#include <cstring>
+
+#include "soma/autograd.hpp"
+#include "soma/error.hpp"
+
+namespace soma::onnx_detail {
+
+using TP = ::onnx::TensorProto;
+
+ElemType elem_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return TP::FLOAT;
+    case DType::f64: return TP::DOUBLE;
+    case DType::f16: return TP::FLOAT16;
+    case DType::bf16: return TP::BFLOAT16;
+    case DType::i32: return TP::INT32;
+    case DType::i64: return TP::INT64;
+    case DType::u8: return TP::UINT8;
+    case DType::boolean: return TP::BOOL;
+  }
+  fail("onnx", "dtype ", dtype, " has no ONNX element type");
+}
+
+const char* elem_type_name(int t) {
+  switch (t) {
+    case TP::FLOAT: return "FLOAT";
+    case TP::UINT8: return "UINT8";
+    case TP::INT8: return "INT8";
+    case TP::UINT16: return "UINT16";
+    case TP::INT16: return "INT16";
+    case TP::INT32: return "INT32";
+    case TP::INT64: return "INT64";
+    case TP::STRING: return "STRING";
+    case TP::BOOL: return "BOOL";
+    case TP::FLOAT16: return "FLOAT16";
+    case TP::DOUBLE: return "DOUBLE";
+    case TP::UINT32: return "UINT32";
+    case TP::UINT64: return "UINT64";
+    case TP::BFLOAT16: return "BFLOAT16";
+    default: return "an unsupported element type";
+  }
+}
+
+DType soma_dtype(int t, const std::string& what) {
+  switch (t) {
+    case TP::FLOAT: return DType::f32;
+    case TP::DOUBLE: return DType::f64;
+    case TP::FLOAT16: return DType::f16;
+    case TP::BFLOAT16: return DType::bf16;
+    case TP::INT32: return DType::i32;
+    case TP::INT64: return DType::i64;
+    case TP::UINT8: return DType::u8;
+    case TP::BOOL: return DType::boolean;
+    default: break;
+  }
+  fail("onnx", what, ": element type ", elem_type_name(t), " (", t, ") is not supported by soma");
+}
+
+void to_proto(const Tensor& t, ElemType type, const std::string& name, TP& tp) {
+  NoGradScope no_grad;
+  const DType d = soma_dtype(type, name);
+  Tensor c = t.dtype() == d ? t.contiguous() : t.cast(d).contiguous();
+  tp.Clear();
+  tp.set_name(name);
+  tp.set_data_type(type);
+  for (auto e : c.shape()) tp.add_dims(e);
+  // ONNX raw_data is little-endian, as are the hosts soma runs on.
+  tp.set_raw_data(static_cast<const char*>(c.raw_data()),
+                  std::size_t(c.numel()) * dtype_size(d));
+}
+
+namespace {
+template <class Src, class Dst>
+void copy_field(const google::protobuf::RepeatedField<Src>& f, Dst* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = Dst(f.Get(int(i)));
+}
+}  // namespace
+
+Tensor from_proto(const TP& tp) {
+  const std::string what = "initializer '" + tp.name() + "'";
+  if (tp.data_location() == TP::EXTERNAL)
+    fail("onnx", what, " keeps its data in an external file, which soma cannot read");
+  const DType d = soma_dtype(tp.data_type(), what);
+  Shape shape;
+  for (auto e : tp.dims()) shape.push_back(e);
+  Tensor t = Tensor::empty(shape, d);
+  const std::int64_t n = t.numel();
+  const std::size_t bytes = std::size_t(n) * dtype_size(d);
+  if (tp.has_raw_data()) {
+    if (tp.raw_data().size() != bytes)
+      fail("onnx", what, ": raw_data holds ", tp.raw_data().size(), " bytes, but ",
+           shape_str(shape), " of ", d, " needs ", bytes);
+    if (bytes) std::memcpy(t.raw_data(), tp.raw_data().data(), bytes);
+    return t;
+  }
+  auto need = [&](int have) {
+    if (have != n)
+      fail("onnx", what, ": holds ", have, " values, but its shape ", shape_str(shape), " needs ", n);
+  };
+  switch (tp.data_type()) {
+    case TP::FLOAT: need(tp.float_data_size()); copy_field(tp.float_data(), t.data<float>(), n); break;
+    case TP::DOUBLE: need(tp.double_data_size()); copy_field(tp.double_data(), t.data<double>(), n); break;
+    case TP::INT64: need(tp.int64_data_size()); copy_field(tp.int64_data(), t.data<std::int64_t>(), n); break;
+    case TP::INT32: need(tp.int32_data_size()); copy_field(tp.int32_data(), t.data<std::int32_t>(), n); break;
+    case TP::UINT8: {
+      need(tp.int32_data_size());
+      auto* p = static_cast<std::uint8_t*>(t.raw_data());
+      for (std::int64_t i = 0; i < n; ++i) p[i] = std::uint8_t(tp.int32_data(int(i)));
+      break;
+    }
+    case TP::BOOL: {
+      need(tp.int32_data_size());
+      auto* p = static_cast<bool*>(t.raw_data());
+      for (std::int64_t i = 0; i < n; ++i) p[i] = tp.int32_data(int(i)) != 0;
+      break;
+    }
+    case TP::FLOAT16:
+    case TP::BFLOAT16: {  // the 16 bits of each value sit in int32_data
+      need(tp.int32_data_size());
+      auto* p = static_cast<std::uint16_t*>(t.raw_data());
+      for (std::int64_t i = 0; i < n; ++i) p[i] = std::uint16_t(tp.int32_data(int(i)));
+      break;
+    }
+    default: fail("onnx", what, ": unsupported element type");
+  }
+  return t;
+}
+
+}  // namespace soma::onnx_detail
+#endif  // SOMA_HAS_ONNX

@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""Exports small PyTorch models with torch.onnx.export for soma's interop test.
+
+Usage: /usr/bin/python3 torch_export.py OUTDIR
+
+Writes, for each model NAME (mlp, cnn, cnn2, deconv, norm, hard, rnn, lstm, gru, bilstm, bigru):
+  NAME.onnx     the model, exported in eval mode with a dynamic batch axis
+  NAME_x.bin    a reference input, float32 little-endian, row-major
+  NAME_y.bin    PyTorch's output for that input, float32
+  NAME.shape    one line "x d0 d1 ..." and one line "y d0 d1 ..."
+Exit status 77 when torch (or onnx) cannot be imported, so the test can skip.
+"""
+import os
+import sys
+
+try:
+    import torch
+    from torch import nn
+except ImportError as e:  # pragma: no cover - depends on the machine
+    print(f"torch is not importable: {e}")
+    sys.exit(77)
+
+
+class LastStep(nn.Module):
+    """A recurrent layer followed by a linear head on the last step's output."""
+
+    def __init__(self, rnn, units, classes):
+        super().__init__()
+        self.rnn = rnn
+        self.head = nn.Linear(units, classes)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.head(y[:, -1, :])
+
+
+def models():
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(),
+                        nn.Linear(16, 4))
+    cnn = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(4, 8, 3, stride=1), nn.Sigmoid(), nn.AvgPool2d(2),
+        nn.Flatten(), nn.Linear(8 * 1 * 1, 3), nn.Softmax(dim=1))
+    cnn2 = nn.Sequential(
+        nn.Conv2d(3, 6, 3, padding=1, stride=2), nn.ReLU(), nn.Dropout(0.3),
+        nn.Conv2d(6, 6, 3, padding=1, groups=2), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 5))
+    deconv = nn.Sequential(
+        nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1, output_padding=1), nn.GELU(),
+        nn.ConvTranspose2d(4, 2, (2, 3), stride=2), nn.LeakyReLU(0.1), nn.ELU(0.5))
+    norm = nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.Softplus(), nn.Linear(8, 3),
+                         nn.LogSoftmax(dim=1))
+    hard = nn.Sequential(nn.Linear(6, 8), nn.ReLU6(), nn.Linear(8, 8), nn.Hardsigmoid(),
+                         nn.Linear(8, 4), nn.Hardswish())
+    rnn = LastStep(nn.RNN(5, 6, batch_first=True), 6, 3)
+    lstm = LastStep(nn.LSTM(5, 7, batch_first=True), 7, 3)
+    gru = LastStep(nn.GRU(5, 6, batch_first=True), 6, 3)
+    bilstm = LastStep(nn.LSTM(5, 4, batch_first=True, bidirectional=True), 8, 3)
+    bigru = LastStep(nn.GRU(5, 4, batch_first=True, bidirectional=True), 8, 3)
+    # BatchNorm statistics that are not the defaults, so that they matter.
+    with torch.no_grad():
+        for bn in (cnn[1], mlp[1]):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 1.5)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.2, 0.2)
+    # name: (model, reference input, opset)
+    return {
+        "mlp": (mlp, torch.randn(5, 8), 14),
+        "cnn": (cnn, torch.randn(4, 1, 8, 8), 14),
+        "cnn2": (cnn2, torch.randn(3, 3, 10, 10), 14),
+        "deconv": (deconv, torch.randn(3, 3, 5, 4), 14),
+        "norm": (norm, torch.randn(4, 6), 17),
+        "hard": (hard, 4 * torch.randn(5, 6), 14),
+        "rnn": (rnn, torch.randn(4, 6, 5), 14),
+        "lstm": (lstm, torch.randn(4, 6, 5), 14),
+        "gru": (gru, torch.randn(4, 6, 5), 14),
+        "bilstm": (bilstm, torch.randn(4, 6, 5), 14),
+        "bigru": (bigru, torch.randn(4, 6, 5), 14),
+    }
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    for name, (model, x, opset) in models().items():
+        model.eval()
+        with torch.no_grad():
+            y = model(x)
+        path = os.path.join(out, name + ".onnx")
+        torch.onnx.export(model, x, path, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+                          opset_version=opset)
+        x.numpy().astype("<f4").tofile(os.path.join(out, name + "_x.bin"))
+        y.numpy().astype("<f4").tofile(os.path.join(out, name + "_y.bin"))
+        with open(os.path.join(out, name + ".shape"), "w") as f:
+            f.write("x " + " ".join(str(d) for d in x.shape) + "\n")
+            f.write("y " + " ".join(str(d) for d in y.shape) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

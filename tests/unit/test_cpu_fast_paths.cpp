@@ -1,0 +1,211 @@
+// The CPU kernels' fast paths (issue 5) against the generic loops they replace, and the caching
+// CPU allocator behind Storage::allocate.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "../../src/internal/cpu_allocator.hpp"
+#include "../../src/internal/fast_paths.hpp"
+#include "test_support.hpp"
+#include <soma/soma.hpp>
+
+namespace soma {
+namespace {
+
+using testing::all_close;
+using testing::rand_tensor;
+
+// Runs f with the fast paths on and then off; restores them whatever happens.
+struct FastPaths {
+  explicit FastPaths(bool on) { detail::set_fast_paths_enabled(on); }
+  ~FastPaths() { detail::set_fast_paths_enabled(true); }
+};
+
+template <class F>
+std::pair<Tensor, Tensor> fast_and_generic(F&& f) {
+  Tensor fast, generic;
+  {
+    FastPaths on(true);
+    fast = f();
+  }
+  {
+    FastPaths off(false);
+    generic = f();
+  }
+  return {fast, generic};
+}
+
+// Values on a coarse grid so that windows hold ties (the first maximum must win), plus NaNs.
+Tensor pool_input(const Shape& s, DType t, bool with_nan) {
+  Tensor x = floor(rand_tensor(s, 7, 0.0, 4.0, DType::f64));
+  if (with_nan) {
+    auto* p = x.data<double>();
+    for (std::int64_t i = 0; i < x.numel(); i += 13) p[i] = std::numeric_limits<double>::quiet_NaN();
+  }
+  return cast(x, t);
+}
+
+::testing::AssertionResult same_with_nan(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return ::testing::AssertionFailure() << "shapes differ";
+  Tensor x = cast(a, DType::f64), y = cast(b, DType::f64);
+  const double *p = x.data<double>(), *q = y.data<double>();
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    const bool same = (std::isnan(p[i]) && std::isnan(q[i])) || p[i] == q[i];
+    if (!same) return ::testing::AssertionFailure() << "index " << i << ": " << p[i] << " vs " << q[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class MaxPool2x2 : public ::testing::TestWithParam<std::tuple<DType, bool, Shape>> {};
+
+TEST_P(MaxPool2x2, ForwardMatchesGenericLoop) {
+  const auto [dtype, nan, shape] = GetParam();
+  const Tensor x = pool_input(shape, dtype, nan);
+  const auto [fast, generic] = fast_and_generic([&] { return max_pool2d(x, 2); });
+  EXPECT_TRUE(same_with_nan(fast, generic));
+}
+
+TEST_P(MaxPool2x2, GradientMatchesGenericLoop) {
+  const auto [dtype, nan, shape] = GetParam();
+  const Tensor x = pool_input(shape, dtype, nan);
+  const Tensor g = cast(rand_tensor(pool2d_output_shape(shape, 2), 3), dtype);
+  const auto [fast, generic] = fast_and_generic([&] { return max_pool2d_grad(x, g, 2); });
+  EXPECT_TRUE(same_with_nan(fast, generic));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MaxPool2x2,
+    ::testing::Combine(::testing::Values(DType::f32, DType::f64), ::testing::Bool(),
+                       ::testing::Values(Shape{2, 3, 8, 8}, Shape{1, 2, 5, 7}, Shape{3, 1, 2, 2})));
+
+TEST(MaxPool2x2, GradientGoesToTheFirstMaximumOfEachWindow) {
+  // Window (0,0) holds a tie of 1s: the first (row-major) gets g; odd trailing row/column get 0.
+  Tensor x = constant<float>({1, 1, 0, 5, 0,
+                              1, 0, 2, 3, 9,
+                              7, 7, 7, 7, 7}).reshape({1, 1, 3, 5});
+  Tensor g = constant<float>({10, 20}).reshape({1, 1, 1, 2});
+  EXPECT_TRUE(all_close(max_pool2d_grad(x, g, 2),
+                        {10, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_TRUE(all_close(max_pool2d(x, 2), {1, 5}));
+}
+
+class WhereDense : public ::testing::TestWithParam<int> {};
+
+TEST_P(WhereDense, MatchesGenericLoop) {
+  const int layout = GetParam();  // 0: a and b dense, 1: a a single element, 2: b one
+  const Shape s{37, 1000};        // above the parallel grain
+  const Tensor cond = greater(rand_tensor(s, 1), scalar(0.0, DType::f64));
+  const Tensor a = layout == 1 ? scalar(3.5, DType::f32) : cast(rand_tensor(s, 2), DType::f32);
+  const Tensor b = layout == 2 ? scalar(0.0, DType::f32) : cast(rand_tensor(s, 3), DType::f32);
+  const auto [fast, generic] = fast_and_generic([&] { return where(cond, a, b); });
+  EXPECT_TRUE(all_close(fast, generic, 0, 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, WhereDense, ::testing::Values(0, 1, 2));
+
+TEST(WhereDense, NonContiguousOperandsTakeTheGenericLoop) {
+  const Tensor cond = greater(rand_tensor({4, 6}, 1), scalar(0.0, DType::f64));
+  const Tensor a = rand_tensor({6, 4}, 2).transpose();
+  const Tensor b = rand_tensor({4, 6}, 3);
+  Tensor w = where(cond, a, b);
+  const bool* c = contiguous(cond).data<bool>();
+  const Tensor ac = contiguous(a);
+  for (std::int64_t i = 0; i < 24; ++i)
+    EXPECT_EQ(w.data<double>()[i], c[i] ? ac.data<double>()[i] : b.data<double>()[i]);
+}
+
+// ---- one-row matmul (GEMV) ---------------------------------------------------------------
+// Naive [m, k] x [k, n] in double.
+std::vector<double> naive_matmul(const Tensor& a, const Tensor& b) {
+  const Tensor a64 = contiguous(cast(a, DType::f64)), b64 = contiguous(cast(b, DType::f64));
+  const std::int64_t m = a64.dim(0), k = a64.dim(1), n = b64.dim(1);
+  std::vector<double> out(std::size_t(m * n), 0.0);
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t p = 0; p < k; ++p)
+        out[std::size_t(i * n + j)] += a64.data<double>()[i * k + p] * b64.data<double>()[p * n + j];
+  return out;
+}
+
+class OneRowMatmul : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(OneRowMatmul, MatchesNaiveProduct) {
+  const auto [dtype, transposed_b] = GetParam();
+  const Tensor x = cast(rand_tensor({1, 300}, 1), dtype);
+  // b as a plain [300, 70] matrix or as the transposed view of a [70, 300] one.
+  const Tensor b = transposed_b ? cast(rand_tensor({70, 300}, 2), dtype).transpose()
+                                : cast(rand_tensor({300, 70}, 2), dtype);
+  const double tol = dtype == DType::f32 ? 1e-4 : 1e-12;
+  EXPECT_TRUE(all_close(matmul(x, b), naive_matmul(x, b), tol, tol));
+  // A 1-d vector on the left takes the same path.
+  EXPECT_TRUE(all_close(matmul(reshape(x, {300}), b), naive_matmul(x, b), tol, tol));
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, OneRowMatmul,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::f64),
+                                            ::testing::Bool()));
+
+// ---- the caching allocator ------------------------------------------------------------------
+struct CacheOn {
+  CacheOn() { detail::set_cpu_cache_enabled(true); }
+  ~CacheOn() { detail::set_cpu_cache_enabled(true); }
+};
+
+TEST(CpuAllocator, ReusesAFreedBlockOfTheSameSize) {
+  CacheOn on;
+  detail::cpu_cache_release();
+  void* p = detail::cpu_allocate(1000);
+  detail::cpu_free(p, 1000);
+  EXPECT_EQ(detail::cpu_cache_stats().cached_bytes, 1024u);
+  const auto hits = detail::cpu_cache_stats().hits;
+  void* q = detail::cpu_allocate(1000);
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(detail::cpu_cache_stats().hits, hits + 1);
+  EXPECT_EQ(detail::cpu_cache_stats().cached_bytes, 0u);
+  detail::cpu_free(q, 1000);
+}
+
+TEST(CpuAllocator, BlocksAre64ByteAligned) {
+  CacheOn on;
+  for (std::size_t n : {1u, 63u, 64u, 65u, 4096u, 100000u, 3u << 20}) {
+    void* p = detail::cpu_allocate(n);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 64, 0u) << n;
+    detail::cpu_free(p, n);
+  }
+}
+
+TEST(CpuAllocator, DisablingReleasesTheCacheAndStopsCaching) {
+  CacheOn on;
+  void* p = detail::cpu_allocate(5000);
+  detail::cpu_free(p, 5000);
+  EXPECT_GT(detail::cpu_cache_stats().cached_bytes, 0u);
+  detail::set_cpu_cache_enabled(false);
+  EXPECT_EQ(detail::cpu_cache_stats().cached_bytes, 0u);
+  void* q = detail::cpu_allocate(5000);
+  detail::cpu_free(q, 5000);
+  EXPECT_EQ(detail::cpu_cache_stats().cached_bytes, 0u);
+}
+
+TEST(CpuAllocator, HugeBlocksAreNotCached) {
+  CacheOn on;
+  detail::cpu_cache_release();
+  const std::size_t n = detail::kCpuCacheMaxBlock + 1;
+  void* p = detail::cpu_allocate(n);
+  detail::cpu_free(p, n);
+  EXPECT_EQ(detail::cpu_cache_stats().cached_bytes, 0u);
+}
+
+TEST(CpuAllocator, ATensorOnAReusedBlockHoldsItsOwnValues) {
+  CacheOn on;
+  Tensor a = fill({256}, 1.0, DType::f32);
+  const void* pa = a.data<float>();
+  a = Tensor();
+  Tensor b = fill({256}, 2.0, DType::f32);  // same size: gets a's old block
+  EXPECT_EQ(static_cast<const void*>(b.data<float>()), pa);
+  EXPECT_TRUE(all_close(sum(b), {512.0}));
+}
+
+}  // namespace
+}  // namespace soma
