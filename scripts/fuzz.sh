@@ -19,6 +19,8 @@ shift || true
 TARGETS=("$@")
 [[ ${#TARGETS[@]} -eq 0 ]] && TARGETS=(idx cifar csv png model_file model_config onnx)
 BUILD_DIR="${BUILD_DIR:-build-fuzz}"
+# Freed blocks must go back to ASan, not to the caching CPU allocator.
+export SOMA_CPU_CACHE=0
 CLANGXX="${CLANGXX:-clang++-14}"
 CLANGC="${CLANGXX/clang++/clang}"
 

@@ -29,6 +29,8 @@ case "$MODE" in
     export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"
     export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
     export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$ROOT/scripts/lsan.supp}"
+    # The caching CPU allocator would hide use-after-free of recycled blocks from ASan.
+    export SOMA_CPU_CACHE=0
     ;;
   tsan)
     BUILD_DIR="${BUILD_DIR:-build-tsan}"
