@@ -47,3 +47,10 @@ printf '%10s %10s %10s %10s %9s %9s %9s %11s\n' bytes soma_us async_us mpi_us so
 join <(join <(echo "$soma_out") <(echo "$async_out")) <(echo "$mpi_out") | sort -g |
   awk '{ printf "%10d %10.2f %10.2f %10.2f %9.3f %9.3f %9.3f %11.2f\n", $1, $2, $3, $4, $1 / $2 / 1e3, $1 / $3 / 1e3, $1 / $4 / 1e3, $4 / $2 }'
 echo "(GB/s = algorithm bandwidth, bytes / time; mpi/soma = raw MPI time / soma blocking time, 1.00: soma adds nothing)"
+
+# GPUs (docs/distributed.md, "NCCL"): the same measurement on device buffers through NCCL, one
+# rank per GPU (GPUS, default 2; NCCL refuses two ranks on one GPU). Skipped, with the reason,
+# without NCCL in the build or without a GPU.
+gpus=${GPUS:-2}
+echo "== all-reduce, $gpus ranks, NCCL on device buffers (busbw = algbw * 2 (n - 1) / n, as nccl-tests)"
+"${mpirun[@]}" -np "$gpus" "$build/bench/bench_dist_allreduce" $((1 << 28)) nccl | sed 's/^/  /'

@@ -29,6 +29,13 @@ PACKAGES=(
   # Distributed training over MPI; the mpirun tests skip without openmpi-bin
   libopenmpi-dev
   openmpi-bin
+  # oneDNN: convolution primitives and bf16 matrix work on the CPU (optional at build time)
+  libdnnl-dev
+  # CI's sanitizer and fuzzing stage (scripts/ci-sanitize.sh): clang with libFuzzer and the
+  # ASan/UBSan/TSan runtimes
+  clang-14
+  libclang-rt-14-dev
+  lld
 )
 
 missing=()

@@ -5,6 +5,8 @@
 // training set for mlp_train and lenet_train when Debian's dataset-fashion-mnist is installed
 // (as bench/libtorch/bench_torch.cpp reads it), synthetic data otherwise. The same figure over
 // process CPU time goes to stderr as "cpu workload=..." (see docs/performance.md).
+// --precision bf16 runs the workloads under bf16 autocast (training through compile's
+// mixed_precision, the rest inside an AutocastScope); the line then ends in "precision=bf16".
 #include <chrono>
 #include <ctime>
 #include <cmath>
@@ -46,6 +48,9 @@ double timed(F&& f) {
   return g_timed.wall;
 }
 
+// --precision: "f32" or an autocast dtype name (soma/autocast.hpp).
+std::string g_precision = "f32";
+
 struct Workload {
   const char* name;
   std::vector<std::int64_t> default_batches;
@@ -86,7 +91,7 @@ nn::Sequential cifar_cnn() {
 std::pair<double, std::string> train_rate(nn::Sequential model, const Tensor& x, const Tensor& y,
                                           std::int64_t batch, std::int64_t steps) {
   model.compile(optim::Adam(), nn::SparseCategoricalCrossentropy({.from_logits = true}),
-                {metrics::Accuracy()});
+                {metrics::Accuracy()}, {.mixed_precision = g_precision});
   const std::int64_t nb = std::max<std::int64_t>(1, x.shape()[0] / batch);
   auto step = [&](std::int64_t i) {
     const std::int64_t b = (i % nb) * batch;
@@ -248,7 +253,9 @@ int cmd_bench(int argc, char** argv) {
   p.option("workload", "NAME", "run only this workload (default: all)")
       .option("threads", "N[,N...]", "thread counts to run at (default: the current one)")
       .option("batch", "B[,B...]", "batch sizes (default: each workload's own)")
-      .option("steps", "N", "timed steps or calls (default: each workload's own)");
+      .option("steps", "N", "timed steps or calls (default: each workload's own)")
+      .option("precision", "P[,P...]",
+              "f32 (default), bf16 or f16: autocast dtype of matrix and convolution work");
   Args a;
   if (parse_or_help(p, argc, argv, a)) return 0;
   std::vector<std::string> choices;
@@ -258,26 +265,47 @@ int cmd_bench(int argc, char** argv) {
                                         : std::vector<std::int64_t>{get_num_threads()};
   const auto batches = a.has("batch") ? int_list(a, "batch") : std::vector<std::int64_t>{};
   const std::int64_t steps = a.integer("steps", 0, 1);
+  std::vector<std::string> precisions;
+  {
+    std::stringstream ss(a.has("precision") ? a.str("precision") : std::string("f32"));
+    for (std::string item; std::getline(ss, item, ',');) {
+      try {
+        parse_autocast_dtype(item, "soma bench");
+      } catch (const Error&) {
+        throw UsageError("bad value for --precision: '" + item + "' (expected f32, bf16 or f16)");
+      }
+      precisions.push_back(item);
+    }
+  }
 
   set_seed(1);
   for (const auto& w : all) {
     if (!only.empty() && only != w.name) continue;
     for (auto t : threads) {
       set_num_threads(static_cast<int>(t));
-      for (auto b : batches.empty() ? w.default_batches : batches) {
-        const auto [value, unit] = w.run(b, steps);
-        std::printf("bench workload=%s threads=%lld batch=%lld value=%.6g unit=%s\n", w.name,
-                    (long long)t, (long long)b, value, unit.c_str());
-        std::fflush(stdout);
-        if (g_timed.cpu > 0 && g_timed.wall > 0) {
-          const bool rate = unit == "samples/s" || unit == "GFLOP/s";
-          const double r = g_timed.wall / g_timed.cpu;
-          std::fprintf(stderr, "cpu workload=%s threads=%lld batch=%lld value=%.6g unit=%s\n",
-                       w.name, (long long)t, (long long)b, rate ? value * r : value / r,
-                       unit.c_str());
-          g_timed = {};
+      for (auto b : batches.empty() ? w.default_batches : batches)
+        for (const auto& prec : precisions) {
+          g_precision = prec;
+          const DType dt = parse_autocast_dtype(prec, "soma bench");
+          // f32 lines keep the original format (bench/compare.sh parses them).
+          const std::string tag = dt == DType::f32 ? "" : " precision=" + prec;
+          const auto [value, unit] = [&] {
+            AutocastScope autocast(dt);
+            return w.run(b, steps);
+          }();
+          std::printf("bench workload=%s threads=%lld batch=%lld value=%.6g unit=%s%s\n", w.name,
+                      (long long)t, (long long)b, value, unit.c_str(), tag.c_str());
+          std::fflush(stdout);
+          if (g_timed.cpu > 0 && g_timed.wall > 0) {
+            const bool rate = unit == "samples/s" || unit == "GFLOP/s";
+            const double r = g_timed.wall / g_timed.cpu;
+            std::fprintf(stderr,
+                         "cpu workload=%s threads=%lld batch=%lld value=%.6g unit=%s%s\n", w.name,
+                         (long long)t, (long long)b, rate ? value * r : value / r, unit.c_str(),
+                         tag.c_str());
+            g_timed = {};
+          }
         }
-      }
     }
   }
   return 0;

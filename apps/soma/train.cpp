@@ -33,6 +33,8 @@ ArgParser train_parser() {
       .option("lr", "RATE", "learning rate (default: the optimiser's own, e.g. 0.001 for Adam)")
       .option("seed", "N", "seed for the weights and the shuffling (default 42)")
       .option("threads", "N", "CPU threads (default: all cores)")
+      .option("precision", "P",
+              "f32 (default) or bf16 / f16: compile's mixed_precision (soma/autocast.hpp)")
       .option("out", "PATH", "where to save the model (default model.soma)")
       .option("csv", "PATH", "per-epoch metrics as CSV (default <out>.csv)")
       .option("validation-split", "F",
@@ -100,7 +102,7 @@ int cmd_train(int argc, char** argv) {
                       : builtin_model(model_name, input_shape, d.num_classes);
   model->compile(make_optimizer(opt_name, lr),
                  nn::SparseCategoricalCrossentropy({.from_logits = true}),
-                 {metrics::Accuracy()});
+                 {metrics::Accuracy()}, {.mixed_precision = a.has("precision") ? a.str("precision") : ""});
   if (verbose > 0 && main_rank) model->summary();
 
   nn::FitOptions fit{.epochs = epochs, .batch_size = batch_size};

@@ -6,9 +6,11 @@
 // (Fashion-MNIST when its IDX files are found, else synthetic; CIFAR-shaped data is synthetic).
 //
 //   bench_torch --workload NAME [--threads N] [--batch B] [--steps S] [--data DIR]
+//               [--precision f32|bf16]
 //   bench_torch --accuracy [--seeds 1,2,3,4,5] [--init keras|torch] [--eps 1e-7] [--epochs 5]
 //
 // One file on purpose: <torch/torch.h> takes 40-55 s to compile here.
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <zlib.h>
 
@@ -343,6 +345,7 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> threads, batches, seeds{1, 2, 3, 4, 5};
   std::int64_t steps = 0;
   bool acc_mode = false;
+  std::string precision = "f32";
   double eps = 1e-7;
   int epochs = 5;
   for (int i = 1; i < argc; ++i) {
@@ -361,12 +364,23 @@ int main(int argc, char** argv) {
     else if (a == "--init") init = next();
     else if (a == "--eps") eps = std::stod(next());
     else if (a == "--epochs") epochs = std::stoi(next());
+    else if (a == "--precision") precision = next();
     else {
       std::fprintf(stderr, "bench_torch: unknown option %s\n", a.c_str());
       return 2;
     }
   }
   if (threads.empty()) threads = {torch::get_num_threads()};
+  // --precision bf16: libtorch's CPU autocast (linear, conv, matmul in bf16; soma's workload 8).
+  std::string tag;
+  if (precision == "bf16") {
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    tag = " precision=bf16";
+  } else if (precision != "f32") {
+    std::fprintf(stderr, "bench_torch: unknown precision %s (f32 or bf16)\n", precision.c_str());
+    return 2;
+  }
 
   if (acc_mode) {
     torch::set_num_threads(int(threads[0]));
@@ -427,8 +441,8 @@ int main(int argc, char** argv) {
         } else {
           r = sgemm(b, steps ? steps : 3);
         }
-        std::printf("bench workload=%s threads=%lld batch=%lld value=%.6g unit=%s\n", w.c_str(),
-                    (long long)t, (long long)b, r.value, r.unit);
+        std::printf("bench workload=%s threads=%lld batch=%lld value=%.6g unit=%s%s\n", w.c_str(),
+                    (long long)t, (long long)b, r.value, r.unit, tag.c_str());
         std::fflush(stdout);
         print_cpu_line(w, t, b, r);
       }

@@ -2,6 +2,7 @@
 // The op registry. Every op is defined once: its name, its shape/dtype rule, its gradient
 // (written with other ops) and one kernel per device. Eager execution, the gradient tape and
 // (later) graph mode all read this one definition.
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -47,6 +48,11 @@ struct GradContext {
   const std::vector<Tensor>& outputs;
   const std::vector<Tensor>& grads;  // dTarget/dOutput[i]; zeros where nothing flowed
   const Attrs& attrs;
+  // Bit i set: some gradient request wants input i's gradient. A gradient definition may return
+  // an undefined Tensor for an input whose bit is clear (e.g. matmul skips dx = g W^T for a
+  // layer's data input); the tape and graph mode fill it, everything else gets "all needed".
+  std::uint64_t needs_mask = ~std::uint64_t(0);
+  bool needs(std::size_t i) const { return i >= 64 || ((needs_mask >> i) & 1u) != 0; }
 };
 
 using InferFn = std::vector<TensorSpec> (*)(const std::vector<TensorSpec>& inputs, const Attrs&);

@@ -1,6 +1,8 @@
 #pragma once
 // The whole public API.
+#include "soma/autocast.hpp"
 #include "soma/autograd.hpp"
+#include "soma/cuda.hpp"
 #include "soma/device.hpp"
 #include "soma/dtype.hpp"
 #include "soma/error.hpp"

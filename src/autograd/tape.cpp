@@ -173,7 +173,15 @@ void GradientTape::replay(std::size_t n, std::unordered_map<std::uint64_t, Tenso
              ") was modified in place after it was recorded; compute the gradient before "
              "assigning to it");
     }
-    std::vector<Tensor> gins = node.def->grad(GradContext{node.inputs, node.outputs, gouts, node.attrs});
+    // Only inputs reachable from a source get their gradient kept; tell the gradient definition
+    // so that it can skip the others (the first layer's dx = g W^T, a conv's backprop-input).
+    std::uint64_t needs = 0;
+    for (std::size_t i = 0; i < node.inputs.size() && i < 64; ++i) {
+      const Tensor& in = node.inputs[i];
+      if (is_floating(in.dtype()) && relevant.count(in.id())) needs |= std::uint64_t(1) << i;
+    }
+    std::vector<Tensor> gins =
+        node.def->grad(GradContext{node.inputs, node.outputs, gouts, node.attrs, needs});
     for (std::size_t i = 0; i < node.inputs.size() && i < gins.size(); ++i) {
       const Tensor& in = node.inputs[i];
       if (!gins[i].defined() || !relevant.count(in.id()) || !is_floating(in.dtype())) continue;

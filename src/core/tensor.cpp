@@ -4,9 +4,11 @@
 #include <cstring>
 #include <new>
 
+#include "core/device_backend.hpp"
 #include "internal/cpu_allocator.hpp"
 #include "internal/dispatch.hpp"
 #include "internal/runtime_checks.hpp"
+#include "internal/tensor_alloc.hpp"
 #include "soma/ops.hpp"
 
 namespace soma {
@@ -17,8 +19,7 @@ std::uint64_t next_tensor_id() {
 }
 
 std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, Device device) {
-  if (!device.is_cpu())
-    fail("allocate", "device ", device.str(), " is not available in this build");
+  if (!device.is_cpu()) return detail::device_storage(nbytes, device);  // core/device_backend
   detail::check_allocation(nbytes, device);  // larger than the machine: a clear error
   auto s = std::make_shared<Storage>();
   // 64-byte aligned, from the caching allocator (internal/cpu_allocator.hpp).
@@ -32,19 +33,26 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, Device device) {
   return s;
 }
 
-Storage::~Storage() { detail::cpu_free(data, nbytes); }
+Storage::~Storage() {
+  if (device.is_cpu()) detail::cpu_free(data, nbytes);
+  else detail::device_free(data, nbytes, device);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  return detail::empty_tensor(Shape(shape), dtype, device);
+}
+
+Tensor detail::empty_tensor(Shape&& shape, DType dtype, Device device) {
   for (auto d : shape)
     if (d < 0) fail("empty", "negative dimension in shape ", shape_str(shape));
-  auto impl = std::make_shared<TensorImpl>();
-  std::int64_t n = soma::numel(shape);
+  const std::int64_t n = soma::numel(shape);  // saturates instead of overflowing
   if (n > (std::int64_t(1) << 48) / std::int64_t(dtype_size(dtype)))
     fail("empty", "tensor of shape ", shape_str(shape), " and dtype ", dtype_name(dtype),
          " is too large to allocate");
+  auto impl = std::make_shared<TensorImpl>();
   impl->storage = Storage::allocate(std::size_t(n) * dtype_size(dtype), device);
-  impl->shape = shape;
   impl->strides = contiguous_strides(shape);
+  impl->shape = std::move(shape);
   impl->dtype = dtype;
   impl->device = device;
   impl->id = next_tensor_id();
@@ -190,7 +198,7 @@ Tensor Tensor::clone() const { return soma::copy(*this); }
 Tensor Tensor::cast(DType t) const { return soma::cast(*this, t); }
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
-  fail("to", "device ", d.str(), " is not available in this build");
+  return detail::to_device(*this, d);  // explicit host/device copies (core/device_backend)
 }
 Tensor Tensor::reshape(const Shape& s) const { return soma::reshape(*this, s); }
 Tensor Tensor::transpose() const { return soma::transpose(*this); }

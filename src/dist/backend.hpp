@@ -1,6 +1,7 @@
 #pragma once
 // Between dist.cpp (always built) and the MPI communicator (src/dist/mpi_communicator.cpp, built
-// only with SOMA_HAS_MPI): dist.cpp never sees mpi.h.
+// only with SOMA_HAS_MPI) and the NCCL one (src/dist/nccl_communicator.cpp, SOMA_HAS_NCCL):
+// dist.cpp never sees mpi.h, nccl.h or the CUDA runtime.
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -22,6 +23,14 @@ CommunicatorRef mpi_init(std::chrono::milliseconds timeout, bool& owns_mpi);
 void mpi_finalize(bool owns_mpi);
 bool mpi_running();  // initialised and not finalised
 [[noreturn]] void mpi_abort(int exit_code);
+#endif
+
+#ifdef SOMA_HAS_NCCL
+// The NCCL communicator on CUDA device `device` (src/dist/nccl_communicator.cpp): `world` (MPI,
+// or the local communicator for one process) carries rank 0's ncclUniqueId to the others. A
+// collective over `world`: every rank calls it. Throws soma::Error, on every rank, when a rank
+// has no usable device or NCCL fails; never waits longer than `timeout`.
+CommunicatorRef nccl_create(Communicator& world, int device, std::chrono::milliseconds timeout);
 #endif
 
 }  // namespace soma::dist::detail

@@ -5,12 +5,17 @@
 #include <algorithm>
 #include <cstring>
 
+#include "internal/copy.hpp"
+#include "soma/autograd.hpp"
+#include "soma/dist/dist.hpp"
 #include "soma/error.hpp"
+#include "soma/ops.hpp"
 
 namespace soma::dist {
 
 struct GradientReducer::Bucket {
   DType dtype = DType::f32;
+  Device device = Device::cpu();        // the parameters'; CUDA buckets go through NCCL
   std::vector<std::size_t> params;      // in the order they were placed
   std::vector<std::int64_t> offsets;    // element offset of each in the buffer
   std::int64_t numel = 0;
@@ -30,6 +35,15 @@ void scaled_copy(const Tensor& src, T* dst, std::int64_t n, double weight) {
     for (std::int64_t k = 0; k < n; ++k) dst[k] = s[k] * w;
 }
 
+// Data-parallel training is handed the world communicator (MPI, CPU tensors); tensors on a GPU
+// take the NCCL communicator of their device instead (dist::communicator_for), device to device.
+// Null: keep `comm`.
+CommunicatorRef route(const Communicator& comm, Device device) {
+  if (device.is_cpu() || comm.backend() == "nccl" || !initialized() || &comm != &world())
+    return nullptr;
+  return communicator_for(device);
+}
+
 }  // namespace
 
 GradientReducer::GradientReducer(CommunicatorRef comm, std::vector<Variable> params,
@@ -44,9 +58,14 @@ GradientReducer::GradientReducer(CommunicatorRef comm, std::vector<Variable> par
   // Reverse parameter order: the backward pass finishes the last layers first. One open bucket
   // per dtype; a bucket closes when the next gradient would take it past bucket_bytes.
   std::vector<std::ptrdiff_t> open(kNumDTypes, -1);
+  const Device device = params_.empty() ? Device::cpu() : params_[0].value().device();
   for (std::size_t k = params_.size(); k-- > 0;) {
     const Variable& v = params_[k];
     if (!v.defined()) fail(who, "parameter ", k, " is undefined");
+    if (v.value().device() != device)
+      fail(who, "parameter '", v.name(), "' is on ", v.value().device().str(), " and parameter '",
+           params_[0].name(), "' on ", device.str(), "; data-parallel training needs the whole "
+           "model on one device per rank");
     const DType dt = v.dtype();
     if (dt != DType::f32 && dt != DType::f64)
       fail(who, "parameter '", v.name(), "' has dtype ", dtype_name(dt),
@@ -61,6 +80,7 @@ GradientReducer::GradientReducer(CommunicatorRef comm, std::vector<Variable> par
     if (b < 0) {
       buckets_.push_back(std::make_unique<Bucket>());
       buckets_.back()->dtype = dt;
+      buckets_.back()->device = device;
       b = std::ptrdiff_t(buckets_.size() - 1);
       open[std::size_t(dt)] = b;
     }
@@ -72,6 +92,7 @@ GradientReducer::GradientReducer(CommunicatorRef comm, std::vector<Variable> par
     bk.numel += n;
   }
   stats_.buckets = std::int64_t(buckets_.size());
+  if (CommunicatorRef r = route(*comm_, device)) comm_ = std::move(r);
 }
 
 GradientReducer::~GradientReducer() = default;
@@ -90,7 +111,7 @@ void GradientReducer::begin_step(double weight) {
   has_grad_.assign(params_.size(), false);
   reported_.assign(params_.size(), false);
   for (auto& b : buckets_) {
-    b->buffer = Tensor::empty({b->numel}, b->dtype);
+    b->buffer = Tensor::empty({b->numel}, b->dtype, b->device);
     b->pending = b->params.size();
     b->work.reset();
   }
@@ -110,15 +131,29 @@ void GradientReducer::gradient_ready(std::size_t index, const Tensor& grad) {
   Bucket& b = *buckets_[bucket_of_[index]];
   const std::size_t slot = slot_of_[index];
   const std::int64_t n = params_[index].value().numel();
-  char* base = static_cast<char*>(b.buffer.raw_data()) +
-               b.offsets[slot] * std::int64_t(dtype_size(b.dtype));
-  if (grad.defined()) {
-    Tensor g = grad.dtype() == b.dtype ? grad.contiguous() : grad.cast(b.dtype).contiguous();
-    if (b.dtype == DType::f32) scaled_copy(g, reinterpret_cast<float*>(base), n, weight_);
-    else scaled_copy(g, reinterpret_cast<double*>(base), n, weight_);
-    has_grad_[index] = true;
+  if (!b.device.is_cpu()) {
+    // On the device: scale and copy with soma's kernels (no host round trip).
+    const std::int64_t off = b.offsets[slot];
+    Tensor dst = b.buffer.slice(0, off, off + n);
+    if (grad.defined()) {
+      NoGradScope no_grad;
+      Tensor g = weight_ == 1.0 ? grad : grad * weight_;
+      soma::detail::copy_into(g.contiguous().reshape({n}), dst);
+      has_grad_[index] = true;
+    } else {
+      soma::detail::fill_value(dst, 0.0);  // adds nothing to the sum
+    }
   } else {
-    std::memset(base, 0, std::size_t(n) * dtype_size(b.dtype));  // adds nothing to the sum
+    char* base = static_cast<char*>(b.buffer.raw_data()) +
+                 b.offsets[slot] * std::int64_t(dtype_size(b.dtype));
+    if (grad.defined()) {
+      Tensor g = grad.dtype() == b.dtype ? grad.contiguous() : grad.cast(b.dtype).contiguous();
+      if (b.dtype == DType::f32) scaled_copy(g, reinterpret_cast<float*>(base), n, weight_);
+      else scaled_copy(g, reinterpret_cast<double*>(base), n, weight_);
+      has_grad_[index] = true;
+    } else {
+      std::memset(base, 0, std::size_t(n) * dtype_size(b.dtype));  // adds nothing to the sum
+    }
   }
   --b.pending;
   if (options_.overlap) {
@@ -183,7 +218,8 @@ void broadcast_parameters(Communicator& comm, const std::vector<Tensor>& tensors
     if (!x.is_contiguous())
       fail("dist.broadcast_parameters", "a parameter of shape ", shape_str(t.shape()),
            " is not contiguous");
-    comm.broadcast(x, root);
+    if (CommunicatorRef device_comm = route(comm, x.device())) device_comm->broadcast(x, root);
+    else comm.broadcast(x, root);
   }
 }
 

@@ -2,12 +2,17 @@
 // single-process communicator used without MPI (or without a launcher).
 #include "soma/dist/dist.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "dist/backend.hpp"
+#include "soma/cuda.hpp"
 #include "soma/error.hpp"
+#include "soma/ops.hpp"
 
 namespace soma::dist {
 
@@ -17,8 +22,8 @@ void check_collective_tensor(const char* who, const Tensor& t) {
   if (!t.defined()) fail(who, "the tensor is undefined");
   if (t.device() != Device::cpu())
     fail(who, "the tensor is on ", t.device().str(),
-         "; this build's communicator (MPI) works on CPU tensors (device tensors need the NCCL "
-         "communicator)");
+         "; the MPI communicator works on CPU tensors (CUDA tensors go through NCCL: "
+         "dist::communicator_for(tensor.device()), which a distributed fit uses by itself)");
   if (!t.is_contiguous())
     fail(who, "the tensor (shape ", shape_str(t.shape()),
          ") is not contiguous; collectives work in place on contiguous tensors (.contiguous())");
@@ -38,30 +43,42 @@ class LocalWork : public Work {
   void wait() override {}
 };
 
-// World size 1: every collective leaves its tensor as it is.
+// World size 1: every collective leaves its tensor as it is, on any device.
 class LocalCommunicator : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "local"; }
-  void allreduce(Tensor& t, ReduceOp) override {
-    detail::check_collective_tensor("dist.allreduce", t);
-  }
+  void allreduce(Tensor& t, ReduceOp) override { check("dist.allreduce", t); }
   std::unique_ptr<Work> allreduce_async(Tensor& t, ReduceOp) override {
-    detail::check_collective_tensor("dist.allreduce", t);
+    check("dist.allreduce", t);
     return std::make_unique<LocalWork>();
   }
   void broadcast(Tensor& t, int root) override {
-    detail::check_collective_tensor("dist.broadcast", t);
+    check("dist.broadcast", t);
     if (root != 0) fail("dist.broadcast", "root must be in [0, 1), got ", root);
   }
   void barrier() override {}
   std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(0); }
   bool broken() const override { return false; }
+
+ private:
+  static void check(const char* who, const Tensor& t) {
+    if (t.defined() && t.device().is_cpu()) return detail::check_collective_tensor(who, t);
+    if (!t.defined()) fail(who, "the tensor is undefined");
+    if (!t.is_contiguous())
+      fail(who, "the tensor (shape ", shape_str(t.shape()),
+           ") is not contiguous; collectives work in place on contiguous tensors (.contiguous())");
+  }
 };
 
 struct State {
   CommunicatorRef world;
+  CommunicatorRef nccl;  // CUDA tensors' communicator, created by communicator_for
+  int nccl_device = -1;
+  std::string backend = "auto";
+  std::chrono::milliseconds timeout{0};
+  int local_rank = 0;
   bool owns_mpi = false;
   bool uses_mpi = false;
 };
@@ -87,6 +104,38 @@ bool started_by_launcher() {
 
 void finalize_at_exit() { finalize(); }
 
+std::string backend_option(const InitOptions& options) {
+  std::string b = options.backend;
+  if (b.empty())
+    if (const char* env = std::getenv("SOMA_DIST_BACKEND")) b = env;
+  if (b.empty()) b = "auto";
+  if (b != "auto" && b != "mpi" && b != "nccl")
+    fail("dist.init", "backend must be \"auto\", \"mpi\" or \"nccl\" (InitOptions::backend or "
+         "$SOMA_DIST_BACKEND), got \"", b, "\"");
+  if (b == "nccl" && !built_with_nccl())
+    fail("dist.init", "backend \"nccl\" was asked for, but libsoma was built without NCCL (CMake "
+         "builds the NCCL communicator when it finds MPI, the CUDA toolkit and NCCL: nccl.h and "
+         "libnccl.so under the toolkit); use \"mpi\" (CPU tensors) or rebuild");
+  return b;
+}
+
+// From the launcher when it says; else the ranks compare host names over the world (collective).
+int find_local_rank(Communicator& world) {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  const int n = world.size();
+  if (n == 1) return 0;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  Tensor ids = zeros({n}, DType::i64);
+  ids.data<std::int64_t>()[world.rank()] = std::int64_t(std::hash<std::string>{}(host) >> 1);
+  world.allreduce(ids, ReduceOp::Sum);
+  int local = 0;
+  for (int r = 0; r < world.rank(); ++r)
+    local += ids.data<std::int64_t>()[r] == ids.data<std::int64_t>()[world.rank()];
+  return local;
+}
+
 }  // namespace
 
 CommunicatorRef make_local_communicator() { return std::make_shared<LocalCommunicator>(); }
@@ -108,10 +157,60 @@ bool built_with_mpi() {
 #endif
 }
 
+bool built_with_nccl() {
+#ifdef SOMA_HAS_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+int local_rank() { return g_state.world ? g_state.local_rank : 0; }
+
+Device local_device() {
+  if (!cuda::is_available() || cuda::device_count() <= 0) return Device::cpu();
+  return Device::cuda(local_rank() % cuda::device_count());
+}
+
+CommunicatorRef communicator_for(Device device) {
+  const char* who = "dist.communicator_for";
+  CommunicatorRef w = world_ref();
+  if (device.is_cpu()) return w;
+  if (g_state.nccl) {
+    if (device.index != g_state.nccl_device)
+      fail(who, "this rank's NCCL communicator is on cuda:", g_state.nccl_device, ", not on ",
+           device.str(), "; data parallelism uses one GPU per rank (dist::local_device())");
+    return g_state.nccl;
+  }
+  // One process: nothing to exchange, any device will do.
+  if (w->size() == 1 && g_state.backend != "nccl") return w;
+  if (g_state.backend == "mpi")
+    fail(who, "collectives on ", device.str(), " tensors need NCCL, but dist::init was asked for "
+         "backend \"mpi\"; use backend \"auto\" or \"nccl\", or move the tensors to the CPU");
+#ifdef SOMA_HAS_NCCL
+  g_state.nccl = detail::nccl_create(*w, device.index, g_state.timeout);
+  g_state.nccl_device = device.index;
+  return g_state.nccl;
+#else
+  fail(who, "collectives on ", device.str(), " tensors need NCCL, but libsoma was built without "
+       "it (CMake builds the NCCL communicator when it finds MPI, the CUDA toolkit and NCCL: "
+       "nccl.h and libnccl.so); move the tensors to the CPU (MPI) or rebuild");
+#endif
+}
+
 void init(const InitOptions& options) {
   if (g_state.world) return;
   const auto timeout = options.timeout ? *options.timeout : default_timeout();
   if (timeout.count() <= 0) fail("dist.init", "the timeout must be positive");
+  const std::string backend = backend_option(options);
+  // "nccl" now: a GPU must be there (one process per GPU).
+  if (backend == "nccl" && !cuda::is_available())
+    fail("dist.init", "backend \"nccl\" needs a usable CUDA device on every rank: ",
+         cuda::unavailable_reason());
+  g_state.backend = backend;
+  g_state.timeout = timeout;
+  g_state.nccl.reset();
+  g_state.nccl_device = -1;
 #ifdef SOMA_HAS_MPI
   // Without a launcher MPI is not started: a plain run is world size 1 and needs no MPI runtime.
   if (started_by_launcher()) {
@@ -120,6 +219,8 @@ void init(const InitOptions& options) {
     static bool registered = false;
     if (!registered) std::atexit(finalize_at_exit);  // MPI wants MPI_Finalize before exit
     registered = true;
+    g_state.local_rank = find_local_rank(*g_state.world);
+    if (backend == "nccl") communicator_for(local_device());
     return;
   }
 #else
@@ -131,13 +232,17 @@ void init(const InitOptions& options) {
 #endif
   (void)started_by_launcher;
   g_state.world = make_local_communicator();
+  g_state.local_rank = 0;
+  if (backend == "nccl") communicator_for(local_device());
 }
 
 void finalize() {
   if (!g_state.world) return;
-  const bool broken = g_state.world->broken();
+  const bool broken = g_state.world->broken() || (g_state.nccl && g_state.nccl->broken());
   const int my_rank = g_state.world->rank();
   const bool uses_mpi = g_state.uses_mpi;
+  g_state.nccl.reset();  // before MPI goes: NCCL's teardown must not wait for anything
+  g_state.nccl_device = -1;
   g_state.world.reset();
   g_state.uses_mpi = false;
 #ifdef SOMA_HAS_MPI
@@ -173,7 +278,15 @@ CommunicatorRef world_ref() {
 
 void abort(const std::string& message, int exit_code) {
   std::fflush(stdout);
-  std::fprintf(stderr, "soma::dist: rank %d: %s\n", rank(), message.c_str());
+  // Before init() (a failing init) the launcher's environment knows the rank.
+  int r = rank();
+  if (!g_state.world)
+    for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK"})
+      if (const char* s = std::getenv(v)) {
+        r = std::atoi(s);
+        break;
+      }
+  std::fprintf(stderr, "soma::dist: rank %d: %s\n", r, message.c_str());
   std::fflush(stderr);
 #ifdef SOMA_HAS_MPI
   if (g_state.uses_mpi && detail::mpi_running()) detail::mpi_abort(exit_code);

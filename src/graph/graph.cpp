@@ -163,7 +163,9 @@ std::vector<Tensor> add_op_in(const std::shared_ptr<Graph::Data>& g, const OpDef
   if (!def.infer) fail(def.name, "has no shape rule, so it cannot be a graph node");
   std::vector<Endpoint> eps;
   std::vector<TensorSpec> specs;
-  bool all_foldable = g->fold;
+  // A random op (src/ops/random.cpp) draws anew at every run: never folded nor merged.
+  const bool random = attrs.has("rng");
+  bool all_foldable = g->fold && !random;
   bool unknown = false;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) fail(def.name, "input ", i, " is an undefined (empty) Tensor");
@@ -177,7 +179,7 @@ std::vector<Tensor> add_op_in(const std::shared_ptr<Graph::Data>& g, const OpDef
 
   // Common-subexpression elimination (plan graphs): same op, inputs and attributes.
   std::string key;
-  if (g->cse) {
+  if (g->cse && !random) {
     key = def.name;
     for (auto& e : eps) key += "|" + std::to_string(e.node) + ":" + std::to_string(e.index);
     for (auto& [k, v] : attrs.items()) key += "|" + k + "=" + attr_str(v);
@@ -243,7 +245,7 @@ std::vector<Tensor> add_op_in(const std::shared_ptr<Graph::Data>& g, const OpDef
   n.outputs = std::move(out);
   n.name = std::move(name);
   int id = add_node(g, std::move(n));
-  if (g->cse) g->cse_table.emplace(std::move(key), id);
+  if (g->cse && !random) g->cse_table.emplace(std::move(key), id);
   return g->nodes[std::size_t(id)].symbolic;
 }
 
@@ -349,7 +351,11 @@ std::vector<Tensor> build_gradients(const std::shared_ptr<Graph::Data>& g,
       if (!gouts[i].defined()) gouts[i] = zeros_like(outs[i]);
     std::vector<Tensor> gins;
     try {
-      gins = def->grad(GradContext{ins, outs, gouts, attrs});
+      std::uint64_t needs = 0;  // skip gradients of inputs no x depends on
+      for (std::size_t i = 0; i < ins.size() && i < 64; ++i)
+        if (is_floating(ins[i].dtype()) && relevant.count(key_of(in_eps[i])))
+          needs |= std::uint64_t(1) << i;
+      gins = def->grad(GradContext{ins, outs, gouts, attrs, needs});
     } catch (const Error& e) {
       fail("gradient of graph node '" + g->nodes[std::size_t(id)].name + "'", e.what());
     }

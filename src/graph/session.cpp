@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -13,9 +14,12 @@
 #include <thread>
 #include <unordered_set>
 
+#include "backend/cpu/fused_block.hpp"
 #include "graph/internal.hpp"
+#include "internal/runtime_checks.hpp"
 #include "soma/autograd.hpp"
 #include "soma/ops.hpp"
+#include "soma/random_state.hpp"
 #include "soma/threading.hpp"
 
 namespace soma {
@@ -83,6 +87,7 @@ struct Plan {
   std::vector<KernelFn> kernels;           // per plan node
   std::vector<std::vector<Tensor>> values; // per plan node, during a run
   std::vector<char> fused;                 // per plan node: inside a fused chain
+  std::vector<int> randoms;                // random op nodes, in plan (= creation) order
   // Inter-op parallelism (built on first use): per step its successors and dependency count;
   // per releasable endpoint the number of steps reading it.
   bool deps_built = false;
@@ -114,6 +119,8 @@ struct Session::Impl {
   Plan* last = nullptr;
   std::vector<std::shared_ptr<Storage>> pool;  // buffers the executor owns (reused)
   bool warned_placement = false;
+  // Runs of each seeded random node so far (by name, over all plans): run k draws stream k.
+  std::unordered_map<std::string, std::uint64_t> rng_runs;
   std::mutex pool_mu;  // allocate() is called from several threads with inter-op threads
 
   Plan& plan_for(const std::vector<Endpoint>& fetches, const std::vector<std::pair<int, Tensor>>& feeds);
@@ -121,6 +128,7 @@ struct Session::Impl {
                               const std::vector<std::pair<int, Tensor>>& feeds);
   Tensor allocate(const TensorSpec& spec);
   void run_fused(Plan& p, const Step& s);
+  void run_fused_f32(Plan& p, const Step& s, const Tensor& out);
   void run_step(Plan& p, const Step& s);
   void run_parallel(Plan& p);
   std::vector<Tensor> execute(Plan& p, const std::vector<std::pair<int, Tensor>>& feeds);
@@ -314,6 +322,7 @@ std::unique_ptr<Plan> Session::Impl::build(const std::vector<Endpoint>& fetches,
     if (n.kind == NodeKind::Constant || n.kind == NodeKind::Variable) plan->leaves.push_back(int(id));
     if (n.kind == NodeKind::Update) plan->updates.push_back(int(id));
     if (n.kind != NodeKind::Op) continue;
+    if (n.attrs.has("rng")) plan->randoms.push_back(int(id));
     if (group[id] >= 0) {
       auto it = group_last.find(int(id));
       if (it == group_last.end()) continue;
@@ -387,6 +396,35 @@ Tensor Session::Impl::allocate(const TensorSpec& spec) {
   return Tensor(std::move(impl));
 }
 
+// set_check_numerics(true): the first node whose output holds inf/nan, by name and op.
+void check_node_numerics(const GraphNode& nd, const std::vector<Tensor>& ins,
+                         const std::vector<Tensor>& outs) {
+  if (!detail::check_numerics_on()) return;
+  try {
+    detail::check_op_numerics(*nd.op, ins, outs);
+  } catch (const Error& e) {
+    fail("graph node '" + nd.name + "' (" + nd.op->name + ")", e.what());
+  }
+}
+
+// ---- fused f32 chains: one tight loop per op over a block that stays in L1 ----------------------
+// An operand of a fused op: the chain value of the block, a same-shape array, or a scalar.
+struct FusedArg {
+  enum Kind : std::uint8_t { Chain, Array, Scalar } kind = Chain;
+  const float* p = nullptr;  // Array: element 0 of the tensor
+  float v = 0;               // Scalar
+};
+detail::FusedCode fused_code(const std::string& op) {
+  static const std::unordered_map<std::string, detail::FusedCode> codes = {
+      {"add", detail::FusedCode::Add},         {"subtract", detail::FusedCode::Sub},
+      {"multiply", detail::FusedCode::Mul},    {"divide", detail::FusedCode::Div},
+      {"abs", detail::FusedCode::Abs},         {"negative", detail::FusedCode::Neg},
+      {"square", detail::FusedCode::Square},   {"sqrt", detail::FusedCode::Sqrt},
+      {"relu", detail::FusedCode::Relu},       {"reciprocal", detail::FusedCode::Recip}};
+  auto it = codes.find(op);
+  return it == codes.end() ? detail::FusedCode::Kernel : it->second;
+}
+
 // A fused chain runs block by block: each op's own kernel on a cache-sized slice, so the
 // intermediates never leave the cache (and are never allocated at full size).
 void Session::Impl::run_fused(Plan& p, const Step& s) {
@@ -396,28 +434,36 @@ void Session::Impl::run_fused(Plan& p, const Step& s) {
   const std::int64_t n = numel(out_spec.shape);
   // External inputs must be contiguous (or scalars); otherwise run the members one by one.
   std::unordered_set<int> in_chain(s.nodes.begin(), s.nodes.end());
-  bool ok = true;
+  bool ok = true, host = true;  // host: the inline f32 loops read the inputs' memory directly
   for (int m : s.nodes)
     for (auto& e : pn[std::size_t(m)].inputs)
       if (!in_chain.count(e.node)) {
         const Tensor& t = p.values[std::size_t(e.node)][std::size_t(e.index)];
         if (t.numel() != 1 && !t.is_contiguous()) ok = false;
+        if (!t.device().is_cpu()) host = false;
       }
-  if (!ok) {
+  // Checking numerics runs the members one by one, so that the first bad one is named.
+  if (!ok || detail::check_numerics_on()) {
     for (int m : s.nodes) {
       const GraphNode& nd = pn[std::size_t(m)];
       std::vector<Tensor> ins, outs;
       for (auto& e : nd.inputs) ins.push_back(p.values[std::size_t(e.node)][std::size_t(e.index)]);
       outs.push_back(allocate(nd.outputs[0]));
       p.kernels[std::size_t(m)](ins, outs, nd.attrs);
+      check_node_numerics(nd, ins, outs);
       p.values[std::size_t(m)] = outs;
     }
     return;
   }
   Tensor out = allocate(out_spec);
+  const DType dt = out_spec.dtype;
+  if (dt == DType::f32 && host && out.device().is_cpu()) {
+    run_fused_f32(p, s, out);
+    p.values[std::size_t(s.nodes.back())] = {out};
+    return;
+  }
   constexpr std::int64_t kBlock = 32768;
   const std::int64_t nblocks = (n + kBlock - 1) / kBlock;
-  const DType dt = out_spec.dtype;
   int nt = std::max(1, std::min<int>(omp_get_max_threads(), int(nblocks)));
   auto flat = [](const Tensor& t, std::int64_t b, std::int64_t len) {
     return Tensor::view_of(t, {len}, {1}, t.offset() + b);
@@ -454,6 +500,91 @@ void Session::Impl::run_fused(Plan& p, const Step& s) {
   p.values[std::size_t(s.nodes.back())] = shaped;
 }
 
+// f32 chains: blocks of 2048 floats (8 KB: the chain value and the previous one stay in L1),
+// each op a vectorisable loop over the block (ops without an inline loop run their kernel on
+// the block), blocks spread over the threads. One pass over memory for the inputs and output.
+void Session::Impl::run_fused_f32(Plan& p, const Step& s, const Tensor& out) {
+  auto& pn = p.pg->nodes;
+  const std::int64_t n = out.numel();
+  constexpr std::int64_t kBlock = 2048;
+  const std::int64_t nblocks = (n + kBlock - 1) / kBlock;
+  std::unordered_set<int> in_chain(s.nodes.begin(), s.nodes.end());
+  struct Instr {
+    detail::FusedCode code;
+    FusedArg args[2];
+    int nargs = 0;
+  };
+  std::vector<Instr> prog;
+  for (int m : s.nodes) {
+    const GraphNode& nd = pn[std::size_t(m)];
+    Instr in{fused_code(nd.op->name), {}, int(nd.inputs.size())};
+    if (in.nargs > 2) in.code = detail::FusedCode::Kernel;
+    for (int i = 0; i < in.nargs && i < 2; ++i) {
+      const Endpoint& e = nd.inputs[std::size_t(i)];
+      if (in_chain.count(e.node)) continue;  // Chain
+      const Tensor& t = p.values[std::size_t(e.node)][std::size_t(e.index)];
+      if (t.numel() == 1 && n != 1) {
+        in.args[i].kind = FusedArg::Scalar;
+        in.args[i].v = t.data<float>()[0];
+      } else {
+        in.args[i].kind = FusedArg::Array;
+        in.args[i].p = t.data<float>();
+      }
+    }
+    // A unary op on a scalar (not the chain) has no inline loop.
+    if (in.nargs == 1 && in.args[0].kind == FusedArg::Scalar) in.code = detail::FusedCode::Kernel;
+    prog.push_back(in);
+  }
+  const int nt = std::max(1, std::min<int>(omp_get_max_threads(), int(nblocks)));
+  const std::int64_t half = std::min(n, kBlock);
+  Tensor temps = allocate({{half * 2 * nt}, DType::f32});
+  float* tbase = temps.data<float>();
+  float* obase = out.data<float>();
+  auto flat = [](const Tensor& t, std::int64_t b, std::int64_t len) {
+    return Tensor::view_of(t, {len}, {1}, t.offset() + b);
+  };
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (std::int64_t blk = 0; blk < nblocks; ++blk) {
+    const std::int64_t b = blk * kBlock, len = std::min(kBlock, n - b);
+    const std::int64_t tb = std::int64_t(omp_get_thread_num()) * half * 2;  // this thread's pair
+    const float* cur = nullptr;
+    std::int64_t cur_at = -1;  // where cur lives: an offset into temps, or -1 for out
+    for (std::size_t k = 0; k < prog.size(); ++k) {
+      const Instr& in = prog[k];
+      const bool last = k + 1 == prog.size();
+      const std::int64_t dst_at = tb + std::int64_t(k % 2) * half;
+      float* dst = last ? obase + b : tbase + dst_at;
+      if (in.code != detail::FusedCode::Kernel) {
+        const float* a[2] = {nullptr, nullptr};
+        float v[2] = {0, 0};
+        for (int i = 0; i < in.nargs; ++i) {
+          const FusedArg& arg = in.args[i];
+          if (arg.kind == FusedArg::Chain) a[i] = cur;
+          else if (arg.kind == FusedArg::Array) a[i] = arg.p + b;
+          else v[i] = arg.v;
+        }
+        fused_block_op(in.code, dst, a[0], v[0], a[1], v[1], len);
+      } else {
+        const GraphNode& nd = pn[std::size_t(s.nodes[k])];
+        std::vector<Tensor> ins;
+        for (auto& e : nd.inputs) {
+          if (in_chain.count(e.node)) {
+            ins.push_back(cur_at >= 0 ? flat(temps, cur_at, len) : flat(out, b, len));
+            continue;
+          }
+          const Tensor& t = p.values[std::size_t(e.node)][std::size_t(e.index)];
+          ins.push_back(t.numel() == 1 && n != 1 ? Tensor::view_of(t, {}, {}, t.offset())
+                                                 : flat(t, b, len));
+        }
+        std::vector<Tensor> outs{last ? flat(out, b, len) : flat(temps, dst_at, len)};
+        p.kernels[std::size_t(s.nodes[k])](ins, outs, nd.attrs);
+      }
+      cur = dst;
+      cur_at = last ? -1 : dst_at;
+    }
+  }
+}
+
 void Session::Impl::run_step(Plan& p, const Step& s) {
   if (s.nodes.size() > 1) {
     run_fused(p, s);
@@ -474,6 +605,7 @@ void Session::Impl::run_step(Plan& p, const Step& s) {
   } catch (const Error& e) {
     fail("graph node '" + nd.name + "'", e.what());
   }
+  check_node_numerics(nd, ins, outs);
   p.values[std::size_t(id)] = std::move(outs);
 }
 
@@ -587,6 +719,24 @@ std::vector<Tensor> Session::Impl::execute(Plan& p, const std::vector<std::pair<
     for (auto& [fid, t] : feeds)
       if (fid == uid) p.values[std::size_t(pid)] = {t};
   for (int id : p.leaves) p.values[std::size_t(id)] = {pn[std::size_t(id)].value};
+  // Random nodes get this run's streams up front, in plan order: an unseeded one the global
+  // generator's next stream (as the eager op would when it ran), a seeded one its run number.
+  for (int id : p.randoms) {
+    Attrs& a = pn[std::size_t(id)].attrs;
+    std::uint64_t seed = 0, stream = 0;
+    const std::int64_t mode = a.i("rng");
+    if (mode == 0) {
+      std::tie(seed, stream) = detail::next_global_stream();
+    } else {
+      const std::uint64_t k = rng_runs[pn[std::size_t(id)].name]++;
+      seed = std::uint64_t(a.i("seed"));
+      if (mode == 2)
+        seed = detail::splitmix64(seed ^ detail::splitmix64(std::uint64_t(a.i("calls")) + k));
+      else
+        stream = k;
+    }
+    a.set("run_seed", std::int64_t(seed)).set("run_stream", std::int64_t(stream));
+  }
 
   if (config.inter_op_threads > 1 && p.steps.size() > 1) {
     run_parallel(p);

@@ -7,6 +7,7 @@ void register_reduction_ops();
 void register_shape_ops();
 void register_linalg_ops();
 void register_nn_ops();  // convolution and pooling
+void register_random_ops();  // with their CPU kernels (src/ops/random.cpp)
 
 void register_cpu_elementwise_kernels();
 void register_cpu_reduction_kernels();

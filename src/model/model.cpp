@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "soma/autocast.hpp"
 #include "soma/autograd.hpp"
 #include "soma/data/dataset.hpp"
 #include "soma/dist/data_parallel.hpp"
@@ -148,8 +150,21 @@ struct Model::Compiled {
   std::shared_ptr<Distributed> dist;
   // compile(..., {.jit = true}): the traced training step (see train_step).
   bool jit = false;
+  // compile(..., {.mixed_precision = "bf16"}): the autocast dtype of every step. Unset: the
+  // steps leave the caller's autocast scope (if any) in charge.
+  std::optional<DType> precision;
   std::shared_ptr<Function> traced;
 };
+
+namespace {
+// compile's mixed_precision for one step, when it was given.
+struct StepPrecision {
+  std::optional<AutocastScope> scope;
+  explicit StepPrecision(std::optional<DType> dtype) {
+    if (dtype) scope.emplace(*dtype);
+  }
+};
+}  // namespace
 
 void Model::compile(optim::OptimizerRef optimizer, LossRef loss,
                     std::vector<metrics::MetricRef> metrics, CompileOptions options) {
@@ -186,6 +201,8 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
   c->losses = std::move(losses);
   c->loss_weights = std::move(options.loss_weights);
   c->jit = options.jit;
+  if (!options.mixed_precision.empty())
+    c->precision = parse_autocast_dtype(options.mixed_precision, "compile");
   c->metrics = std::move(metrics);
   compiled_ = std::move(c);
   optimizer_ = std::move(optimizer);
@@ -313,6 +330,8 @@ Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& 
                        const Tensor& sw) {
   auto& c = *compiled_;
   if (c.dist && !c.dist->weights_synced) sync_distributed_weights(x);
+  // The whole step: the optimiser has no matrix work, so including it changes nothing.
+  StepPrecision autocast(c.precision);
   // jit: once a first eager step has built the layers, forward pass, loss and gradients run as
   // a graph traced per batch shape; the optimiser and the trackers run eagerly as below.
   if (c.jit && !c.dist && c.n_outputs > 0) {
@@ -384,6 +403,7 @@ void Model::test_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y
                       const Tensor& sw) {
   auto& c = *compiled_;
   NoGradScope no_grad;
+  StepPrecision autocast(c.precision);
   std::vector<Tensor> pred = call(x);
   c.settle(pred.size(), outputs_);
   std::vector<Tensor> per_output;
@@ -920,6 +940,7 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOp
   cbs.set_model(this);
   ModeGuard mode(*this, false);
   NoGradScope no_grad;
+  StepPrecision autocast(compiled_ ? compiled_->precision : std::nullopt);
   std::vector<std::vector<Tensor>> parts;
   Logs logs;
   cbs.on_predict_begin(logs);
@@ -950,6 +971,7 @@ std::vector<Tensor> Model::predict_on_batch(const std::vector<Tensor>& x) {
   check_xy("predict_on_batch", x, {}, false);
   ModeGuard mode(*this, false);
   NoGradScope no_grad;
+  StepPrecision autocast(compiled_ ? compiled_->precision : std::nullopt);
   return call(x);
 }
 

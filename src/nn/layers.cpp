@@ -2,8 +2,15 @@
 
 #include <cmath>
 
+#include "graph/hook.hpp"
+#include "internal/fast_paths.hpp"
+#include "internal/fused_dense.hpp"
+#include "internal/runtime_checks.hpp"
+#include "internal/tensor_alloc.hpp"
+#include "soma/autocast.hpp"
 #include "soma/autograd.hpp"
 #include "soma/ops.hpp"
+#include "soma/random_state.hpp"
 
 namespace soma::nn {
 
@@ -12,13 +19,6 @@ namespace {
 // Keras casts floating inputs to the layer's dtype; integer inputs are cast too (a Dense layer
 // fed u8 pixels computes in its own dtype).
 Tensor to_layer_dtype(const Tensor& x, DType t) { return x.dtype() == t ? x : cast(x, t); }
-
-std::uint64_t splitmix64(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 }  // namespace
 
@@ -57,11 +57,53 @@ void Dense::build(const Shape& input_shape) {
   }
 }
 
+namespace {
+
+// Products up to this many multiply-adds (batch-1 and small-batch inference) take the fused
+// kernel: their time is mostly the three op dispatches and two temporaries it skips.
+constexpr std::int64_t kFusedDenseMaxWork = std::int64_t(1) << 20;
+constexpr std::int64_t kFusedDenseMaxRows = 8;
+
+bool is_cpu_f32_packed(const Tensor& t) {
+  return t.device().is_cpu() && t.dtype() == DType::f32 && t.is_contiguous() &&
+         !graph_detail::is_symbolic_id(t.id());
+}
+
+// y = act(x W + b) in one kernel (internal/fused_dense.hpp) when nothing can tell it from
+// matmul + add + relu: no tape records, no graph is being built, no autocast, no numerics check,
+// small f32 CPU operands, a linear or the built-in ReLU activation. Undefined Tensor otherwise.
+Tensor fused_dense_inference(const Tensor& x, const Tensor& w, const Tensor* b,
+                             const Activation& act) {
+  if (!detail::fast_paths_enabled() || graph_detail::t_build_depth > 0 ||
+      detail::check_numerics_on())
+    return {};
+  const bool relu_act = !act.is_linear();
+  if (relu_act && (act.name != "relu" || act.fn.target_type() != nn::relu.fn.target_type()))
+    return {};
+  if (!is_cpu_f32_packed(x) || !is_cpu_f32_packed(w) || (b && !is_cpu_f32_packed(*b))) return {};
+  const std::int64_t k = w.shape()[0], n = w.shape()[1];
+  const std::int64_t m = k > 0 ? x.numel() / k : 0;
+  if (k == 0 || m == 0 || m > kFusedDenseMaxRows || m * k * n > kFusedDenseMaxWork) return {};
+  if (!active_tapes().empty() && !grad_recording_disabled()) return {};
+  if (autocast_dtype() != DType::f32) return {};
+  Shape ys = x.shape();
+  ys.back() = n;
+  Tensor y = detail::empty_tensor(std::move(ys), DType::f32, Device::cpu());
+  detail::fused_dense_f32(x.data<float>(), w.data<float>(), b ? b->data<float>() : nullptr,
+                          y.data<float>(), m, k, n, relu_act);
+  return y;
+}
+
+}  // namespace
+
 Tensor Dense::forward(const Tensor& x) {
   std::int64_t in = kernel_.shape()[0];
   if (x.rank() < 2 || x.shape().back() != in)
     fail("Dense", "layer '", name(), "' expects inputs of shape [batch, ..., ", in,
          "] (it was built for ", in, " features), got ", shape_str(x.shape()));
+  const Tensor* bias = opt_.use_bias ? &bias_.value() : nullptr;
+  if (Tensor y = fused_dense_inference(x, kernel_.value(), bias, activation_); y.defined())
+    return y;
   Tensor y = matmul(to_layer_dtype(x, opt_.dtype), kernel_.value());
   if (opt_.use_bias) y = y + bias_.value();
   return activation_(y);
@@ -141,13 +183,11 @@ Tensor Dropout::forward(const Tensor& x) {
   if (!is_floating(x.dtype()))
     fail("Dropout", "layer '", name(), "' needs a floating input, got ", x.dtype());
   // A seeded layer draws a new mask per call from (seed, call number): reproducible, yet not the
-  // same mask at every step.
-  std::optional<std::uint64_t> s;
-  if (seed_) s = splitmix64(*seed_ ^ splitmix64(calls_));
+  // same mask at every step. The draw is a random op shaped like x, so in a graph or a traced
+  // step it draws a new mask at every run (and keeps the eager sequence of masks).
+  Tensor u = detail::dropout_uniform(x, seed_, calls_);
   ++calls_;
-  Tensor keep = cast(greater_equal(random_uniform(x.shape(), 0.0, 1.0, x.dtype(), s),
-                                   scalar(rate_, x.dtype())),
-                     x.dtype());
+  Tensor keep = cast(greater_equal(u, scalar(rate_, x.dtype())), x.dtype());
   return x * (keep * (1.0 / (1.0 - rate_)));
 }
 

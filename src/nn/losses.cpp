@@ -118,9 +118,15 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred,
       return values;
     case Reduction::Sum:
       return sum(values);
-    case Reduction::SumOverBatchSize:
+    case Reduction::SumOverBatchSize: {
+      // A graph with an unknown batch (-1) divides by the fed batch: the mean op's count is
+      // taken when the graph runs. Known shapes keep sum / n (eager results unchanged).
+      bool unknown = false;
+      for (auto d : values.shape()) unknown |= d < 0;
+      if (unknown) return mean(values);
       if (values.numel() == 0) return zeros({}, values.dtype());
       return sum(values) / double(values.numel());
+    }
   }
   return values;
 }

@@ -99,9 +99,15 @@ Tensor fill(const Shape& shape, double value, DType dtype) {
 Tensor scalar(double value, DType dtype) { return fill({}, value, dtype); }
 Tensor zeros(const Shape& shape, DType dtype) { return fill(shape, 0.0, dtype); }
 Tensor ones(const Shape& shape, DType dtype) { return fill(shape, 1.0, dtype); }
-Tensor zeros_like(const Tensor& t) { return fill(t.shape(), 0.0, t.dtype()); }
-Tensor ones_like(const Tensor& t) { return fill(t.shape(), 1.0, t.dtype()); }
-Tensor full_like(const Tensor& t, double value) { return fill(t.shape(), value, t.dtype()); }
+// *_like keep the tensor's device (gradients of device tensors are made of these).
+Tensor full_like(const Tensor& t, double value) {
+  if (t.device().is_cpu()) return fill(t.shape(), value, t.dtype());
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  detail::fill_value(out, value);
+  return out;
+}
+Tensor zeros_like(const Tensor& t) { return full_like(t, 0.0); }
+Tensor ones_like(const Tensor& t) { return full_like(t, 1.0); }
 
 Tensor eye(std::int64_t n, std::optional<std::int64_t> m, DType dtype) {
   std::int64_t cols = m.value_or(n);

@@ -40,43 +40,53 @@ Tensor like_scalar(double v, const Tensor& t) { return scalar(v, t.dtype()); }
 
 // ---- gradients ----
 using G = const GradContext&;
+// Binary gradients compute only the sides some gradient request needs (c.needs(i)): a bias
+// add's data side, a constant factor's side, ... cost nothing then.
 std::vector<Tensor> add_grad(G c) {
-  return {sum_to(c.grads[0], c.inputs[0].shape()), sum_to(c.grads[0], c.inputs[1].shape())};
+  return {c.needs(0) ? sum_to(c.grads[0], c.inputs[0].shape()) : Tensor(),
+          c.needs(1) ? sum_to(c.grads[0], c.inputs[1].shape()) : Tensor()};
 }
 std::vector<Tensor> sub_grad(G c) {
-  return {sum_to(c.grads[0], c.inputs[0].shape()), sum_to(negative(c.grads[0]), c.inputs[1].shape())};
+  return {c.needs(0) ? sum_to(c.grads[0], c.inputs[0].shape()) : Tensor(),
+          c.needs(1) ? sum_to(negative(c.grads[0]), c.inputs[1].shape()) : Tensor()};
 }
 std::vector<Tensor> mul_grad(G c) {
   const Tensor& g = c.grads[0];
-  return {sum_to(g * c.inputs[1], c.inputs[0].shape()), sum_to(g * c.inputs[0], c.inputs[1].shape())};
+  return {c.needs(0) ? sum_to(g * c.inputs[1], c.inputs[0].shape()) : Tensor(),
+          c.needs(1) ? sum_to(g * c.inputs[0], c.inputs[1].shape()) : Tensor()};
 }
 std::vector<Tensor> div_grad(G c) {
   const Tensor &g = c.grads[0], &a = c.inputs[0], &b = c.inputs[1];
-  return {sum_to(g / b, a.shape()), sum_to(negative(g) * a / square(b), b.shape())};
+  return {c.needs(0) ? sum_to(g / b, a.shape()) : Tensor(),
+          c.needs(1) ? sum_to(negative(g) * a / square(b), b.shape()) : Tensor()};
 }
 std::vector<Tensor> pow_grad(G c) {
   const Tensor &g = c.grads[0], &a = c.inputs[0], &b = c.inputs[1], &out = c.outputs[0];
-  Tensor da = g * b * pow(a, b - 1.0);
-  // d/db a^b = a^b log a, taken as 0 where a <= 0 (as TensorFlow does).
-  Tensor safe_log = where(a > 0.0, log(where(a > 0.0, a, ones_like(a))), zeros_like(a));
-  Tensor db = g * out * safe_log;
-  return {sum_to(da, a.shape()), sum_to(db, b.shape())};
+  Tensor da, db;
+  if (c.needs(0)) da = sum_to(g * b * pow(a, b - 1.0), a.shape());
+  if (c.needs(1)) {
+    // d/db a^b = a^b log a, taken as 0 where a <= 0 (as TensorFlow does).
+    Tensor safe_log = where(a > 0.0, log(where(a > 0.0, a, ones_like(a))), zeros_like(a));
+    db = sum_to(g * out * safe_log, b.shape());
+  }
+  return {da, db};
 }
 std::vector<Tensor> maximum_grad(G c) {
   Tensor mask = c.inputs[0] >= c.inputs[1];  // ties go to the first input
   Tensor z = zeros_like(c.grads[0]);
-  return {sum_to(where(mask, c.grads[0], z), c.inputs[0].shape()),
-          sum_to(where(mask, z, c.grads[0]), c.inputs[1].shape())};
+  return {c.needs(0) ? sum_to(where(mask, c.grads[0], z), c.inputs[0].shape()) : Tensor(),
+          c.needs(1) ? sum_to(where(mask, z, c.grads[0]), c.inputs[1].shape()) : Tensor()};
 }
 std::vector<Tensor> minimum_grad(G c) {
   Tensor mask = c.inputs[0] <= c.inputs[1];
   Tensor z = zeros_like(c.grads[0]);
-  return {sum_to(where(mask, c.grads[0], z), c.inputs[0].shape()),
-          sum_to(where(mask, z, c.grads[0]), c.inputs[1].shape())};
+  return {c.needs(0) ? sum_to(where(mask, c.grads[0], z), c.inputs[0].shape()) : Tensor(),
+          c.needs(1) ? sum_to(where(mask, z, c.grads[0]), c.inputs[1].shape()) : Tensor()};
 }
 std::vector<Tensor> sqdiff_grad(G c) {
   Tensor d = c.grads[0] * (c.inputs[0] - c.inputs[1]) * 2.0;
-  return {sum_to(d, c.inputs[0].shape()), sum_to(negative(d), c.inputs[1].shape())};
+  return {c.needs(0) ? sum_to(d, c.inputs[0].shape()) : Tensor(),
+          c.needs(1) ? sum_to(negative(d), c.inputs[1].shape()) : Tensor()};
 }
 std::vector<Tensor> floor_div_grad(G c) {
   return {zeros_like(c.inputs[0]), zeros_like(c.inputs[1])};
@@ -88,8 +98,8 @@ std::vector<Tensor> mod_grad(G c) {
 std::vector<Tensor> where_grad(G c) {
   const Tensor& g = c.grads[0];
   Tensor z = zeros_like(g);
-  return {Tensor(), sum_to(where(c.inputs[0], g, z), c.inputs[1].shape()),
-          sum_to(where(c.inputs[0], z, g), c.inputs[2].shape())};
+  return {Tensor(), c.needs(1) ? sum_to(where(c.inputs[0], g, z), c.inputs[1].shape()) : Tensor(),
+          c.needs(2) ? sum_to(where(c.inputs[0], z, g), c.inputs[2].shape()) : Tensor()};
 }
 std::vector<Tensor> zero_grad(G c) { return {zeros_like(c.inputs[0])}; }
 std::vector<Tensor> abs_grad(G c) { return {c.grads[0] * sign(c.inputs[0])}; }

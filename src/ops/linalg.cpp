@@ -58,9 +58,12 @@ std::vector<Tensor> matmul_grad(const GradContext& c) {
   Tensor a2 = a.rank() == 1 ? reshape(a, {1, a.dim(0)}) : a;
   Tensor b2 = b.rank() == 1 ? reshape(b, {b.dim(0), 1}) : b;
   Tensor g = reshape_if(c.grads[0], matmul_shape(a2.shape(), b2.shape()));
-  Tensor da = sum_to_if(matmul(g, swap_last_two(b2)), a2.shape());
-  Tensor db = sum_to_if(matmul(swap_last_two(a2), g), b2.shape());
-  return {reshape_if(da, a.shape()), reshape_if(db, b.shape())};
+  // Each product is skipped when nobody asked for it: for a network's first layer, dx = g W^T
+  // costs as much as dW and is thrown away.
+  Tensor da, db;
+  if (c.needs(0)) da = reshape_if(sum_to_if(matmul(g, swap_last_two(b2)), a2.shape()), a.shape());
+  if (c.needs(1)) db = reshape_if(sum_to_if(matmul(swap_last_two(a2), g), b2.shape()), b.shape());
+  return {da, db};
 }
 
 // ---- diagonal: a view over axes (axis1, axis2), which are removed; the diagonal becomes the

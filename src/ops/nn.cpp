@@ -210,8 +210,9 @@ std::vector<TensorSpec> conv2d_infer(const std::vector<TensorSpec>& in, const At
 }
 std::vector<Tensor> conv2d_grad(G c) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
-  return {call_backprop_input(g, w, x.shape(), c.attrs),
-          call_backprop_filter(x, g, w.shape(), c.attrs)};
+  // The first layer's input (the data) needs no gradient: skip its backprop-input.
+  return {c.needs(0) ? call_backprop_input(g, w, x.shape(), c.attrs) : Tensor(),
+          c.needs(1) ? call_backprop_filter(x, g, w.shape(), c.attrs) : Tensor()};
 }
 
 // ---- conv2d_backprop_input(g, w) -> dx ----
@@ -230,7 +231,8 @@ std::vector<TensorSpec> backprop_input_infer(const std::vector<TensorSpec>& in, 
 // <g, conv2d(h, w)> has gradient conv2d_backprop_filter(h, g).
 std::vector<Tensor> backprop_input_grad(G c) {
   const Tensor &g = c.inputs[0], &w = c.inputs[1], &h = c.grads[0];
-  return {call_conv2d(h, w, c.attrs), call_backprop_filter(h, g, w.shape(), c.attrs)};
+  return {c.needs(0) ? call_conv2d(h, w, c.attrs) : Tensor(),
+          c.needs(1) ? call_backprop_filter(h, g, w.shape(), c.attrs) : Tensor()};
 }
 
 // ---- conv2d_backprop_filter(x, g) -> dw ----
@@ -248,7 +250,8 @@ std::vector<TensorSpec> backprop_filter_infer(const std::vector<TensorSpec>& in,
 // <F(x, g), v> = <g, conv2d(x, v)>: gradient in x is conv2d_backprop_input(g, v), in g conv2d(x, v).
 std::vector<Tensor> backprop_filter_grad(G c) {
   const Tensor &x = c.inputs[0], &g = c.inputs[1], &v = c.grads[0];
-  return {call_backprop_input(g, v, x.shape(), c.attrs), call_conv2d(x, v, c.attrs)};
+  return {c.needs(0) ? call_backprop_input(g, v, x.shape(), c.attrs) : Tensor(),
+          c.needs(1) ? call_conv2d(x, v, c.attrs) : Tensor()};
 }
 
 // ---- pooling ----

@@ -16,8 +16,13 @@
 // ctr[2..3] = stream (the global call number with the top bit set; 0 for per-call seeds, so the
 // two kinds of stream never meet); key = the 64-bit seed.
 //
-// These functions take no differentiable input (random_shuffle's output is a fresh copy that
-// carries no gradient), so they are not ops on the tape, like the creation functions.
+// random_uniform, random_normal and truncated_normal are registered ops without a gradient
+// (nothing to differentiate; Dropout's gradient flows through its multiply by the mask). They
+// take no input, or one whose shape (and dtype) they copy (random_*_like): with a symbolic input
+// they become graph nodes that draw anew at every run. The stream is chosen when the kernel runs
+// (attrs "rng": 0 global, 1 per-call seed, 2 Dropout's mix(seed, calls)); a Session sets
+// "run_seed"/"run_stream" per run instead (src/graph/session.cpp). random_shuffle is not an op
+// (its output is a fresh copy that carries no gradient; the data pipeline uses it eagerly).
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -27,6 +32,8 @@
 
 #include "internal/dispatch.hpp"
 #include "internal/parallel.hpp"
+#include "internal/registration.hpp"
+#include "soma/op.hpp"
 #include "soma/ops.hpp"
 #include "soma/random_state.hpp"
 
@@ -191,15 +198,152 @@ void fill_normal(Tensor& out, const Stream& s, double mean, double stddev, bool 
   }
 }
 
+std::uint64_t as_u64(std::int64_t v) { return std::uint64_t(v); }
+
+// The stream of one execution of a random op (see the comment at the top).
+Stream stream_of(const Attrs& a) {
+  if (a.has("run_stream")) return {as_u64(a.i("run_seed")), as_u64(a.i("run_stream"))};
+  const std::int64_t mode = a.i("rng");
+  if (mode == 0) return next_stream(std::nullopt);
+  const std::uint64_t seed = as_u64(a.i("seed"));
+  if (mode == 2) return {detail::splitmix64(seed ^ detail::splitmix64(as_u64(a.i("calls")))), 0};
+  return {seed, 0};
+}
+
+Attrs rng_attrs(std::optional<std::uint64_t> seed) {
+  Attrs a;
+  a.set("rng", std::int64_t(seed ? 1 : 0));
+  if (seed) a.set("seed", std::int64_t(*seed));
+  return a;
+}
+
+std::vector<TensorSpec> random_infer(const std::vector<TensorSpec>& in, const Attrs& a) {
+  if (in.size() > 1) fail("random", "expected 0 or 1 inputs, got ", in.size());
+  Shape s = in.empty() ? Shape(a.ints("shape")) : in[0].shape;
+  DType t = a.has("dtype") ? a.dtype("dtype") : in.at(0).dtype;
+  return {{s, t}};
+}
+
+void normal_kernel_impl(std::vector<Tensor>& out, const Attrs& a, bool truncate) {
+  const double mean = a.f("a"), stddev = a.f("b");
+  Stream s = stream_of(a);
+  Tensor& o = out[0];
+  detail::dispatch_floating(o.dtype(), truncate ? "truncated_normal" : "random_normal",
+                            [&]<class T>() { fill_normal<T>(o, s, mean, stddev, truncate); });
+}
+void normal_kernel(const std::vector<Tensor>&, std::vector<Tensor>& out, const Attrs& a) {
+  normal_kernel_impl(out, a, false);
+}
+void truncated_normal_kernel(const std::vector<Tensor>&, std::vector<Tensor>& out,
+                             const Attrs& a) {
+  normal_kernel_impl(out, a, true);
+}
+
+void uniform_kernel(const std::vector<Tensor>&, std::vector<Tensor>& outs, const Attrs& a) {
+  const double minval = a.f("a"), maxval = a.f("b");
+  Tensor& out = outs[0];
+  const DType dtype = out.dtype();
+  if (dtype == DType::i32 || dtype == DType::i64) {
+    Stream s = stream_of(a);
+    const std::int64_t lo = std::int64_t(minval);
+    // maxval - minval <= 2^64 - 1 when both fit an i64 (2^63 itself is excluded as maxval).
+    const std::uint64_t range =
+        maxval >= 9223372036854775808.0
+            ? std::uint64_t(std::int64_t(9223372036854775807LL)) - std::uint64_t(lo) + 1
+            : std::uint64_t(std::int64_t(maxval)) - std::uint64_t(lo);
+    detail::dispatch_dtype(dtype, [&]<class T>() {
+      if constexpr (std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>) {
+        T* p = out.data<T>();
+        generate(out.numel(), 2, [&](std::uint64_t b, std::int64_t first, int count) {
+          Block w = bits(s, b);
+          for (int k = 0; k < count; ++k) {
+            // Multiply-shift maps 64 random bits onto [0, range); bias <= range / 2^64.
+            std::uint64_t x = u64(w[std::size_t(2 * k)], w[std::size_t(2 * k + 1)]);
+            auto off = range == 0 ? x  // the whole i64 range (2^64 wrapped to 0)
+                                  : std::uint64_t((unsigned __int128)x * range >> 64);
+            p[first + k] = T(std::uint64_t(lo) + off);
+          }
+        });
+      }
+    });
+    return;
+  }
+  detail::dispatch_floating(dtype, "random_uniform", [&]<class T>() {
+    const T hi = detail::convert<T>(maxval);
+    // Rounding to T can land on maxval itself; such values are moved just below it.
+    const T top = below(hi);
+    Stream s = stream_of(a);
+    T* p = out.data<T>();
+    if constexpr (std::is_same_v<T, double>) {
+      generate(out.numel(), 2, [&](std::uint64_t b, std::int64_t first, int count) {
+        Block w = bits(s, b);
+        for (int k = 0; k < count; ++k) {
+          double v = minval + (maxval - minval) *
+                                  unit_d(u64(w[std::size_t(2 * k)], w[std::size_t(2 * k + 1)]));
+          p[first + k] = v < maxval ? v : top;
+        }
+      });
+    } else {
+      const double width = maxval - minval;
+      const double hi_d = detail::convert<double>(hi);
+      generate(out.numel(), 4, [&](std::uint64_t b, std::int64_t first, int count) {
+        Block w = bits(s, b);
+        for (int k = 0; k < count; ++k) {
+          T v = detail::convert<T>(minval + width * double(w[std::size_t(k)] >> 8) * 0x1p-24);
+          p[first + k] = detail::convert<double>(v) < hi_d ? v : top;
+        }
+      });
+    }
+  });
+}
+
+void check_uniform_args(const char* op, double minval, double maxval, DType dtype) {
+  if (!std::isfinite(minval) || !std::isfinite(maxval))
+    fail(op, "bounds must be finite, got [", minval, ", ", maxval, ")");
+  if (!(minval < maxval))
+    fail(op, "minval must be less than maxval, got minval ", minval, " and maxval ", maxval);
+  if (dtype == DType::i32 || dtype == DType::i64) {
+    // Integers in [minval, maxval): the bounds must be integers that the dtype holds.
+    double lo_lim = dtype == DType::i32 ? -2147483648.0 : -9223372036854775808.0;
+    double hi_lim = dtype == DType::i32 ? 2147483648.0 : 9223372036854775808.0;
+    if (minval != std::floor(minval) || maxval != std::floor(maxval))
+      fail(op, "dtype ", dtype_name(dtype), " needs integer bounds, got [", minval, ", ", maxval,
+           ")");
+    if (minval < lo_lim || maxval > hi_lim)
+      fail(op, "bounds [", minval, ", ", maxval, ") do not fit dtype ", dtype_name(dtype));
+    return;
+  }
+  if (!is_floating(dtype))
+    fail(op, "dtype ", dtype_name(dtype),
+         " is not supported (expected f32, f64, f16, bf16, i32 or i64)");
+  detail::dispatch_floating(dtype, op, [&]<class T>() {
+    const T lo = detail::convert<T>(minval), hi = detail::convert<T>(maxval);
+    if (!(detail::convert<double>(lo) < detail::convert<double>(hi)))
+      fail(op, "bounds [", minval, ", ", maxval, ") collapse to one value in dtype ",
+           dtype_name(dtype));
+  });
+}
+
+Tensor call_random(const char* op, const std::vector<Tensor>& like, const Shape* shape, DType dtype,
+                   double a, double b, Attrs attrs) {
+  if (shape) {
+    attrs.set("shape", std::vector<std::int64_t>(shape->begin(), shape->end()));
+    attrs.set("dtype", dtype);
+  }
+  attrs.set("a", a).set("b", b);
+  return call_op1(get_op(op), like, attrs);
+}
+
 Tensor normal_impl(const char* op, const Shape& shape, double mean, double stddev, DType dtype,
-                   std::optional<std::uint64_t> seed, bool truncate) {
+                   std::optional<std::uint64_t> seed) {
   check_shape(shape, op);
   check_normal_args(op, mean, stddev, dtype);
-  Tensor out = Tensor::empty(shape, dtype);
-  Stream s = next_stream(seed);
-  detail::dispatch_floating(dtype, op,
-                            [&]<class T>() { fill_normal<T>(out, s, mean, stddev, truncate); });
-  return out;
+  return call_random(op, {}, &shape, dtype, mean, stddev, rng_attrs(seed));
+}
+
+Tensor like_input(const char* op, const Tensor& like) {
+  if (!like.defined()) fail(op, "the tensor to take the shape from is undefined (empty)");
+  return like;
 }
 
 }  // namespace
@@ -226,93 +370,76 @@ void set_rng_state(const RngState& state) {
 
 Tensor random_normal(const Shape& shape, double mean, double stddev, DType dtype,
                      std::optional<std::uint64_t> seed) {
-  return normal_impl("random_normal", shape, mean, stddev, dtype, seed, false);
+  return normal_impl("random_normal", shape, mean, stddev, dtype, seed);
 }
 
 Tensor truncated_normal(const Shape& shape, double mean, double stddev, DType dtype,
                         std::optional<std::uint64_t> seed) {
-  return normal_impl("truncated_normal", shape, mean, stddev, dtype, seed, true);
+  return normal_impl("truncated_normal", shape, mean, stddev, dtype, seed);
 }
 
 Tensor random_uniform(const Shape& shape, double minval, double maxval, DType dtype,
                       std::optional<std::uint64_t> seed) {
   const char* op = "random_uniform";
   check_shape(shape, op);
-  if (!std::isfinite(minval) || !std::isfinite(maxval))
-    fail(op, "bounds must be finite, got [", minval, ", ", maxval, ")");
-  if (!(minval < maxval))
-    fail(op, "minval must be less than maxval, got minval ", minval, " and maxval ", maxval);
-  Tensor out;
-  if (dtype == DType::i32 || dtype == DType::i64) {
-    // Integers in [minval, maxval): the bounds must be integers that the dtype holds.
-    double lo_lim = dtype == DType::i32 ? -2147483648.0 : -9223372036854775808.0;
-    double hi_lim = dtype == DType::i32 ? 2147483648.0 : 9223372036854775808.0;
-    if (minval != std::floor(minval) || maxval != std::floor(maxval))
-      fail(op, "dtype ", dtype_name(dtype), " needs integer bounds, got [", minval, ", ", maxval,
-           ")");
-    if (minval < lo_lim || maxval > hi_lim)
-      fail(op, "bounds [", minval, ", ", maxval, ") do not fit dtype ", dtype_name(dtype));
-    out = Tensor::empty(shape, dtype);
-    Stream s = next_stream(seed);
-    const std::int64_t lo = std::int64_t(minval);
-    // maxval - minval <= 2^64 - 1 when both fit an i64 (2^63 itself is excluded as maxval).
-    const std::uint64_t range =
-        maxval >= 9223372036854775808.0
-            ? std::uint64_t(std::int64_t(9223372036854775807LL)) - std::uint64_t(lo) + 1
-            : std::uint64_t(std::int64_t(maxval)) - std::uint64_t(lo);
-    detail::dispatch_dtype(dtype, [&]<class T>() {
-      if constexpr (std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>) {
-        T* p = out.data<T>();
-        generate(out.numel(), 2, [&](std::uint64_t b, std::int64_t first, int count) {
-          Block w = bits(s, b);
-          for (int k = 0; k < count; ++k) {
-            // Multiply-shift maps 64 random bits onto [0, range); bias <= range / 2^64.
-            std::uint64_t x = u64(w[std::size_t(2 * k)], w[std::size_t(2 * k + 1)]);
-            auto off = range == 0 ? x  // the whole i64 range (2^64 wrapped to 0)
-                                  : std::uint64_t((unsigned __int128)x * range >> 64);
-            p[first + k] = T(std::uint64_t(lo) + off);
-          }
-        });
-      }
-    });
-    return out;
-  }
-  if (!is_floating(dtype))
-    fail(op, "dtype ", dtype_name(dtype),
-         " is not supported (expected f32, f64, f16, bf16, i32 or i64)");
-  out = Tensor::empty(shape, dtype);
-  detail::dispatch_floating(dtype, op, [&]<class T>() {
-    const T lo = detail::convert<T>(minval), hi = detail::convert<T>(maxval);
-    if (!(detail::convert<double>(lo) < detail::convert<double>(hi)))
-      fail(op, "bounds [", minval, ", ", maxval, ") collapse to one value in dtype ",
-           dtype_name(dtype));
-    // Rounding to T can land on maxval itself; such values are moved just below it.
-    const T top = below(hi);
-    Stream s = next_stream(seed);
-    T* p = out.data<T>();
-    if constexpr (std::is_same_v<T, double>) {
-      generate(out.numel(), 2, [&](std::uint64_t b, std::int64_t first, int count) {
-        Block w = bits(s, b);
-        for (int k = 0; k < count; ++k) {
-          double v = minval + (maxval - minval) *
-                                  unit_d(u64(w[std::size_t(2 * k)], w[std::size_t(2 * k + 1)]));
-          p[first + k] = v < maxval ? v : top;
-        }
-      });
-    } else {
-      const double width = maxval - minval;
-      const double hi_d = detail::convert<double>(hi);
-      generate(out.numel(), 4, [&](std::uint64_t b, std::int64_t first, int count) {
-        Block w = bits(s, b);
-        for (int k = 0; k < count; ++k) {
-          T v = detail::convert<T>(minval + width * double(w[std::size_t(k)] >> 8) * 0x1p-24);
-          p[first + k] = detail::convert<double>(v) < hi_d ? v : top;
-        }
-      });
-    }
-  });
-  return out;
+  check_uniform_args(op, minval, maxval, dtype);
+  return call_random(op, {}, &shape, dtype, minval, maxval, rng_attrs(seed));
 }
+
+Tensor random_uniform_like(const Tensor& like, double minval, double maxval,
+                           std::optional<std::uint64_t> seed) {
+  const char* op = "random_uniform";
+  check_uniform_args(op, minval, maxval, like_input(op, like).dtype());
+  return call_random(op, {like}, nullptr, like.dtype(), minval, maxval, rng_attrs(seed));
+}
+
+Tensor random_normal_like(const Tensor& like, double mean, double stddev,
+                          std::optional<std::uint64_t> seed) {
+  const char* op = "random_normal";
+  check_normal_args(op, mean, stddev, like_input(op, like).dtype());
+  return call_random(op, {like}, nullptr, like.dtype(), mean, stddev, rng_attrs(seed));
+}
+
+Tensor truncated_normal_like(const Tensor& like, double mean, double stddev,
+                             std::optional<std::uint64_t> seed) {
+  const char* op = "truncated_normal";
+  check_normal_args(op, mean, stddev, like_input(op, like).dtype());
+  return call_random(op, {like}, nullptr, like.dtype(), mean, stddev, rng_attrs(seed));
+}
+
+namespace detail {
+
+std::uint64_t splitmix64(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::pair<std::uint64_t, std::uint64_t> next_global_stream() {
+  Stream s = next_stream(std::nullopt);
+  return {s.seed, s.stream};
+}
+
+Tensor dropout_uniform(const Tensor& like, std::optional<std::uint64_t> seed,
+                       std::uint64_t calls) {
+  const char* op = "random_uniform";
+  check_uniform_args(op, 0.0, 1.0, like_input(op, like).dtype());
+  Attrs a = rng_attrs(seed);
+  if (seed) a.set("rng", std::int64_t(2)).set("calls", std::int64_t(calls));
+  return call_random(op, {like}, nullptr, like.dtype(), 0.0, 1.0, a);
+}
+
+void register_random_ops() {
+  register_op({.name = "random_uniform", .num_inputs = -1, .infer = random_infer});
+  register_op({.name = "random_normal", .num_inputs = -1, .infer = random_infer});
+  register_op({.name = "truncated_normal", .num_inputs = -1, .infer = random_infer});
+  register_kernel("random_uniform", DeviceKind::CPU, uniform_kernel);
+  register_kernel("random_normal", DeviceKind::CPU, normal_kernel);
+  register_kernel("truncated_normal", DeviceKind::CPU, truncated_normal_kernel);
+}
+
+}  // namespace detail
 
 Tensor random_shuffle(const Tensor& t, std::optional<std::uint64_t> seed) {
   const char* op = "random_shuffle";

@@ -4,6 +4,7 @@
 #include "graph/hook.hpp"
 #include "internal/registration.hpp"
 #include "internal/runtime_checks.hpp"
+#include "internal/tensor_alloc.hpp"
 #include "soma/autograd.hpp"
 #include "soma/op.hpp"
 
@@ -58,6 +59,11 @@ DType Attrs::dtype(std::string_view k) const { return typed<DType>(get(k), k, "d
 const std::string& Attrs::s(std::string_view k) const { return typed<std::string>(get(k), k, "string"); }
 
 // ---- registry ---------------------------------------------------------------------------------
+#ifdef SOMA_HAS_CUDA
+namespace detail {
+void register_cuda_kernels();  // src/backend/cuda/ops.cpp
+}
+#endif
 namespace {
 struct Registry {
   std::unordered_map<std::string, std::unique_ptr<OpDef>> ops;  // stable addresses
@@ -74,11 +80,15 @@ void ensure_initialized() {
     detail::register_shape_ops();
     detail::register_linalg_ops();
     detail::register_nn_ops();
+    detail::register_random_ops();
     detail::register_cpu_elementwise_kernels();
     detail::register_cpu_reduction_kernels();
     detail::register_cpu_shape_kernels();
     detail::register_cpu_linalg_kernels();
     detail::register_cpu_nn_kernels();
+#ifdef SOMA_HAS_CUDA
+    detail::register_cuda_kernels();  // registering touches no GPU
+#endif
   });
 }
 }  // namespace
@@ -114,6 +124,30 @@ std::vector<std::string> registered_ops() {
 }
 
 // ---- eager execution --------------------------------------------------------------------------
+namespace {
+// Inputs on different devices. A 0-d CPU tensor is a value (like `x * 2.0`'s scalar, or a
+// constant in a gradient) and follows the others to their device (PyTorch's rule for CPU
+// scalars); any other mix is an error. Returns the device and, in `moved`, the inputs to use.
+[[gnu::noinline]] Device resolve_mixed_devices(const OpDef& def, const std::vector<Tensor>& inputs,
+                                               std::vector<Tensor>& moved) {
+  auto is_host_scalar = [](const Tensor& t) { return t.device().is_cpu() && t.rank() == 0; };
+  std::size_t first = inputs.size();
+  for (std::size_t i = 0; i < inputs.size() && first == inputs.size(); ++i)
+    if (!is_host_scalar(inputs[i])) first = i;
+  const Device dev = first < inputs.size() ? inputs[first].device() : Device::cpu();
+  moved = inputs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].device() == dev) continue;
+    if (!is_host_scalar(inputs[i]))
+      fail(def.name, "inputs are on different devices: input ", first, " on ", dev.str(),
+           ", input ", i, " on ", inputs[i].device().str(),
+           "; move them with to(device) first");
+    moved[i] = inputs[i].to(dev);
+  }
+  return dev;
+}
+}  // namespace
+
 std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
                             const Attrs& attrs) {
   if (def.num_inputs >= 0 && std::size_t(def.num_inputs) != inputs.size())
@@ -122,18 +156,22 @@ std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
   // a graph node instead of running. Eager cost: one thread-local read and one bit per input.
   if (graph_detail::t_build_depth > 0) [[unlikely]]
     return graph_detail::add_op_node(def, inputs, attrs);
+  // The fields are read through the impl pointers: Tensor's accessors are out-of-line calls.
   Device dev = Device::cpu();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) fail(def.name, "input ", i, " is an undefined (empty) Tensor");
-    if (graph_detail::is_symbolic_id(inputs[i].id())) [[unlikely]]
+    const TensorImpl* t = inputs[i].impl_ptr().get();
+    if (!t) fail(def.name, "input ", i, " is an undefined (empty) Tensor");
+    if (graph_detail::is_symbolic_id(t->id)) [[unlikely]]
       return graph_detail::add_op_node(def, inputs, attrs);
-    if (i == 0) dev = inputs[0].device();
-    else if (inputs[i].device() != dev)
-      fail(def.name, "inputs are on different devices: input 0 on ", dev.str(), ", input ", i,
-           " on ", inputs[i].device().str(), "; move them with to(device) first");
+    if (i == 0) dev = t->device;
+    else if (t->device != dev) [[unlikely]] {
+      std::vector<Tensor> moved;
+      resolve_mixed_devices(def, inputs, moved);
+      return call_op(def, moved, attrs);
+    }
   }
   KernelFn kernel = def.kernels[int(dev.kind)];
-  if (!kernel) fail(def.name, "no kernel for device ", dev.str());
+  if (!kernel) fail(def.name, "op '", def.name, "' has no kernel for ", dev.str());
 
   std::vector<Tensor> outputs;
   if (def.infer) {
@@ -141,27 +179,32 @@ std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
     // copying shapes into them allocates nothing after the first calls. A nested call, should an
     // infer rule ever make one, or an op with many inputs gets a fresh vector.
     constexpr std::size_t kSpecBuffers = 5;
-    thread_local std::vector<TensorSpec> t_specs[kSpecBuffers];
-    thread_local bool t_specs_busy = false;
+    struct SpecBuffers {
+      std::vector<TensorSpec> specs[kSpecBuffers];
+      bool busy = false;
+    };
+    thread_local SpecBuffers t_buf;  // one thread-local lookup per call
+    SpecBuffers& buf = t_buf;
     std::vector<TensorSpec> fresh;
     const std::size_t n_in = inputs.size();
-    std::vector<TensorSpec>& in_specs =
-        t_specs_busy || n_in >= kSpecBuffers ? fresh : t_specs[n_in];
+    std::vector<TensorSpec>& in_specs = buf.busy || n_in >= kSpecBuffers ? fresh : buf.specs[n_in];
     struct Busy {
       bool& flag;
       bool was;
       ~Busy() { flag = was; }
-    } busy{t_specs_busy, t_specs_busy};
-    t_specs_busy = true;
+    } busy{buf.busy, buf.busy};
+    buf.busy = true;
     in_specs.resize(n_in);
     for (std::size_t i = 0; i < n_in; ++i) {
-      in_specs[i].shape = inputs[i].shape();
-      in_specs[i].dtype = inputs[i].dtype();
+      const TensorImpl& t = *inputs[i].impl_ptr();
+      in_specs[i].shape = t.shape;
+      in_specs[i].dtype = t.dtype;
     }
     std::vector<TensorSpec> out_specs = def.infer(in_specs, attrs);
     if (!def.view) {
       outputs.reserve(out_specs.size());
-      for (auto& s : out_specs) outputs.push_back(Tensor::empty(s.shape, s.dtype, dev));
+      for (auto& s : out_specs)
+        outputs.push_back(detail::empty_tensor(std::move(s.shape), s.dtype, dev));
     }
   }
   kernel(inputs, outputs, attrs);
@@ -169,8 +212,10 @@ std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
   // when off).
   if (detail::check_numerics_on()) [[unlikely]] detail::check_op_numerics(def, inputs, outputs);
 
-  if (def.grad && !grad_recording_disabled()) {
-    for (GradientTape* tape : active_tapes()) tape->record(def, inputs, outputs, attrs);
+  if (def.grad) {
+    const std::vector<GradientTape*>& tapes = active_tapes();  // usually empty: one call
+    if (!tapes.empty() && !grad_recording_disabled())
+      for (GradientTape* tape : tapes) tape->record(def, inputs, outputs, attrs);
   }
   return outputs;
 }

@@ -6,6 +6,10 @@
 //   dist_worker train OUT --rank1 die|stall|throw
 //                                         rank 1 is killed / hangs / throws at step 5
 //   dist_worker stall-blocking            rank 1 never joins a blocking all-reduce
+//   dist_worker gpus                      prints "gpus=N nccl=0|1" (one process, no mpirun)
+//   dist_worker nccl-comm                 NCCL collectives on CUDA tensors equal MPI's on CPU
+//   dist_worker train OUT --device cuda   the model on dist::local_device() (NCCL with ranks)
+//   dist_worker nccl-stall                rank 1 never joins an NCCL all-reduce
 // Exits 0 on success; prints "FAIL: ..." and exits 1 otherwise.
 #include <chrono>
 #include <cmath>
@@ -102,6 +106,85 @@ int run_comm() {
   return failures ? 1 : 0;
 }
 
+// ---- nccl-comm --------------------------------------------------------------------------------
+// Every supported dtype and reduction through NCCL on device tensors, checked against the same
+// reduction through MPI on the CPU (the reference).
+int run_nccl_comm() {
+  const Device dev = dist::local_device();
+  if (!dev.is_cuda()) {
+    std::printf("FAIL: rank %d has no CUDA device\n", dist::rank());
+    return 1;
+  }
+  auto nccl = dist::communicator_for(dev);
+  auto& mpi = dist::world();
+  const int r = nccl->rank(), n = nccl->size();
+  check(nccl->backend() == "nccl", "backend is '" + nccl->backend() + "', expected nccl");
+  check(r == mpi.rank() && n == mpi.size(), "NCCL and MPI ranks differ");
+  // Small integers (exact in every dtype), different on every rank.
+  Tensor base = random_uniform({1000}, -8.0, 8.0, DType::f32, 40 + std::uint64_t(r));
+  base = round(base);
+  const std::pair<dist::ReduceOp, const char*> ops[] = {
+      {dist::ReduceOp::Sum, "sum"}, {dist::ReduceOp::Max, "max"}, {dist::ReduceOp::Min, "min"}};
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
+    for (auto [op, name] : ops) {
+      // MPI has no f16/bf16: its reference is computed in f32 (exact for these values).
+      const DType ref_dt = (dt == DType::f16 || dt == DType::bf16) ? DType::f32 : dt;
+      Tensor want = base.cast(ref_dt).clone();
+      mpi.allreduce(want, op);
+      Tensor got = base.cast(dt).to(dev);
+      nccl->allreduce(got, op);
+      Tensor diff = abs(got.to(Device::cpu()).cast(DType::f64) - want.cast(DType::f64));
+      check(max(diff).item<double>() == 0.0,
+            std::string("allreduce ") + name + " " + dtype_name(dt) + " differs from MPI");
+    }
+  }
+  // Async: two in flight, waited for out of order; test() never blocks.
+  Tensor a1 = fill({64}, double(r + 1)).to(dev), a2 = fill({1 << 20}, 2.0 * (r + 1)).to(dev);
+  auto w1 = nccl->allreduce_async(a1), w2 = nccl->allreduce_async(a2);
+  (void)w1->test();
+  w2->wait();
+  w1->wait();
+  check(w1->test() && w2->test(), "test() after wait() is false");
+  check(a1.to(Device::cpu()).at<float>({63}) == float(n * (n + 1) / 2) &&
+            a2.to(Device::cpu()).at<float>({70000}) == float(n * (n + 1)),
+        "allreduce_async");
+  Tensor bc = fill({5}, double(r == n - 1 ? 7 : -1)).to(dev);
+  nccl->broadcast(bc, n - 1);
+  check(bc.to(Device::cpu()).at<float>({4}) == 7.0f, "broadcast from the last rank");
+  nccl->barrier();
+  // Refused with the reason, without a collective.
+  Tensor cpu = fill({4}, 1.0);
+  try {
+    nccl->allreduce(cpu);
+    check(false, "a CPU tensor was accepted by NCCL");
+  } catch (const Error& e) {
+    check(std::string(e.what()).find("the NCCL communicator works on CUDA tensors") !=
+              std::string::npos,
+          e.what());
+  }
+  Tensor dev_on_mpi = fill({4}, 1.0).to(dev);
+  try {
+    mpi.allreduce(dev_on_mpi);
+    check(false, "a CUDA tensor was accepted by MPI");
+  } catch (const Error& e) {
+    check(std::string(e.what()).find("CUDA tensors go through NCCL") != std::string::npos,
+          e.what());
+  }
+  if (failures == 0 && r == 0) std::printf("nccl comm ok\n");
+  return failures ? 1 : 0;
+}
+
+// Rank 1 never joins: rank 0's NCCL all-reduce must fail after the timeout, naming the op.
+int run_nccl_stall() {
+  const Device dev = dist::local_device();
+  auto nccl = dist::communicator_for(dev);
+  Tensor t = fill({4}, 1.0).to(dev);
+  if (dist::rank() == 1) std::this_thread::sleep_for(std::chrono::hours(1));
+  nccl->allreduce(t);
+  std::printf("FAIL: the NCCL all-reduce returned without rank 1\n");
+  return 1;
+}
+
 // ---- train -----------------------------------------------------------------------------------
 // Synthetic 4-class problem: 20 features, the class is the argmax of a fixed linear map.
 void make_data(std::int64_t n, Tensor& x, Tensor& y) {
@@ -118,6 +201,9 @@ int run_train(int argc, char** argv) {
   const int epochs = std::stoi(option(argc, argv, "epochs", "2"));
   const std::int64_t bucket = std::stoll(option(argc, argv, "bucket", "4096"));
   const std::string die = option(argc, argv, "rank1", "");  // die | stall | throw
+  const bool cuda = option(argc, argv, "device", "cpu") == "cuda";
+  const Device dev = cuda ? dist::local_device() : Device::cpu();
+  if (cuda && !dev.is_cuda()) fail("dist_worker", "--device cuda: no usable CUDA device");
   Tensor x, y;
   make_data(samples, x, y);
   if (flag(argc, argv, "rank1-other-data") && dist::rank() == 1) x = x + 1.0;
@@ -125,6 +211,12 @@ int run_train(int argc, char** argv) {
   set_seed(100 + std::uint64_t(dist::rank()));
   nn::Sequential model{nn::Dense(32, nn::relu), nn::Dense(16, nn::tanh), nn::Dense(4)};
   if (dist::rank() != 0) model.build_for({-1, 20});
+  if (cuda) {
+    if (dist::rank() == 0) model.build_for({-1, 20});
+    model.to(dev);
+    x = x.to(dev);
+    y = y.to(dev);
+  }
   set_seed(100);
   model.compile(optim::SGD({.learning_rate = 0.1, .momentum = 0.9}),
                 nn::SparseCategoricalCrossentropy({.from_logits = true}), {metrics::Accuracy()});
@@ -162,7 +254,7 @@ int run_train(int argc, char** argv) {
     std::ofstream f(out);
     f.precision(9);
     for (auto& [name, v] : model.named_parameters(true))
-      for (float value : v.value().to_vector<float>()) f << value << "\n";
+      for (float value : v.value().to(Device::cpu()).to_vector<float>()) f << value << "\n";
   }
   return 0;
 }
@@ -233,6 +325,12 @@ int main(int argc, char** argv) {
     else if (mode == "train") rc = run_train(argc, argv);
     else if (mode == "overlap") rc = run_overlap();
     else if (mode == "stall-blocking") rc = run_stall_blocking();
+    else if (mode == "gpus") {
+      std::printf("gpus=%d nccl=%d\n", cuda::is_available() ? cuda::device_count() : 0,
+                  dist::built_with_nccl() ? 1 : 0);
+      rc = 0;
+    } else if (mode == "nccl-comm") rc = run_nccl_comm();
+    else if (mode == "nccl-stall") rc = run_nccl_stall();
     else std::fprintf(stderr, "usage: dist_worker comm|train OUT|overlap\n");
     dist::finalize();
     return rc;

@@ -41,7 +41,13 @@ std::string mpirun(int np, const std::string& args, int limit_s = 60, const std:
   std::string cmd = "env OMP_NUM_THREADS=1 " + env + " timeout -k 5 " + std::to_string(limit_s) +
                     " " SOMA_MPIEXEC " --oversubscribe";
   if (geteuid() == 0) cmd += " --allow-run-as-root";
-  if (!env.empty()) cmd += " -x SOMA_DIST_TIMEOUT";
+  // Forward every VAR of `env` ("A=1 B=2") to the ranks.
+  for (std::size_t p = 0; p < env.size();) {
+    const std::size_t eq = env.find('=', p), sp = env.find(' ', p);
+    if (eq == std::string::npos) break;
+    cmd += " -x " + env.substr(p, eq - p);
+    p = sp == std::string::npos ? env.size() : sp + 1;
+  }
   return cmd + " -np " + std::to_string(np) + " " SOMA_DIST_WORKER " " + args;
 }
 
@@ -88,6 +94,28 @@ std::vector<std::string> log_lines(const std::string& out, const std::string& ta
 
 #define REQUIRE_MPIRUN() \
   if (!have_mpirun()) GTEST_SKIP() << "no MPI launcher at " SOMA_MPIEXEC
+
+// NCCL needs one GPU per rank (it refuses two ranks on one device). Empty when `ranks` GPUs and
+// NCCL are there, else why not (the worker asks the CUDA runtime).
+std::string nccl_unavailable(int ranks) {
+  Result r = run(single("gpus"));
+  int gpus = 0, nccl = 0;
+  const auto p = r.output.find("gpus=");
+  if (r.exit_code != 0 || p == std::string::npos ||
+      std::sscanf(r.output.c_str() + p, "gpus=%d nccl=%d", &gpus, &nccl) != 2)
+    return "dist_worker gpus failed: " + r.output;
+  if (!nccl) return "libsoma was built without NCCL";
+  if (gpus == 0) return "no CUDA device";
+  if (gpus < ranks)
+    return "needs " + std::to_string(ranks) + " CUDA devices (one per rank), found " +
+           std::to_string(gpus);
+  return "";
+}
+
+#define REQUIRE_NCCL(ranks)                                         \
+  REQUIRE_MPIRUN();                                                 \
+  if (const std::string why = nccl_unavailable(ranks); !why.empty()) \
+  GTEST_SKIP() << why
 
 // Trains the worker's MLP on one process (plain fit, no soma::dist) and on `np` ranks; returns
 // the largest weight difference.
@@ -255,3 +283,53 @@ TEST(DistMpi, CliTrainDistributedSavesOnceFromRankZero) {
   run("rm -rf '" + dir + "'");
 }
 #endif
+
+// ---- NCCL (CUDA tensors, one process per GPU) ---------------------------------------------------
+
+TEST(DistNccl, CollectivesOnDeviceTensorsEqualMpi) {
+  REQUIRE_NCCL(2);
+  Result r = run(mpirun(2, "nccl-comm", 120));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nccl comm ok"), std::string::npos) << r.output;
+}
+
+TEST(DistNccl, TwoRanksOnGpusMatchOneGpuAfter20Steps) {
+  REQUIRE_NCCL(2);
+  Result one, two;
+  const double diff =
+      train_and_compare(2, "--batch 64 --samples 640 --epochs 2 --device cuda", one, two);
+  EXPECT_LT(diff, 1e-5) << two.output;
+  auto lines = log_lines(two.output, "logs: ");
+  ASSERT_EQ(lines.size(), 2u) << two.output;
+  EXPECT_EQ(lines[0], lines[1]);
+}
+
+TEST(DistNccl, StalledRankTimesOutWithClearError) {
+  REQUIRE_NCCL(2);
+  // Rank 1 never joins: rank 0 polls the collective's event, aborts the NCCL communicator after
+  // 2 s and throws naming the operation; dist::abort then ends the job.
+  Result r = run(mpirun(2, "nccl-stall", 90, "SOMA_DIST_TIMEOUT=2"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "hung until the timeout:\n" << r.output;
+  EXPECT_NE(r.output.find("rank 0 of 2 waited 2 s for the all-reduce (sum) of 4 values of f32 on "
+                          "cuda:"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("(NCCL) to complete; another rank has died"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
+}
+
+TEST(DistNccl, AskingForNcclWithoutAGpuStopsEveryRankWithTheReason) {
+  REQUIRE_MPIRUN();
+  if (nccl_unavailable(1).empty()) GTEST_SKIP() << "a GPU and NCCL are here: nothing to refuse";
+  Result r = run(mpirun(2, "comm", 60, "SOMA_DIST_BACKEND=nccl"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "hung until the timeout:\n" << r.output;
+  EXPECT_TRUE(r.output.find("dist.init: backend \"nccl\" needs a usable CUDA device") !=
+                  std::string::npos ||
+              r.output.find("dist.init: backend \"nccl\" was asked for, but libsoma was built "
+                            "without NCCL") != std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("comm ok"), std::string::npos) << r.output;
+}

@@ -298,3 +298,85 @@ TEST(Variable, GradientDescentStepReducesLoss) {
   }
   EXPECT_NEAR(w.value().item<double>(), 3.0, 0.1);
 }
+
+// ---- gradients nobody asked for are not computed (GradContext::needs) ----
+
+namespace {
+std::vector<std::uint64_t> g_probe_masks;  // needs_mask seen by each call of the probe's gradient
+std::vector<Tensor> probe_grad(const GradContext& c) {
+  g_probe_masks.push_back(c.needs_mask);
+  return {c.grads[0], c.grads[0], c.grads[0]};
+}
+void probe_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  out[0].data<float>()[0] = in[0].data<float>()[0] + in[1].data<float>()[0] + in[2].data<float>()[0];
+}
+const OpDef& needs_probe_op() {
+  static const OpDef& d = [] {
+    get_op("add");  // the built-in ops first
+    register_op({.name = "test_needs_probe", .num_inputs = 3,
+                 .infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+                   return std::vector<TensorSpec>{in[0]};
+                 },
+                 .grad = probe_grad, .kernels = {probe_kernel}});
+    return std::ref(get_op("test_needs_probe"));
+  }();
+  return d;
+}
+}  // namespace
+
+TEST(GradientTape, GradientDefinitionsSeeWhichInputsNeedAGradient) {
+  Tensor a = constant(1.0f), b = constant(2.0f), c = constant(3.0f);
+  GradientTape tape(/*persistent=*/true);
+  tape.watch(a);
+  tape.watch(c);
+  Tensor y = call_op1(needs_probe_op(), {a, b, c});
+  g_probe_masks.clear();
+  tape.gradient(y, a);
+  tape.gradient(y, std::vector<Tensor>{a, c});
+  tape.gradient(y, c);
+  ASSERT_EQ(g_probe_masks.size(), 3u);
+  EXPECT_EQ(g_probe_masks[0], 0b001u);  // b is not watched, c not a source
+  EXPECT_EQ(g_probe_masks[1], 0b101u);
+  EXPECT_EQ(g_probe_masks[2], 0b100u);
+}
+
+TEST(GradientTape, MatmulSkipsTheProductForAnInputThatNeedsNoGradient) {
+  // An outer tape watching w records the ops of the inner backward pass that touch w: computing
+  // dx = g w^T would add a transpose and a matmul there; dw = x^T g touches no watched tensor.
+  Tensor x = rand_tensor({4, 5}, 1), w = rand_tensor({5, 3}, 2);
+  GradientTape outer(/*persistent=*/true);
+  outer.watch(w);
+  GradientTape inner;
+  inner.watch(w);
+  Tensor loss = sum(matmul(x, w));
+  const std::size_t before = outer.num_recorded();
+  Tensor dw = inner.gradient(loss, w);
+  EXPECT_EQ(outer.num_recorded(), before) << "matmul's gradient computed dx nobody asked for";
+  // The gradient itself is unchanged: dw = x^T ones.
+  EXPECT_TRUE(all_close(dw, matmul(transpose(x, {1, 0}), ones_like(matmul(x, w)))));
+}
+
+TEST(GradientTape, MatmulStillComputesBothGradientsWhenBothAreWanted) {
+  Tensor x = rand_tensor({4, 5}, 1), w = rand_tensor({5, 3}, 2);
+  GradientTape tape;
+  tape.watch(x);
+  tape.watch(w);
+  Tensor loss = sum(matmul(x, w));
+  auto g = tape.gradient(loss, std::vector<Tensor>{x, w});
+  Tensor ones = ones_like(matmul(x, w));
+  EXPECT_TRUE(all_close(g[0], matmul(ones, transpose(w, {1, 0}))));
+  EXPECT_TRUE(all_close(g[1], matmul(transpose(x, {1, 0}), ones)));
+}
+
+TEST(GradientTape, Conv2dSkipsBackpropInputForTheDataInput) {
+  Tensor x = rand_tensor({1, 2, 5, 5}, 3), w = rand_tensor({3, 2, 3, 3}, 4);
+  GradientTape outer(/*persistent=*/true);
+  outer.watch(w);
+  GradientTape inner;
+  inner.watch(w);
+  Tensor loss = sum(conv2d(x, w));
+  const std::size_t before = outer.num_recorded();
+  Tensor dw = inner.gradient(loss, w);
+  EXPECT_EQ(outer.num_recorded(), before) << "conv2d's gradient computed dx nobody asked for";
+  EXPECT_EQ(dw.shape(), w.shape());
+}

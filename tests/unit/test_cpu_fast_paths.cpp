@@ -2,6 +2,7 @@
 // CPU allocator behind Storage::allocate.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -78,7 +79,12 @@ TEST_P(MaxPool2x2, GradientMatchesGenericLoop) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MaxPool2x2,
     ::testing::Combine(::testing::Values(DType::f32, DType::f64), ::testing::Bool(),
-                       ::testing::Values(Shape{2, 3, 8, 8}, Shape{1, 2, 5, 7}, Shape{3, 1, 2, 2})));
+                       // The vectorised f32 rows take 16 windows a step: LeNet's 28 and 14
+                       // wide maps, several chunks with a tail, odd sizes, one full chunk.
+                       ::testing::Values(Shape{2, 3, 8, 8}, Shape{1, 2, 5, 7}, Shape{3, 1, 2, 2},
+                                         Shape{2, 3, 28, 28}, Shape{1, 2, 14, 14},
+                                         Shape{1, 1, 4, 70}, Shape{2, 2, 9, 33},
+                                         Shape{1, 1, 3, 64})));
 
 TEST(MaxPool2x2, GradientGoesToTheFirstMaximumOfEachWindow) {
   // Window (0,0) holds a tie of 1s: the first (row-major) gets g; odd trailing row/column get 0.
@@ -146,6 +152,85 @@ TEST_P(OneRowMatmul, MatchesNaiveProduct) {
 INSTANTIATE_TEST_SUITE_P(Layouts, OneRowMatmul,
                          ::testing::Combine(::testing::Values(DType::f32, DType::f64),
                                             ::testing::Bool()));
+
+// Products below about 2 MFLOP run on the calling thread (BLAS told to use one thread for the
+// call); the thread setting must come back afterwards, and both sides of the threshold agree.
+TEST(SmallMatmulOnOneThread, MatchesNaiveProductAndKeepsTheThreadSetting) {
+  const int saved = get_num_threads();
+  set_num_threads(2);
+  for (auto [m, k, n] : {std::array<std::int64_t, 3>{32, 128, 128}, {1, 784, 128},
+                         std::array<std::int64_t, 3>{64, 300, 70}, {128, 784, 128}}) {
+    const Tensor a = rand_tensor({m, k}, 3), b = rand_tensor({k, n}, 4);
+    EXPECT_TRUE(all_close(matmul(a, b), naive_matmul(a, b), 1e-4, 1e-4)) << m << "x" << k << "x" << n;
+    EXPECT_EQ(get_num_threads(), 2) << "the serial scope did not restore the thread count";
+  }
+  set_num_threads(saved);
+}
+
+// ---- fused Dense inference (act(x W + b) in one kernel) ------------------------------------
+// m, k, n, ReLU (else linear), bias.
+using DenseCase = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool>;
+class FusedDense : public ::testing::TestWithParam<DenseCase> {};
+
+nn::Dense seeded_dense(std::int64_t n, bool relu, bool bias) {
+  return nn::Dense(n, relu ? nn::relu : nn::linear,
+                   {.use_bias = bias,
+                    .kernel_initializer = nn::init::glorot_uniform(11),
+                    .bias_initializer = nn::init::random_uniform(-0.5, 0.5, 12)});
+}
+
+TEST_P(FusedDense, MatchesMatmulAddActivationAndANaiveProduct) {
+  const auto [m, k, n, relu, bias] = GetParam();
+  nn::Dense d = seeded_dense(n, relu, bias);
+  const Tensor x = cast(rand_tensor({m, k}, 5), DType::f32);
+  NoGradScope no_grad;  // inference, as predict() runs it
+  const auto [fast, generic] = fast_and_generic([&] { return d(x); });
+  EXPECT_TRUE(all_close(fast, generic, 1e-5, 1e-5));
+  std::vector<double> want = naive_matmul(x, d.kernel().value());
+  const std::vector<double> b = bias ? d.bias().value().to_vector<double>() : std::vector<double>();
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (bias) want[i] += b[i % std::size_t(n)];
+    if (relu) want[i] = std::max(want[i], 0.0);
+  }
+  EXPECT_TRUE(all_close(fast, want, 1e-5, 1e-5));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FusedDense,
+    ::testing::Values(DenseCase{1, 784, 128, true, true},  // the MLP's layers at batch 1
+                      DenseCase{1, 128, 10, false, true}, DenseCase{1, 300, 16, true, false},
+                      DenseCase{3, 50, 200, true, true},  // two column blocks, tail of 8
+                      DenseCase{8, 33, 129, false, false}, DenseCase{1, 1, 1, true, true},
+                      DenseCase{64, 784, 128, true, true}));  // too many rows: the generic ops
+
+TEST(FusedDense, NanInputsGiveZeroAfterReluAsTheGenericOpsDo) {
+  nn::Dense d = seeded_dense(20, true, true);
+  Tensor x = cast(rand_tensor({1, 30}, 6), DType::f32);
+  x.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+  NoGradScope no_grad;
+  const auto [fast, generic] = fast_and_generic([&] { return d(x); });
+  EXPECT_TRUE(same_with_nan(fast, generic));
+}
+
+TEST(FusedDense, UnderARecordingTapeTheOpsRunAndGradientsFlow) {
+  nn::Dense d = seeded_dense(10, true, true);
+  const Tensor x = cast(rand_tensor({1, 40}, 7), DType::f32);
+  d(x);  // builds the layer
+  GradientTape tape;
+  const Tensor loss = sum(d(x));
+  const Tensor g = tape.gradient(loss, d.kernel().value());
+  ASSERT_TRUE(g.defined()) << "the fused kernel ran under a tape: no gradient was recorded";
+  EXPECT_GT(sum(abs(g)).item<double>(), 0.0);
+}
+
+TEST(FusedDense, ACustomActivationNamedReluIsNotReplaced) {
+  const nn::Activation twice("relu", [](const Tensor& t) { return t * 2.0; });
+  nn::Dense d(5, twice, {.kernel_initializer = nn::init::glorot_uniform(13)});
+  const Tensor x = cast(rand_tensor({1, 6}, 8), DType::f32);
+  NoGradScope no_grad;
+  const Tensor y = d(x);
+  EXPECT_TRUE(all_close(y, matmul(x, d.kernel().value()) * 2.0, 1e-5, 1e-5));
+}
 
 // ---- the caching allocator ------------------------------------------------------------------
 struct CacheOn {

@@ -155,7 +155,12 @@ std::vector<OpCase> cases() {
 }
 
 // Ops no case can put into a graph, with the reason.
-const std::map<std::string, std::string> kExcluded = {};
+// Random ops draw anew at every run, so a graph result cannot equal an eager one; they are
+// tested in test_graph_runtime.cpp (first run equals the eager draw, later runs differ).
+const std::map<std::string, std::string> kExcluded = {
+    {"random_uniform", "random: test_graph_runtime.cpp"},
+    {"random_normal", "random: test_graph_runtime.cpp"},
+    {"truncated_normal", "random: test_graph_runtime.cpp"}};
 
 std::vector<Tensor> grads_of(const Fn& f, const std::vector<Tensor>& in, const Tensor& weights_seed_like) {
   (void)weights_seed_like;

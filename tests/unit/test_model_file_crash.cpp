@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -41,6 +42,9 @@ TEST(CrashWriter, SavesForever) {
   if (!path) GTEST_SKIP() << "only run as the child of CheckpointSurvivesSigkill";
   auto m = net();
   m.compile(optim::Adam(), nn::MeanSquaredError());
+  // Tells the parent that start-up is over: the random kill delay then covers saves only, not
+  // exec and start-up, which take most of a second in a sanitizer build on a loaded machine.
+  { std::ofstream(std::string(path) + ".ready") << 1; }
   for (int k = 1;; ++k) {
     fill_all(m, k);
     m.save(path);
@@ -61,7 +65,9 @@ TEST(Checkpoint, SurvivesSigkillDuringSave) {
   std::uniform_int_distribution<int> delay_ms(30, 400);
   double last = 0;
   int advanced = 0;
+  const std::string ready = path + ".ready";
   for (int round = 0; round < 8; ++round) {
+    fs::remove(ready);
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -69,6 +75,8 @@ TEST(Checkpoint, SurvivesSigkillDuringSave) {
       ::execl("/proc/self/exe", "/proc/self/exe", "--gtest_filter=CrashWriter.SavesForever", nullptr);
       ::_exit(127);
     }
+    for (int i = 0; i < 3000 && !fs::exists(ready); ++i)  // up to 30 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     ASSERT_EQ(::kill(pid, SIGKILL), 0);
     int status = 0;

@@ -40,7 +40,9 @@ std::string error_of(const std::function<void()>& f) {
   }
   auto loss = [&] { return sum(layer(x) * r).item<double>(); };
   for (std::size_t k = 0; k < params.size(); ++k) {
-    auto& [name, v] = params[k];
+    // Not a structured binding: clang 14 (the sanitizer build) cannot capture one in a lambda.
+    const std::string& name = params[k].first;
+    Variable& v = params[k].second;
     if (!grads[k].defined() || grads[k].shape() != v.shape())
       return ::testing::AssertionFailure() << "gradient of '" << name << "' is missing or has "
                                            << "the wrong shape";

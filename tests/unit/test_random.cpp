@@ -417,3 +417,24 @@ TEST(Random, ShuffleOfScalarIsAnError) {
 
 }  // namespace
 }  // namespace soma
+
+// The *_like forms are the same registered ops with the shape taken from a tensor: eagerly they
+// draw exactly what the fixed-shape forms draw.
+TEST(Random, LikeFormsDrawWhatTheShapeFormsDraw) {
+  soma::Tensor like = soma::zeros({3, 7}, soma::DType::f64);
+  soma::set_seed(17);
+  soma::Tensor a = soma::random_uniform({3, 7}, -1.0, 2.0, soma::DType::f64);
+  soma::Tensor b = soma::random_normal({3, 7}, 0.5, 2.0, soma::DType::f64);
+  soma::Tensor c = soma::truncated_normal({3, 7}, 0.0, 1.0, soma::DType::f64, 5);
+  soma::set_seed(17);
+  EXPECT_EQ(soma::random_uniform_like(like, -1.0, 2.0).to_vector<double>(), a.to_vector<double>());
+  EXPECT_EQ(soma::random_normal_like(like, 0.5, 2.0).to_vector<double>(), b.to_vector<double>());
+  EXPECT_EQ(soma::truncated_normal_like(like, 0.0, 1.0, 5).to_vector<double>(),
+            c.to_vector<double>());
+  EXPECT_EQ(soma::get_rng_state().calls, 2u);  // the seeded draw left the counter alone
+}
+
+TEST(Random, RandomOpsAreRegisteredWithoutGradient) {
+  for (const char* name : {"random_uniform", "random_normal", "truncated_normal"})
+    EXPECT_EQ(soma::get_op(name).grad, nullptr) << name;
+}

@@ -2,8 +2,9 @@
 // dist::Communicator: collective operations on Tensors among the processes (ranks) of a job.
 //
 // One interface, several engines: MpiCommunicator (CPU tensors, Open MPI / MPICH, built when
-// CMake finds MPI) now, and an NCCL communicator for device tensors once the CUDA backend exists;
-// a single-process LocalCommunicator (world size 1) everywhere. Data-parallel training
+// CMake finds MPI), NcclCommunicator (CUDA tensors, one process per GPU, built when CMake also
+// finds NCCL; dist::communicator_for(device)); a single-process LocalCommunicator (world size 1,
+// any device) everywhere. Data-parallel training
 // (dist/data_parallel.hpp) only ever talks to this interface, so a new engine needs no change
 // there. soma implements no transport of its own: the engines do the communication.
 //
@@ -40,7 +41,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "local", "mpi" (later "nccl").
+  // "local", "mpi", "nccl".
   virtual std::string backend() const = 0;
 
   // Every rank's `t` becomes the element-wise reduction of all ranks' `t`.

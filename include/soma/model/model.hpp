@@ -41,6 +41,11 @@ struct CompileOptions {
   // that draw random numbers or update state in their forward pass (Dropout, BatchNormalization)
   // would be frozen by the trace: keep jit off for them.
   bool jit = false;
+  // "bf16" (or "f16"): every training, evaluation and prediction step runs its forward and
+  // backward pass inside soma::AutocastScope (soma/autocast.hpp): matrix and convolution work in
+  // that dtype with f32 accumulation; weights, losses, gradients and the optimiser stay f32.
+  // Empty or "f32": off.
+  std::string mixed_precision;
 };
 
 // Validation data for fit(): one input and one target (`{{x_val, y_val}}`), or vectors of them

@@ -1,5 +1,6 @@
 #include <cstring>
 
+#include "core/device_backend.hpp"
 #include "internal/copy.hpp"
 #include "internal/dispatch.hpp"
 #include "internal/parallel.hpp"
@@ -62,7 +63,7 @@ bool transpose_copy(const Tensor& src, const Strides& ss, const Tensor& dst) {
 
 void copy_into(const Tensor& src, const Tensor& dst) {
   if (!src.device().is_cpu() || !dst.device().is_cpu())
-    fail("copy", "only CPU tensors can be copied in this build");
+    return device_copy_into(src, dst);  // the device's backend (core/device_backend.hpp)
   Shape bshape = broadcast_shapes(src.shape(), dst.shape(), "copy");
   if (bshape != dst.shape())
     fail("copy", "cannot write a tensor of shape ", shape_str(src.shape()), " into shape ",
@@ -104,6 +105,7 @@ void copy_into(const Tensor& src, const Tensor& dst) {
 }
 
 void fill_value(const Tensor& dst, double value) {
+  if (!dst.device().is_cpu()) return device_fill(dst, value);
   dispatch_dtype(dst.dtype(), [&]<class D>() {
     D v = convert<D>(value);
     D* pd = static_cast<D*>(dst.storage()->data);

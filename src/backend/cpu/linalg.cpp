@@ -1,13 +1,17 @@
 // CPU kernels for linalg ops. matmul: OpenBLAS GEMM for f32/f64 (transposed views go in as
 // CblasTrans, no copy), f16/bf16 through f32, a plain loop for integers. Batch dims broadcast.
+// Under bf16 autocast (soma/autocast.hpp) f32 products go to oneDNN's bf16 matmul instead.
 #include <cblas.h>
+#include <omp.h>
 
 #include <climits>
+#include <optional>
 
 #include "internal/copy.hpp"
 #include "internal/dispatch.hpp"
 #include "internal/parallel.hpp"
 #include "internal/registration.hpp"
+#include "onednn_matmul.hpp"
 #include "soma/op.hpp"
 
 namespace soma::detail {
@@ -104,6 +108,23 @@ void matmul_loop(const Tensor& a, const Tensor& b, const Tensor& c, const Shape&
 // below which the plain loop beats a BLAS call outright.
 constexpr std::int64_t kSmallGemm = 48 * 48 * 48;
 constexpr std::int64_t kTinyGemm = 12 * 12 * 12;
+// Below this (2 MFLOP, about 20 us on one core) a product stays on the calling thread: waking a
+// second thread costs about as much as it saves, and on a busy machine it waits for a core
+// (an MLP's batch-1 GEMVs took milliseconds at 2 threads). libtorch's parallel_for grain does
+// the same.
+constexpr std::int64_t kSerialGemm = std::int64_t(1) << 20;
+
+// OpenBLAS's OpenMP build threads a call by omp_get_max_threads() of the calling thread; this
+// sets that to 1 for one scope (a per-thread setting: other threads are unaffected).
+struct SerialBlasScope {
+  int saved = omp_get_max_threads();
+  SerialBlasScope() {
+    if (saved > 1) omp_set_num_threads(1);
+  }
+  ~SerialBlasScope() {
+    if (saved > 1) omp_set_num_threads(saved);
+  }
+};
 
 template <class T>
 void gemm_batched(Tensor a, Tensor b, const Tensor& c, const Shape& batch) {
@@ -157,9 +178,47 @@ void gemm_batched(Tensor a, Tensor b, const Tensor& c, const Shape& batch) {
                  [&](std::int64_t b0, std::int64_t b1) {
                    for (std::int64_t i = b0; i < b1; ++i) one(i);
                  });
+  } else if (work <= (kSerialGemm - 1) / nb) {  // work * nb < kSerialGemm, without overflow
+    SerialBlasScope serial;
+    for (std::int64_t i = 0; i < nb; ++i) one(i);
   } else {
     for (std::int64_t i = 0; i < nb; ++i) one(i);  // BLAS threads each product itself
   }
+}
+
+// f32 matmul under bf16 autocast (include/soma/autocast.hpp): each product through oneDNN on
+// bf16-rounded operands with f32 accumulation. False (nothing written) when oneDNN refuses the
+// shape; the caller then runs f32 BLAS. Small work stays on the calling thread, as for BLAS.
+bool gemm_batched_bf16(Tensor a, Tensor b, const Tensor& c, const Shape& batch) {
+  const std::int64_t m = a.dim(-2), k = a.dim(-1), n = b.dim(-1);
+  const std::size_t ra = std::size_t(a.rank()), rb = std::size_t(b.rank());
+  // oneDNN takes any positive strides; a dim of extent 1 gets a harmless one, and zero or
+  // negative strides (broadcast or flipped views) are packed first.
+  auto fix = [](std::int64_t ext, std::int64_t st, std::int64_t other) {
+    return ext <= 1 ? std::max<std::int64_t>(other, 1) : st;
+  };
+  std::int64_t ars = fix(m, a.strides()[ra - 2], k), acs = fix(k, a.strides()[ra - 1], 1);
+  if (ars <= 0 || acs <= 0) {
+    a = packed_copy(a, DType::f32);
+    ars = std::max<std::int64_t>(k, 1), acs = 1;
+  }
+  std::int64_t brs = fix(k, b.strides()[rb - 2], n), bcs = fix(n, b.strides()[rb - 1], 1);
+  if (brs <= 0 || bcs <= 0) {
+    b = packed_copy(b, DType::f32);
+    brs = std::max<std::int64_t>(n, 1), bcs = 1;
+  }
+  std::vector<std::int64_t> oa, ob;
+  batch_offsets(a, batch, oa);
+  batch_offsets(b, batch, ob);
+  const MatmulGeometry g{m, n, k, ars, acs, brs, bcs};
+  const std::int64_t nb = numel(batch);
+  std::optional<SerialBlasScope> serial;
+  if (m * n * k <= (kSerialGemm - 1) / nb) serial.emplace();
+  for (std::int64_t i = 0; i < nb; ++i)
+    if (!onednn_matmul_bf16(g, a.data<float>() + oa[std::size_t(i)],
+                            b.data<float>() + ob[std::size_t(i)], c.data<float>() + i * m * n))
+      return false;  // refused at the first product (the cache remembers), so none was written
+  return true;
 }
 
 void matmul_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
@@ -186,7 +245,10 @@ void matmul_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
     if (v > INT_MAX) fail("matmul", "dimension ", v, " is too large for BLAS (", shape_str(a0.shape()), " x ", shape_str(b0.shape()), ")");
   const DType t = a.dtype();
   switch (t) {
-    case DType::f32: gemm_batched<float>(a, b, c, batch); break;
+    case DType::f32:
+      if (cpu_autocast_dtype() == DType::bf16 && gemm_batched_bf16(a, b, c, batch)) break;
+      gemm_batched<float>(a, b, c, batch);
+      break;
     case DType::f64: gemm_batched<double>(a, b, c, batch); break;
     case DType::f16:
     case DType::bf16: {

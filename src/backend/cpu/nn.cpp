@@ -9,17 +9,25 @@
 // each GEMM runs single-threaded (OpenBLAS stays on one thread inside an OpenMP region); with one
 // image, the loop is serial and OpenBLAS threads each GEMM itself. Nothing nests.
 // f32 and f64 are computed natively; f16/bf16 through f32. Inputs of any strides are packed.
+// With oneDNN built in (SOMA_HAS_ONEDNN), f32 convolutions go to oneDNN (onednn_conv.cpp) and
+// this im2col path serves f64, cases oneDNN rejects and SOMA_CONV_IMPL=im2col.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "internal/copy.hpp"
 #include "internal/fast_paths.hpp"
 #include "internal/parallel.hpp"
 #include "internal/registration.hpp"
+#include "onednn_conv.hpp"
 #include "soma/op.hpp"
 
 namespace soma::detail {
@@ -250,6 +258,13 @@ void conv2d_backprop_filter(const Conv& cv, const T* x, const T* gy, T* dw) {
       for (std::int64_t i = 0; i < wsize; ++i) dw[i] += buf[std::size_t(i)];
 }
 
+// oneDNN's view of a convolution (f32 only; f64 and switched-off cases run im2col).
+ConvGeometry onednn_geometry(const Conv& cv, const Attrs& a) {
+  const Ints& pads = a.ints("pads");
+  return {cv.n,  cv.c,  cv.h,  cv.w,  cv.o,  cv.kh,    cv.kw,    cv.oh,    cv.ow,   cv.sh,
+          cv.sw, cv.pt, pads[1], cv.pl, pads[3], cv.dh, cv.dw, cv.groups};
+}
+
 template <class F>
 void dispatch_work(DType t, F&& f) {
   if (t == DType::f64) f.template operator()<double>();
@@ -263,6 +278,10 @@ void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
   with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
     dispatch_work(o.dtype(), [&]<class T>() {
       if (cv.k() == 0) return fill_value(o, 0.0);
+      if constexpr (std::is_same_v<T, float>)
+        if (onednn_conv_forward(onednn_geometry(cv, a), wi[0].data<T>(), wi[1].data<T>(),
+                                o.data<T>()))
+          return;
       conv2d_forward<T>(cv, wi[0].data<T>(), wi[1].data<T>(), o.data<T>());
     });
   });
@@ -276,6 +295,10 @@ void backprop_input_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& o
   with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
     dispatch_work(o.dtype(), [&]<class T>() {
       if (cv.og() == 0 || cv.p() == 0) return fill_value(o, 0.0);
+      if constexpr (std::is_same_v<T, float>)
+        if (onednn_conv_backward_data(onednn_geometry(cv, a), wi[0].data<T>(), wi[1].data<T>(),
+                                      o.data<T>()))
+          return;
       conv2d_backprop_input<T>(cv, wi[0].data<T>(), wi[1].data<T>(), o.data<T>());
     });
   });
@@ -289,6 +312,10 @@ void backprop_filter_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
   with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
     dispatch_work(o.dtype(), [&]<class T>() {
       if (cv.n == 0 || cv.p() == 0) return fill_value(o, 0.0);
+      if constexpr (std::is_same_v<T, float>)
+        if (onednn_conv_backward_weights(onednn_geometry(cv, a), wi[0].data<T>(),
+                                         wi[1].data<T>(), o.data<T>()))
+          return;
       conv2d_backprop_filter<T>(cv, wi[0].data<T>(), wi[1].data<T>(), o.data<T>());
     });
   });
@@ -352,6 +379,78 @@ inline int argmax4(T a, T b, T c, T d) {
   return k;
 }
 
+#if defined(__AVX512F__)
+// 2x2 stride-2 windows, 16 outputs per step (f32). A row chunk of n <= 16 outputs reads 2n
+// floats of the two input rows (masked, so no read past the row), splits them into the windows'
+// four corners a b / c d with two-source permutes, and runs the scalar loop's `beats` chain
+// lane-wise: v beats m when m is not NaN and !(v <= m) (v greater, or v NaN). Same result as
+// argmax4: the first maximum in row-major order, NaN propagating.
+struct Pool2x2Avx512 {
+  __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+
+  static __mmask16 beats(__m512 v, __m512 m) {
+    return _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(m, m, _CMP_ORD_Q), v, m, _CMP_NLE_UQ);
+  }
+  static std::uint32_t lanes(std::int64_t n) {  // mask of the 2n input floats of n outputs
+    return n >= 16 ? 0xFFFFFFFFu : (std::uint32_t(1) << (2 * n)) - 1;
+  }
+  static __mmask16 outs(std::int64_t n) {  // mask of n outputs
+    return __mmask16(n >= 16 ? 0xFFFFu : (1u << n) - 1);
+  }
+  // Corners of n windows starting at input column 2*ox0 of rows r0, r1.
+  void corners(const float* r0, const float* r1, std::int64_t n, __m512& a, __m512& b,
+               __m512& c, __m512& d) const {
+    const std::uint32_t m = lanes(n);
+    const __mmask16 ml = __mmask16(m & 0xFFFF), mh = __mmask16(m >> 16);
+    const __m512 x0 = _mm512_maskz_loadu_ps(ml, r0), x1 = _mm512_maskz_loadu_ps(mh, r0 + 16);
+    const __m512 y0 = _mm512_maskz_loadu_ps(ml, r1), y1 = _mm512_maskz_loadu_ps(mh, r1 + 16);
+    a = _mm512_permutex2var_ps(x0, even, x1);
+    b = _mm512_permutex2var_ps(x0, odd, x1);
+    c = _mm512_permutex2var_ps(y0, even, y1);
+    d = _mm512_permutex2var_ps(y0, odd, y1);
+  }
+  void forward_row(const float* r0, const float* r1, float* y, std::int64_t ow) const {
+    for (std::int64_t ox = 0; ox < ow; ox += 16) {
+      const std::int64_t n = std::min<std::int64_t>(16, ow - ox);
+      __m512 a, b, c, d;
+      corners(r0 + 2 * ox, r1 + 2 * ox, n, a, b, c, d);
+      __m512 m = _mm512_mask_mov_ps(a, beats(b, a), b);
+      m = _mm512_mask_mov_ps(m, beats(c, m), c);
+      m = _mm512_mask_mov_ps(m, beats(d, m), d);
+      _mm512_mask_storeu_ps(y + ox, outs(n), m);
+    }
+  }
+  // dx rows d0, d1 (2*ow columns) from g: each window's g at its first maximum, 0 elsewhere.
+  void backward_row(const float* r0, const float* r1, const float* g, float* d0, float* d1,
+                    std::int64_t ow) const {
+    for (std::int64_t ox = 0; ox < ow; ox += 16) {
+      const std::int64_t n = std::min<std::int64_t>(16, ow - ox);
+      __m512 a, b, c, d;
+      corners(r0 + 2 * ox, r1 + 2 * ox, n, a, b, c, d);
+      const __mmask16 kb = beats(b, a);
+      __m512 m = _mm512_mask_mov_ps(a, kb, b);
+      const __mmask16 kc = beats(c, m);
+      m = _mm512_mask_mov_ps(m, kc, c);
+      const __mmask16 kd = beats(d, m);
+      const __mmask16 sd = kd, sc = __mmask16(kc & ~kd), sb = __mmask16(kb & ~kc & ~kd),
+                      sa = __mmask16(~(kb | kc | kd));
+      const std::uint32_t mo = lanes(n);
+      const __m512 gv = _mm512_maskz_loadu_ps(outs(n), g + ox);
+      const __m512 da = _mm512_maskz_mov_ps(sa, gv), db = _mm512_maskz_mov_ps(sb, gv);
+      const __m512 dc = _mm512_maskz_mov_ps(sc, gv), dd = _mm512_maskz_mov_ps(sd, gv);
+      const __mmask16 ml = __mmask16(mo & 0xFFFF), mh = __mmask16(mo >> 16);
+      _mm512_mask_storeu_ps(d0 + 2 * ox, ml, _mm512_permutex2var_ps(da, lo, db));
+      _mm512_mask_storeu_ps(d0 + 2 * ox + 16, mh, _mm512_permutex2var_ps(da, hi, db));
+      _mm512_mask_storeu_ps(d1 + 2 * ox, ml, _mm512_permutex2var_ps(dc, lo, dd));
+      _mm512_mask_storeu_ps(d1 + 2 * ox + 16, mh, _mm512_permutex2var_ps(dc, hi, dd));
+    }
+  }
+};
+#endif
+
 template <class F>
 void for_each_plane(const Pool& p, F&& f) {
   const std::int64_t per = std::max<std::int64_t>(1, p.oh * p.ow * p.ph * p.pw + p.h * p.w);
@@ -368,10 +467,22 @@ void max_pool_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, co
       const T* x = wi[0].data<T>();
       T* y = o.data<T>();
       const bool fast = is_pool2x2(p) && fast_paths_enabled();
+#if defined(__AVX512F__)
+      const Pool2x2Avx512 vec;
+#endif
       for_each_plane(p, [&](std::int64_t i) {
         const T* plane = x + i * p.h * p.w;
         T* yo = y + i * p.oh * p.ow;
         if (fast) {
+#if defined(__AVX512F__)
+          if constexpr (std::is_same_v<T, float>) {
+            for (std::int64_t oy = 0; oy < p.oh; ++oy) {
+              const float* r0 = plane + 2 * oy * p.w;
+              vec.forward_row(r0, r0 + p.w, yo + oy * p.ow, p.ow);
+            }
+            return;
+          }
+#endif
           for (std::int64_t oy = 0; oy < p.oh; ++oy) {
             const T* r0 = plane + 2 * oy * p.w;
             const T* r1 = r0 + p.w;
@@ -405,12 +516,25 @@ void max_pool_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
       const T* g = wi[1].data<T>();
       T* dx = o.data<T>();
       const bool fast = is_pool2x2(p) && fast_paths_enabled();
+#if defined(__AVX512F__)
+      const Pool2x2Avx512 vec;
+#endif
       for_each_plane(p, [&](std::int64_t i) {
         const T* plane = x + i * p.h * p.w;
         const T* gi = g + i * p.oh * p.ow;
         T* d = dx + i * p.h * p.w;
         if (fast) {  // windows do not overlap: each input gets its g or 0, written once
           if (2 * p.oh != p.h || 2 * p.ow != p.w) std::fill(d, d + p.h * p.w, T(0));
+#if defined(__AVX512F__)
+          if constexpr (std::is_same_v<T, float>) {
+            for (std::int64_t oy = 0; oy < p.oh; ++oy) {
+              const float* r0 = plane + 2 * oy * p.w;
+              float* d0 = d + 2 * oy * p.w;
+              vec.backward_row(r0, r0 + p.w, gi + oy * p.ow, d0, d0 + p.w, p.ow);
+            }
+            return;
+          }
+#endif
           for (std::int64_t oy = 0; oy < p.oh; ++oy) {
             const T* r0 = plane + 2 * oy * p.w;
             const T* r1 = r0 + p.w;

@@ -1,0 +1,68 @@
+# The CUDA backend. With SOMA_ENABLE_CUDA (default ON) it is built whenever nvcc is found
+# (CMAKE_CUDA_COMPILER / CUDACXX, then PATH, then /usr/local/cuda/bin/nvcc); no GPU is needed to
+# build it. Sets SOMA_HAS_CUDA and defines soma_configure_cuda_target(target).
+#
+# The .cu files (kernels) go into an object library compiled by nvcc; the host-side .cpp files in
+# src/backend/cuda are ordinary libsoma sources compiled by the C++ compiler against the CUDA
+# runtime headers, so that libsoma's C++ flags (-march=native, -Wall) never reach nvcc.
+set(SOMA_HAS_CUDA OFF)
+if(SOMA_ENABLE_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
+    find_program(SOMA_NVCC nvcc PATHS /usr/local/cuda/bin NO_CACHE)
+    if(SOMA_NVCC)
+      set(CMAKE_CUDA_COMPILER "${SOMA_NVCC}" CACHE FILEPATH "CUDA compiler")
+    endif()
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    # sm_90 machine code plus compute_90 PTX, which newer GPUs JIT-compile.
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+    if(CUDAToolkit_FOUND AND TARGET CUDA::cublas AND TARGET CUDA::cudart)
+      set(SOMA_HAS_CUDA ON)
+      message(STATUS "soma: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
+                     "architectures ${CMAKE_CUDA_ARCHITECTURES})")
+    else()
+      message(STATUS "soma: nvcc found but the CUDA toolkit (cudart, cuBLAS) is not; CUDA backend OFF")
+    endif()
+  else()
+    message(STATUS "soma: nvcc not found; CUDA backend OFF (CPU only)")
+  endif()
+else()
+  message(STATUS "soma: CUDA backend disabled (SOMA_ENABLE_CUDA=OFF)")
+endif()
+
+function(soma_configure_cuda_target target)
+  if(NOT SOMA_HAS_CUDA)
+    return()
+  endif()
+  file(GLOB _soma_cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cu)
+  add_library(soma_cuda_kernels OBJECT ${_soma_cu})
+  # C++17 for the kernels: CMake before 3.26 has no C++20 dialect for nvcc, and the kernels'
+  # interface (launch.hpp) needs none of it. (CUDA_STANDARD defaults to CXX_STANDARD, 20 here.)
+  set_target_properties(soma_cuda_kernels PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+  set_target_properties(soma_cuda_kernels PROPERTIES CUDA_EXTENSIONS OFF
+    POSITION_INDEPENDENT_CODE ON CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
+  target_include_directories(soma_cuda_kernels PRIVATE ${PROJECT_SOURCE_DIR}/include
+                             ${PROJECT_SOURCE_DIR}/src)
+  target_compile_definitions(soma_cuda_kernels PRIVATE SOMA_HAS_CUDA=1)
+  # Lambdas in kernels' launch helpers; quiet the host compiler's warnings from CUDA headers.
+  target_compile_options(soma_cuda_kernels PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --extended-lambda -Xcompiler=-Wall>)
+  target_link_libraries(soma_cuda_kernels PRIVATE CUDA::cudart)
+  if(CCACHE_PROGRAM)
+    set_target_properties(soma_cuda_kernels PROPERTIES CUDA_COMPILER_LAUNCHER "${CCACHE_PROGRAM}")
+  endif()
+  target_sources(${target} PRIVATE $<TARGET_OBJECTS:soma_cuda_kernels>)
+  # Only the files that look at it get SOMA_HAS_CUDA, so every other source compiles exactly as
+  # in a CPU-only build (and shares its ccache entries).
+  file(GLOB _soma_cuda_host CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cpp)
+  set_property(SOURCE ${_soma_cuda_host} ${PROJECT_SOURCE_DIR}/src/core/device_backend.cpp
+               ${PROJECT_SOURCE_DIR}/src/ops/registry.cpp
+               APPEND PROPERTY COMPILE_DEFINITIONS SOMA_HAS_CUDA=1)
+  target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
+endfunction()

@@ -1,0 +1,69 @@
+#pragma once
+// The CUDA runtime as soma users see it: is a GPU there, memory statistics, synchronisation,
+// timing events and the TF32 switch. Available in every build: without the CUDA backend (built
+// only when nvcc is found, docs/cuda.md) these report "not built" and no device.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace soma::cuda {
+
+// True when this libsoma was compiled with the CUDA backend.
+bool is_built();
+// True when the backend is built and at least one CUDA device can be used.
+bool is_available();
+// Number of usable CUDA devices (0 when none or not built).
+int device_count();
+// Why is_available() is false, e.g. "no CUDA device: cudaGetDeviceCount returned
+// cudaErrorNoDevice (no CUDA-capable device is detected)"; empty when a device is usable.
+std::string unavailable_reason();
+
+// Waits until all work queued on soma's stream of `device` (-1: every device) has finished.
+// A no-op when no device is usable (nothing can have been queued).
+void synchronize(int device = -1);
+
+struct MemoryStats {
+  std::size_t allocated_bytes = 0;       // held by live tensors
+  std::size_t reserved_bytes = 0;        // obtained from cudaMalloc (allocated + cached)
+  std::size_t peak_allocated_bytes = 0;  // since start or reset_peak_memory_stats()
+  std::uint64_t num_allocs = 0;          // allocation requests
+  std::uint64_t num_cache_hits = 0;      // requests served from the cache
+  std::uint64_t num_device_mallocs = 0;  // cudaMalloc calls
+};
+// Statistics of the caching device allocator; all zero when the device was never used.
+MemoryStats memory_stats(int device = 0);
+void reset_peak_memory_stats(int device = 0);
+// Returns every cached (unused) block to the driver.
+void empty_cache();
+
+// f32 matmul on TF32 tensor cores (about 10 mantissa bits in the products, f32 accumulation).
+// On by default; set_allow_tf32(false) forces full f32.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+// A CUDA event on soma's stream of a device, for timing device work:
+//   cuda::Event start, stop; start.record(); ...ops...; stop.record();
+//   float ms = start.elapsed_ms(stop);   // waits for stop
+class Event {
+ public:
+  explicit Event(int device = 0) : device_(device) {}
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  Event(Event&& o) noexcept : event_(o.event_), device_(o.device_) { o.event_ = nullptr; }
+  Event& operator=(Event&& o) noexcept;
+
+  // Records the event on the device's stream (throws soma::Error without a usable device).
+  void record();
+  // Waits until the recorded work has finished.
+  void synchronize() const;
+  // Milliseconds from this event to `end` (both recorded); waits for `end`.
+  float elapsed_ms(const Event& end) const;
+  int device() const { return device_; }
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t, created on first record()
+  int device_ = 0;
+};
+
+}  // namespace soma::cuda

@@ -1,0 +1,283 @@
+// CPU convolution through oneDNN (forward, backward-data, backward-weights; f32).
+//
+// soma's tensors stay plain NCHW / OIHW. Each primitive is created with "any" memory formats so
+// oneDNN picks its fastest (blocked, e.g. nChw16c) layouts; user buffers are reordered into them
+// and the result back only where the chosen layout differs. Primitives, their reorders, the
+// blocked intermediate buffers and the scratchpad are cached per thread, keyed on the geometry,
+// the operation and the OpenMP thread count (oneDNN's OpenMP runtime sizes its work partition
+// when a primitive is created), so a training step after the first allocates nothing here.
+// Debian's libdnnl uses the OpenMP runtime (libgomp, like soma), so soma::set_num_threads
+// (omp_set_num_threads) governs its threads too.
+// Under bf16 autocast (soma/autocast.hpp) the primitives take bf16 inputs (the reorders convert
+// soma's f32 buffers) and write f32 outputs; oneDNN accumulates in f32. Where oneDNN has only a
+// reference bf16 kernel for a geometry, that convolution stays f32 (far faster).
+#include "onednn_conv.hpp"
+
+#include "onednn_matmul.hpp"  // cpu_autocast_dtype
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#ifdef SOMA_HAS_ONEDNN
+#include <omp.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#endif
+
+namespace soma::detail {
+namespace {
+
+ConvImpl impl_from_env() {
+  const char* v = std::getenv("SOMA_CONV_IMPL");
+  if (v && std::strcmp(v, "im2col") == 0) return ConvImpl::im2col;
+  return ConvImpl::automatic;
+}
+
+std::atomic<ConvImpl>& impl_flag() {
+  static std::atomic<ConvImpl> flag{impl_from_env()};
+  return flag;
+}
+
+}  // namespace
+
+ConvImpl conv_impl() { return impl_flag().load(std::memory_order_relaxed); }
+void set_conv_impl(ConvImpl impl) { impl_flag().store(impl); }
+
+#ifndef SOMA_HAS_ONEDNN
+
+bool onednn_conv_built() { return false; }
+bool onednn_conv_forward(const ConvGeometry&, const float*, const float*, float*) { return false; }
+bool onednn_conv_backward_data(const ConvGeometry&, const float*, const float*, float*) {
+  return false;
+}
+bool onednn_conv_backward_weights(const ConvGeometry&, const float*, const float*, float*) {
+  return false;
+}
+
+#else
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+dnnl::stream& cpu_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+enum class Pass { forward, backward_data, backward_weights };
+
+// One tensor argument: the user's plain buffer and, when the primitive wants another layout, a
+// buffer in that layout with the reorder between them.
+struct Arg {
+  memory user, prim;
+  std::optional<dnnl::reorder> reorder;  // user -> prim for inputs, prim -> user for the output
+
+  Arg(const memory::desc& user_md, const memory::desc& prim_md, bool input) {
+    auto& eng = cpu_engine();
+    user = memory(user_md, eng, DNNL_MEMORY_NONE);
+    if (user_md == prim_md) {
+      prim = user;
+    } else {
+      prim = memory(prim_md, eng);
+      reorder = input ? dnnl::reorder(user, prim) : dnnl::reorder(prim, user);
+    }
+  }
+  void bind(const void* p) { user.set_data_handle(const_cast<void*>(p)); }
+  void to_prim(dnnl::stream& s) {
+    if (reorder) reorder->execute(s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, prim}});
+  }
+  void from_prim(dnnl::stream& s) {
+    if (reorder) reorder->execute(s, {{DNNL_ARG_FROM, prim}, {DNNL_ARG_TO, user}});
+  }
+};
+
+// A ready primitive: inputs a and b, output c (forward: src, weights -> dst; backward data:
+// diff_dst, weights -> diff_src; backward weights: src, diff_dst -> diff_weights).
+struct Entry {
+  dnnl::primitive prim;
+  int a_arg, b_arg, c_arg;
+  std::unique_ptr<Arg> a, b, c;
+  memory scratchpad;
+};
+
+using Key = std::array<std::int64_t, 21>;
+
+Key make_key(Pass pass, const ConvGeometry& g, dt lo) {
+  return {std::int64_t(pass), g.n,  g.c,  g.h,  g.w,  g.o,  g.kh, g.kw, g.oh, g.ow,
+          g.sh,               g.sw, g.pt, g.pb, g.pl, g.pr, g.dh, g.dw, g.groups,
+          std::int64_t(omp_get_max_threads()), std::int64_t(lo)};
+}
+
+struct Descs {
+  memory::desc src_user, wei_user, dst_user;  // plain layouts of soma's buffers
+  memory::desc src_any, wei_any, dst_any;     // "any": oneDNN chooses; f32
+  // The same in the autocast dtype `lo` (f32 without autocast): a pass reads its inputs in `lo`
+  // and writes its output in f32.
+  memory::desc src_lo, wei_lo, dst_lo;
+  memory::dims strides, dilates, pad_l, pad_r;
+};
+
+Descs make_descs(const ConvGeometry& g, dt lo) {
+  const memory::dims src{g.n, g.c, g.h, g.w}, dst{g.n, g.o, g.oh, g.ow};
+  const bool grouped = g.groups > 1;
+  // [O, C/g, KH, KW] in memory is [g, O/g, C/g, KH, KW]: the same bytes.
+  const memory::dims wei = grouped ? memory::dims{g.groups, g.o / g.groups, g.c / g.groups, g.kh,
+                                                  g.kw}
+                                   : memory::dims{g.o, g.c, g.kh, g.kw};
+  const tag wtag = grouped ? tag::goihw : tag::oihw;
+  return {memory::desc(src, dt::f32, tag::nchw),
+          memory::desc(wei, dt::f32, wtag),
+          memory::desc(dst, dt::f32, tag::nchw),
+          memory::desc(src, dt::f32, tag::any),
+          memory::desc(wei, dt::f32, tag::any),
+          memory::desc(dst, dt::f32, tag::any),
+          memory::desc(src, lo, tag::any),
+          memory::desc(wei, lo, tag::any),
+          memory::desc(dst, lo, tag::any),
+          {g.sh, g.sw},
+          {g.dh - 1, g.dw - 1},  // oneDNN counts dilation from 0
+          {g.pt, g.pl},
+          {g.pb, g.pr}};
+}
+
+dnnl::primitive_attr scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d) {
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training,
+                                       dnnl::algorithm::convolution_direct, d.src_lo, d.wei_lo,
+                                       d.dst_any, d.strides, d.dilates, d.pad_l, d.pad_r);
+  return {desc, scratchpad_attr(), cpu_engine()};
+}
+
+// A bf16 primitive that oneDNN can only serve with its reference kernel is refused.
+void check_not_reference(const dnnl::primitive_desc_base& pd, dt lo) {
+  if (lo != dt::f32 && std::strncmp(pd.impl_info_str(), "ref", 3) == 0)
+    throw dnnl::error(dnnl_unimplemented, "reference bf16 convolution");
+}
+
+std::unique_ptr<Entry> build(Pass pass, const ConvGeometry& g, dt lo) {
+  const Descs d = make_descs(g, lo);
+  auto e = std::make_unique<Entry>();
+  memory::desc scratch_md;
+  const auto fwd = forward_pd(d);
+  switch (pass) {
+    case Pass::forward: {
+      check_not_reference(fwd, lo);
+      e->prim = dnnl::convolution_forward(fwd);
+      e->a_arg = DNNL_ARG_SRC, e->b_arg = DNNL_ARG_WEIGHTS, e->c_arg = DNNL_ARG_DST;
+      e->a = std::make_unique<Arg>(d.src_user, fwd.src_desc(), true);
+      e->b = std::make_unique<Arg>(d.wei_user, fwd.weights_desc(), true);
+      e->c = std::make_unique<Arg>(d.dst_user, fwd.dst_desc(), false);
+      scratch_md = fwd.scratchpad_desc();
+      break;
+    }
+    case Pass::backward_data: {
+      dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src_any,
+                                                 d.wei_lo, d.dst_lo, d.strides, d.dilates,
+                                                 d.pad_l, d.pad_r);
+      dnnl::convolution_backward_data::primitive_desc pd(desc, scratchpad_attr(), cpu_engine(),
+                                                         fwd);
+      check_not_reference(pd, lo);
+      e->prim = dnnl::convolution_backward_data(pd);
+      e->a_arg = DNNL_ARG_DIFF_DST, e->b_arg = DNNL_ARG_WEIGHTS, e->c_arg = DNNL_ARG_DIFF_SRC;
+      e->a = std::make_unique<Arg>(d.dst_user, pd.diff_dst_desc(), true);
+      e->b = std::make_unique<Arg>(d.wei_user, pd.weights_desc(), true);
+      e->c = std::make_unique<Arg>(d.src_user, pd.diff_src_desc(), false);
+      scratch_md = pd.scratchpad_desc();
+      break;
+    }
+    case Pass::backward_weights: {
+      dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct,
+                                                    d.src_lo, d.wei_any, d.dst_lo, d.strides,
+                                                    d.dilates, d.pad_l, d.pad_r);
+      dnnl::convolution_backward_weights::primitive_desc pd(desc, scratchpad_attr(),
+                                                            cpu_engine(), fwd);
+      check_not_reference(pd, lo);
+      e->prim = dnnl::convolution_backward_weights(pd);
+      e->a_arg = DNNL_ARG_SRC, e->b_arg = DNNL_ARG_DIFF_DST, e->c_arg = DNNL_ARG_DIFF_WEIGHTS;
+      e->a = std::make_unique<Arg>(d.src_user, pd.src_desc(), true);
+      e->b = std::make_unique<Arg>(d.dst_user, pd.diff_dst_desc(), true);
+      e->c = std::make_unique<Arg>(d.wei_user, pd.diff_weights_desc(), false);
+      scratch_md = pd.scratchpad_desc();
+      break;
+    }
+  }
+  e->scratchpad = memory(scratch_md, cpu_engine());
+  return e;
+}
+
+// The cached primitive for (pass, geometry), or null when oneDNN rejects the case (remembered, so
+// a rejected case costs one failed attempt only).
+Entry* lookup(Pass pass, const ConvGeometry& g, dt lo) {
+  thread_local std::map<Key, std::unique_ptr<Entry>> cache;
+  const Key key = make_key(pass, g, lo);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.get();
+  // Each entry holds activation-sized buffers: a program that keeps changing shapes (e.g. many
+  // batch sizes) starts over rather than growing without bound.
+  if (cache.size() >= 64) cache.clear();
+  std::unique_ptr<Entry> e;
+  try {
+    e = build(pass, g, lo);
+  } catch (const dnnl::error&) {
+    e = nullptr;
+  }
+  return cache.emplace(key, std::move(e)).first->second.get();
+}
+
+bool run(Pass pass, const ConvGeometry& g, const float* a, const float* b, float* c) {
+  if (conv_impl() == ConvImpl::im2col) return false;
+  Entry* e = nullptr;
+  if (cpu_autocast_dtype() == DType::bf16) e = lookup(pass, g, dt::bf16);
+  if (!e) e = lookup(pass, g, dt::f32);
+  if (!e) return false;
+  auto& s = cpu_stream();
+  e->a->bind(a);
+  e->b->bind(b);
+  e->c->bind(c);
+  e->a->to_prim(s);
+  e->b->to_prim(s);
+  e->prim.execute(s, {{e->a_arg, e->a->prim},
+                      {e->b_arg, e->b->prim},
+                      {e->c_arg, e->c->prim},
+                      {DNNL_ARG_SCRATCHPAD, e->scratchpad}});
+  e->c->from_prim(s);
+  s.wait();
+  return true;
+}
+
+}  // namespace
+
+bool onednn_conv_built() { return true; }
+
+bool onednn_conv_forward(const ConvGeometry& g, const float* x, const float* w, float* y) {
+  return run(Pass::forward, g, x, w, y);
+}
+bool onednn_conv_backward_data(const ConvGeometry& g, const float* dy, const float* w, float* dx) {
+  return run(Pass::backward_data, g, dy, w, dx);
+}
+bool onednn_conv_backward_weights(const ConvGeometry& g, const float* x, const float* dy,
+                                  float* dw) {
+  return run(Pass::backward_weights, g, x, dy, dw);
+}
+
+#endif  // SOMA_HAS_ONEDNN
+
+}  // namespace soma::detail

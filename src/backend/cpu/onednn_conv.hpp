@@ -1,0 +1,40 @@
+#pragma once
+// Internal: CPU convolution through oneDNN (src/backend/cpu/onednn_conv.cpp), used by the conv
+// kernels in nn.cpp when soma is built with oneDNN (SOMA_HAS_ONEDNN) and the case is supported;
+// otherwise those kernels run im2col + BLAS. Tests switch implementations to compare them.
+#include <cstdint>
+
+namespace soma::detail {
+
+// Geometry of one 2-D convolution on packed NCHW input, [O, C/groups, KH, KW] kernel and NCHW
+// output (pads are explicit top/bottom/left/right, dilation 1 = dense).
+struct ConvGeometry {
+  std::int64_t n, c, h, w;
+  std::int64_t o, kh, kw;
+  std::int64_t oh, ow;
+  std::int64_t sh, sw;
+  std::int64_t pt, pb, pl, pr;
+  std::int64_t dh, dw;
+  std::int64_t groups;
+};
+
+enum class ConvImpl {
+  automatic,  // oneDNN where built in and supported, else im2col
+  im2col,     // always im2col + BLAS
+};
+
+// Starts as SOMA_CONV_IMPL from the environment ("im2col" or "auto"; unset means auto).
+ConvImpl conv_impl();
+void set_conv_impl(ConvImpl impl);
+
+// True when soma was built with oneDNN.
+bool onednn_conv_built();
+
+// f32 convolution through oneDNN when conv_impl() allows it; false when it does not (not built,
+// switched off, or a case oneDNN rejects), and the caller runs im2col instead.
+bool onednn_conv_forward(const ConvGeometry& g, const float* x, const float* w, float* y);
+bool onednn_conv_backward_data(const ConvGeometry& g, const float* dy, const float* w, float* dx);
+bool onednn_conv_backward_weights(const ConvGeometry& g, const float* x, const float* dy,
+                                  float* dw);
+
+}  // namespace soma::detail

@@ -1,0 +1,181 @@
+// bf16 autocast on the CPU: the decision (cpu_autocast_dtype) and the matmul through oneDNN.
+//
+// A product under autocast is one oneDNN matmul primitive with bf16 source and weights and an
+// f32 destination (oneDNN accumulates in f32). soma's f32 operands, in whatever strides the
+// kernel got them (transposed views from the backward pass included), are converted by oneDNN
+// reorders straight into the layouts the primitive chose ("any"), so conversion, transposition
+// and packing are one pass. Primitives, reorders, bf16 buffers and the scratchpad are cached per
+// thread, keyed on the shape, the strides and the OpenMP thread count (as in onednn_conv.cpp).
+// A case for which oneDNN offers only its reference kernel is refused (remembered), and the
+// caller runs f32 OpenBLAS: a reference bf16 kernel is many times slower than f32.
+#include "onednn_matmul.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+#include "soma/autocast.hpp"
+
+#ifdef SOMA_HAS_ONEDNN
+#include <omp.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#endif
+
+namespace soma {
+namespace detail {
+namespace {
+
+bool bf16_isa() {
+#ifdef SOMA_HAS_ONEDNN
+  // cpu_isa values are bit sets: an ISA includes every bit of the ones it extends.
+  static const bool ok = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (isa & need) == need;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+void note_once(DType asked) {
+  static std::atomic<bool> said_f16{false}, said_bf16{false};
+  auto& said = asked == DType::f16 ? said_f16 : said_bf16;
+  if (said.exchange(true)) return;
+  const char* why = asked == DType::f16 ? "the CPU kernels have no f16 path"
+#ifdef SOMA_HAS_ONEDNN
+                                        : "this CPU has no AVX-512-BF16";
+#else
+                                        : "soma was built without oneDNN";
+#endif
+  std::fprintf(stderr, "soma: autocast %s: %s; CPU matrix and convolution work runs in f32\n",
+               dtype_name(asked), why);
+}
+
+}  // namespace
+
+DType cpu_autocast_dtype() {
+  const DType want = autocast_dtype();
+  if (want == DType::f32) return DType::f32;
+  if (want == DType::bf16 && bf16_isa()) return DType::bf16;
+  note_once(want);
+  return DType::f32;
+}
+
+#ifndef SOMA_HAS_ONEDNN
+
+bool onednn_matmul_bf16(const MatmulGeometry&, const float*, const float*, float*) {
+  return false;
+}
+
+#else
+
+namespace {
+
+using dnnl::memory;
+using dt = memory::data_type;
+using tag = memory::format_tag;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+dnnl::stream& cpu_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+// An input operand: the user's f32 buffer (any strides) and the primitive's bf16 copy.
+struct Operand {
+  memory user, prim;
+  dnnl::reorder reorder;
+  Operand(const memory::desc& user_md, const memory::desc& prim_md)
+      : user(user_md, cpu_engine(), DNNL_MEMORY_NONE),
+        prim(prim_md, cpu_engine()),
+        reorder(user, prim) {}
+  void load(const float* p, dnnl::stream& s) {
+    user.set_data_handle(const_cast<float*>(p));
+    reorder.execute(s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, prim}});
+  }
+};
+
+struct Entry {
+  dnnl::matmul prim;
+  std::unique_ptr<Operand> a, b;
+  memory c;
+  memory scratchpad;
+};
+
+using Key = std::array<std::int64_t, 8>;
+
+bool is_reference(const char* impl) { return std::strncmp(impl, "ref", 3) == 0; }
+
+std::unique_ptr<Entry> build(const MatmulGeometry& g) {
+  auto& eng = cpu_engine();
+  const memory::dims ad{g.m, g.k}, bd{g.k, g.n}, cd{g.m, g.n};
+  dnnl::matmul::desc desc(memory::desc(ad, dt::bf16, tag::any), memory::desc(bd, dt::bf16, tag::any),
+                          memory::desc(cd, dt::f32, tag::ab));
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::matmul::primitive_desc pd(desc, attr, eng);
+  if (is_reference(pd.impl_info_str())) return nullptr;
+  auto e = std::make_unique<Entry>();
+  e->prim = dnnl::matmul(pd);
+  e->a = std::make_unique<Operand>(memory::desc(ad, dt::f32, memory::dims{g.a_rs, g.a_cs}),
+                                   pd.src_desc());
+  e->b = std::make_unique<Operand>(memory::desc(bd, dt::f32, memory::dims{g.b_rs, g.b_cs}),
+                                   pd.weights_desc());
+  e->c = memory(pd.dst_desc(), eng, DNNL_MEMORY_NONE);
+  e->scratchpad = memory(pd.scratchpad_desc(), eng);
+  return e;
+}
+
+Entry* lookup(const MatmulGeometry& g) {
+  thread_local std::map<Key, std::unique_ptr<Entry>> cache;
+  const Key key{g.m, g.n, g.k, g.a_rs, g.a_cs, g.b_rs, g.b_cs, omp_get_max_threads()};
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.get();
+  if (cache.size() >= 128) cache.clear();  // shapes that keep changing: start over
+  std::unique_ptr<Entry> e;
+  try {
+    e = build(g);
+  } catch (const dnnl::error&) {
+    e = nullptr;
+  }
+  return cache.emplace(key, std::move(e)).first->second.get();
+}
+
+}  // namespace
+
+bool onednn_matmul_bf16(const MatmulGeometry& g, const float* a, const float* b, float* c) {
+  Entry* e = lookup(g);
+  if (!e) return false;
+  auto& s = cpu_stream();
+  e->a->load(a, s);
+  e->b->load(b, s);
+  e->c.set_data_handle(c);
+  e->prim.execute(s, {{DNNL_ARG_SRC, e->a->prim},
+                      {DNNL_ARG_WEIGHTS, e->b->prim},
+                      {DNNL_ARG_DST, e->c},
+                      {DNNL_ARG_SCRATCHPAD, e->scratchpad}});
+  s.wait();
+  return true;
+}
+
+#endif  // SOMA_HAS_ONEDNN
+
+}  // namespace detail
+
+bool autocast_native(DType dtype) {
+  if (dtype == DType::f32) return true;
+  return dtype == DType::bf16 && detail::bf16_isa();
+}
+
+}  // namespace soma

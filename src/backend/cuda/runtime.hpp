@@ -1,0 +1,38 @@
+#pragma once
+// Internal (host side of the CUDA backend): devices, per-device streams and cuBLAS handles, and
+// the translation of CUDA/cuBLAS status codes into soma::Error naming the op.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "soma/device.hpp"
+
+namespace soma::cuda_detail {
+
+// Throws soma::Error "<op>: <what> failed on cuda:<device>: <cudaError name> (<message>)".
+void check(cudaError_t status, const char* op, const char* what, int device);
+void check_cublas(cublasStatus_t status, const char* op, const char* what, int device);
+
+// Makes `device` current for this thread and returns it; throws soma::Error with the reason
+// when CUDA or that device is unusable.
+int use_device(int device, const char* op);
+// soma's stream on a device (created on first use; non-blocking with respect to stream 0).
+cudaStream_t stream(int device);
+// The cuBLAS handle of a device, bound to its stream.
+cublasHandle_t cublas(int device);
+
+}  // namespace soma::cuda_detail
+
+namespace soma::cuda_detail {
+// The caching device allocator (runtime.cpp): sizes are rounded up to a bucket; freed blocks wait
+// in per-device free lists for the next request of their bucket. All work of a device runs on its
+// one stream, so a block freed by the host may be handed out again at once: the next kernel that
+// writes it is queued behind every kernel that read it.
+void* allocate(std::size_t nbytes, int device);
+void deallocate(void* p, std::size_t nbytes, int device) noexcept;
+// Copies between packed buffers (see core/device_backend.hpp: copy_bytes).
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                std::size_t nbytes);
+std::string reason();
+}  // namespace soma::cuda_detail

@@ -1,0 +1,43 @@
+#pragma once
+// Internal: what the core needs from a non-CPU device backend (memory, copies, fills), as a
+// table of plain functions. tensor.cpp and the CPU copy routines call through it, so they never
+// include a device runtime's headers. The CUDA backend (src/backend/cuda) provides its table when
+// built with SOMA_HAS_CUDA; without it device_backend(DeviceKind::CUDA) is null.
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "soma/tensor.hpp"
+
+namespace soma::detail {
+
+struct DeviceBackend {
+  // Device memory (never null for nbytes > 0; throws soma::Error naming the device on failure).
+  void* (*allocate)(std::size_t nbytes, int index);
+  // Gives memory back (never throws: called from Storage's destructor).
+  void (*free)(void* p, std::size_t nbytes, int index);
+  // Copies nbytes between packed buffers; either side may be the host (Device::cpu()).
+  // Returns after the copy when the destination is the host.
+  void (*copy_bytes)(void* dst, Device dst_device, const void* src, Device src_device,
+                     std::size_t nbytes);
+  // dst[...] = convert(src broadcast to dst's shape); both on this backend's same device.
+  void (*copy_strided)(const Tensor& src, const Tensor& dst);
+  // Every element of dst (any strides) = value.
+  void (*fill)(const Tensor& dst, double value);
+  // Empty when a device is usable, else why not.
+  std::string (*unavailable_reason)();
+};
+
+// The table for a device kind; null for the CPU and for kinds not built in.
+const DeviceBackend* device_backend(DeviceKind kind);
+
+// Storage on a non-CPU device, from its backend (a clear soma::Error when there is none).
+std::shared_ptr<Storage> device_storage(std::size_t nbytes, Device device);
+void device_free(void* p, std::size_t nbytes, Device device) noexcept;
+// Tensor::to(device) between different devices: explicit host/device copies.
+Tensor to_device(const Tensor& t, Device device);
+// copy_into / fill_value for tensors that are not on the CPU.
+void device_copy_into(const Tensor& src, const Tensor& dst);
+void device_fill(const Tensor& dst, double value);
+
+}  // namespace soma::detail
