@@ -17,6 +17,7 @@
 #include "backend/cpu/fused_block.hpp"
 #include "graph/internal.hpp"
 #include "internal/runtime_checks.hpp"
+#include "soma/autocast.hpp"
 #include "soma/autograd.hpp"
 #include "soma/ops.hpp"
 #include "soma/random_state.hpp"
@@ -662,8 +663,11 @@ void Session::Impl::run_parallel(Plan& p) {
   std::exception_ptr error;
   const int nthreads = config.inter_op_threads;
   const int intra = std::max(1, omp_get_max_threads() / nthreads);
+  // Autocast is per thread: the workers take the scope of the thread that called run().
+  const DType autocast = autocast_dtype();
   auto worker = [&] {
     omp_set_num_threads(intra);
+    AutocastScope autocast_scope(autocast);
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
       cv.wait(lock, [&] { return !ready.empty() || done == ns || error; });

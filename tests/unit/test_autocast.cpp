@@ -218,6 +218,35 @@ TEST_F(Bf16, TracedFunctionFollowsTheCallersScope) {
   expect_bf16_result(got, f32, matmul(bf16_rounded(a), bf16_rounded(b)), "traced matmul");
 }
 
+// Inter-op threads run some steps on worker threads: they take the caller's scope too.
+TEST_F(Bf16, SessionInterOpWorkersFollowTheCallersScope) {
+  Tensor a = rand_tensor({32, 48}, 52, -1, 1, DType::f32), b = rand_tensor({48, 16}, 53, -1, 1, DType::f32);
+  Graph g;
+  Tensor x, y, outs[4];
+  {
+    GraphScope scope(g);
+    x = g.placeholder(DType::f32, {32, 48}, "x");
+    y = g.placeholder(DType::f32, {48, 16}, "y");
+    // Four independent products: with 4 inter-op threads, some run off the calling thread.
+    for (int i = 0; i < 4; ++i) outs[i] = matmul(x * double(i + 1), y);
+  }
+  Session sess(g, {.inter_op_threads = 4, .optimize = false});
+  AutocastScope s(DType::bf16);
+  for (int rep = 0; rep < 3; ++rep) {
+    auto got = sess.run({outs[0], outs[1], outs[2], outs[3]}, {{x, a}, {y, b}});
+    for (int i = 0; i < 4; ++i) {
+      Tensor ai = a * double(i + 1);
+      Tensor f32;
+      {
+        AutocastScope off(DType::f32);
+        f32 = matmul(ai, b);
+      }
+      expect_bf16_result(got[std::size_t(i)], f32, matmul(bf16_rounded(ai), bf16_rounded(b)),
+                         "session product " + std::to_string(i));
+    }
+  }
+}
+
 // f16 has no CPU kernels: the scope is accepted and the CPU computes in f32.
 TEST(Autocast, F16FallsBackToF32OnTheCpu) {
   EXPECT_FALSE(autocast_native(DType::f16));
