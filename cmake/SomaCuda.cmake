@@ -64,5 +64,11 @@ function(soma_configure_cuda_target target)
   set_property(SOURCE ${_soma_cuda_host} ${PROJECT_SOURCE_DIR}/src/core/device_backend.cpp
                ${PROJECT_SOURCE_DIR}/src/ops/registry.cpp
                APPEND PROPERTY COMPILE_DEFINITIONS SOMA_HAS_CUDA=1)
-  target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
+  # cuBLAS is opened with dlopen on first use (src/backend/cuda/cublas_loader.cpp): linking it
+  # would cost every process ~100 ms of start-up to map libcublas + libcublasLt.
+  get_target_property(_soma_cublas CUDA::cublas IMPORTED_LOCATION)
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/cublas_loader.cpp APPEND PROPERTY
+               COMPILE_DEFINITIONS "SOMA_CUBLAS_SONAME=\"libcublas.so.${CUDAToolkit_VERSION_MAJOR}\""
+               "SOMA_CUBLAS_PATH=\"${_soma_cublas}\"")
+  target_link_libraries(${target} PRIVATE CUDA::cudart ${CMAKE_DL_LIBS})
 endfunction()

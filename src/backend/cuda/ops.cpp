@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstring>
 
+#include "backend/cuda/cublas_loader.hpp"
 #include "backend/cuda/launch.hpp"
 #include "backend/cuda/runtime.hpp"
 #include "core/device_backend.hpp"
@@ -383,14 +384,14 @@ void matmul_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
   auto offs_b = batch_offsets(b, batch, even_b, stride_b);
   const std::int64_t nb = numel(batch);
   if (even_a && even_b && nb <= INT_MAX) {
-    check_cublas(cublasGemmStridedBatchedEx(h, op_b, op_a, M, N, K, alpha, pb, type, ldb,
+    check_cublas(cublas_api("matmul").gemm_strided_batched_ex(h, op_b, op_a, M, N, K, alpha, pb, type, ldb,
                                             stride_b, pa, type, lda, stride_a, beta, pc, type,
                                             ldc, m * n, int(nb), compute, CUBLAS_GEMM_DEFAULT),
                  "matmul", "cublasGemmStridedBatchedEx", dev);
     return;
   }
   for (std::int64_t i = 0; i < nb; ++i)
-    check_cublas(cublasGemmEx(h, op_b, op_a, M, N, K, alpha,
+    check_cublas(cublas_api("matmul").gemm_ex(h, op_b, op_a, M, N, K, alpha,
                               pb + offs_b[std::size_t(i)] * std::int64_t(es), type, ldb,
                               pa + offs_a[std::size_t(i)] * std::int64_t(es), type, lda, beta,
                               pc + i * m * n * std::int64_t(es), type, ldc, compute,

@@ -2,6 +2,8 @@
 // caching device allocator, host/device copies, events and the public soma::cuda API.
 #include "backend/cuda/runtime.hpp"
 
+#include "backend/cuda/cublas_loader.hpp"
+
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -102,8 +104,10 @@ void check(cudaError_t status, const char* op, const char* what, int device) {
 
 void check_cublas(cublasStatus_t status, const char* op, const char* what, int device) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  fail(op, what, " failed on cuda:", device, ": ", cublasGetStatusName(status), " (",
-       cublasGetStatusString(status), ")");
+  if (!cublas_loaded()) fail(op, what, " failed on cuda:", device, ": cuBLAS status ", int(status));
+  const CublasApi& api = cublas_api(op);
+  fail(op, what, " failed on cuda:", device, ": ", api.status_name(status), " (",
+       api.status_string(status), ")");
 }
 
 int use_device(int device, const char* op) {
@@ -135,8 +139,9 @@ cublasHandle_t cublas(int device) {
   DeviceState& s = state(device);
   std::call_once(s.blas_once, [&] {
     use_device(device, "matmul");
-    check_cublas(cublasCreate(&s.blas), "matmul", "cublasCreate", device);
-    check_cublas(cublasSetStream(s.blas, stream(device)), "matmul", "cublasSetStream", device);
+    const CublasApi& api = cublas_api("matmul");
+    check_cublas(api.create(&s.blas), "matmul", "cublasCreate", device);
+    check_cublas(api.set_stream(s.blas, stream(device)), "matmul", "cublasSetStream", device);
   });
   return s.blas;
 }
