@@ -70,7 +70,7 @@ TEST(Autocast, RejectsNonFloatDtypesWithAMessage) {
                  "AutocastScope: dtype i32 is not an autocast dtype (use bf16, f16, or f32 to "
                  "switch autocast off)");
   }
-  EXPECT_THROW(AutocastScope(DType::f64), Error);
+  EXPECT_THROW(AutocastScope scope(DType::f64), Error);
   EXPECT_EQ(autocast_dtype(), DType::f32);  // a failed scope changes nothing
 }
 
