@@ -215,7 +215,9 @@ Tensor joined(const std::vector<Tensor>& outs) {
   }
   auto loss = [&] { return sum(f() * w).item<double>(); };
   for (std::size_t k = 0; k < params.size(); ++k) {
-    auto& [name, v] = params[k];
+    // Plain references, not a structured binding: clang 14 cannot capture bindings in lambdas.
+    const auto& name = params[k].first;
+    auto& v = params[k].second;
     if (!grads[k].defined() || grads[k].shape() != v.shape())
       return ::testing::AssertionFailure() << "gradient of '" << name << "' is missing or has the "
                                            << "wrong shape";
