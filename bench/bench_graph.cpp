@@ -2,7 +2,9 @@
 // (block by block, one pass), both against one `copy`; and a training step of the MLP
 // 784-128-128-10 at batch 32, eager against compile(..., {.jit = true}).
 // GB/s counts one read of the input and one write of the output per iteration for every
-// variant, so the chain's figure next to copy's says how close it comes to one pass.
+// variant, so the chain's figure next to copy's says how close it comes to one pass. (copy is a
+// memcpy that stores through the cache, so it also reads each output line before writing it;
+// the fused chain writes outputs this large with streaming stores. See docs/graph.md.)
 #include <benchmark/benchmark.h>
 
 #include <soma/soma.hpp>

@@ -408,13 +408,7 @@ void check_node_numerics(const GraphNode& nd, const std::vector<Tensor>& ins,
   }
 }
 
-// ---- fused f32 chains: one tight loop per op over a block that stays in L1 ----------------------
-// An operand of a fused op: the chain value of the block, a same-shape array, or a scalar.
-struct FusedArg {
-  enum Kind : std::uint8_t { Chain, Array, Scalar } kind = Chain;
-  const float* p = nullptr;  // Array: element 0 of the tensor
-  float v = 0;               // Scalar
-};
+// ---- fused f32 chains: on registers, or one tight loop per op over a block that stays in L1 -
 detail::FusedCode fused_code(const std::string& op) {
   static const std::unordered_map<std::string, detail::FusedCode> codes = {
       {"add", detail::FusedCode::Add},         {"subtract", detail::FusedCode::Sub},
@@ -501,88 +495,116 @@ void Session::Impl::run_fused(Plan& p, const Step& s) {
   p.values[std::size_t(s.nodes.back())] = shaped;
 }
 
-// f32 chains: blocks of 2048 floats (8 KB: the chain value and the previous one stay in L1),
-// each op a vectorisable loop over the block (ops without an inline loop run their kernel on
-// the block), blocks spread over the threads. One pass over memory for the inputs and output.
+// f32 chains, blocks of 2048 floats spread over the threads. A chain of inline ops only runs on
+// vector registers (fused_chain_in_registers); otherwise each op is a vectorisable loop over the
+// block (8 KB: the chain value and the previous one stay in L1), and ops without an inline loop
+// run their kernel on the block. One pass over memory for the inputs and output; outputs beyond
+// the caches are written with streaming stores.
 void Session::Impl::run_fused_f32(Plan& p, const Step& s, const Tensor& out) {
   auto& pn = p.pg->nodes;
   const std::int64_t n = out.numel();
   constexpr std::int64_t kBlock = 2048;
   const std::int64_t nblocks = (n + kBlock - 1) / kBlock;
   std::unordered_set<int> in_chain(s.nodes.begin(), s.nodes.end());
-  struct Instr {
-    detail::FusedCode code;
-    FusedArg args[2];
-    int nargs = 0;
-  };
-  std::vector<Instr> prog;
+  std::vector<detail::FusedInstr> prog;
+  bool all_inline = true;
   for (int m : s.nodes) {
     const GraphNode& nd = pn[std::size_t(m)];
-    Instr in{fused_code(nd.op->name), {}, int(nd.inputs.size())};
+    detail::FusedInstr in;
+    in.code = fused_code(nd.op->name);
+    in.nargs = int(nd.inputs.size());
     if (in.nargs > 2) in.code = detail::FusedCode::Kernel;
     for (int i = 0; i < in.nargs && i < 2; ++i) {
       const Endpoint& e = nd.inputs[std::size_t(i)];
       if (in_chain.count(e.node)) continue;  // Chain
       const Tensor& t = p.values[std::size_t(e.node)][std::size_t(e.index)];
       if (t.numel() == 1 && n != 1) {
-        in.args[i].kind = FusedArg::Scalar;
-        in.args[i].v = t.data<float>()[0];
+        in.kind[i] = detail::FusedInstr::Scalar;
+        in.v[i] = t.data<float>()[0];
       } else {
-        in.args[i].kind = FusedArg::Array;
-        in.args[i].p = t.data<float>();
+        in.kind[i] = detail::FusedInstr::Array;
+        in.p[i] = t.data<float>();
       }
     }
     // A unary op on a scalar (not the chain) has no inline loop.
-    if (in.nargs == 1 && in.args[0].kind == FusedArg::Scalar) in.code = detail::FusedCode::Kernel;
+    if (in.nargs == 1 && in.kind[0] == detail::FusedInstr::Scalar)
+      in.code = detail::FusedCode::Kernel;
+    all_inline &= in.code != detail::FusedCode::Kernel;
     prog.push_back(in);
   }
   const int nt = std::max(1, std::min<int>(omp_get_max_threads(), int(nblocks)));
   const std::int64_t half = std::min(n, kBlock);
-  Tensor temps = allocate({{half * 2 * nt}, DType::f32});
+  // An output beyond the caches goes to memory with streaming stores (a plain store would first
+  // read each output line from memory, a third pass).
+  const bool stream = n * std::int64_t(sizeof(float)) >= detail::kStreamStoreBytes;
+  if (all_inline && detail::fused_chain_in_registers_available()) {
+    // Every op has an inline form: the whole chain runs on registers, one load per array
+    // operand and one store per element (no per-op trip through L1).
+    float* o = out.data<float>();
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static) nowait
+      for (std::int64_t blk = 0; blk < nblocks; ++blk) {
+        const std::int64_t b = blk * kBlock;
+        detail::fused_chain_in_registers(prog.data(), int(prog.size()), o, b,
+                                         std::min(kBlock, n - b), stream);
+      }
+      if (stream) detail::stream_store_fence();
+    }
+    return;
+  }
+  // Streaming: the last op writes the block into a third L1 buffer, which is then streamed out.
+  const std::int64_t per_thread = half * (stream ? 3 : 2);
+  Tensor temps = allocate({{per_thread * nt}, DType::f32});
   float* tbase = temps.data<float>();
   float* obase = out.data<float>();
   auto flat = [](const Tensor& t, std::int64_t b, std::int64_t len) {
     return Tensor::view_of(t, {len}, {1}, t.offset() + b);
   };
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (std::int64_t blk = 0; blk < nblocks; ++blk) {
-    const std::int64_t b = blk * kBlock, len = std::min(kBlock, n - b);
-    const std::int64_t tb = std::int64_t(omp_get_thread_num()) * half * 2;  // this thread's pair
-    const float* cur = nullptr;
-    std::int64_t cur_at = -1;  // where cur lives: an offset into temps, or -1 for out
-    for (std::size_t k = 0; k < prog.size(); ++k) {
-      const Instr& in = prog[k];
-      const bool last = k + 1 == prog.size();
-      const std::int64_t dst_at = tb + std::int64_t(k % 2) * half;
-      float* dst = last ? obase + b : tbase + dst_at;
-      if (in.code != detail::FusedCode::Kernel) {
-        const float* a[2] = {nullptr, nullptr};
-        float v[2] = {0, 0};
-        for (int i = 0; i < in.nargs; ++i) {
-          const FusedArg& arg = in.args[i];
-          if (arg.kind == FusedArg::Chain) a[i] = cur;
-          else if (arg.kind == FusedArg::Array) a[i] = arg.p + b;
-          else v[i] = arg.v;
-        }
-        fused_block_op(in.code, dst, a[0], v[0], a[1], v[1], len);
-      } else {
-        const GraphNode& nd = pn[std::size_t(s.nodes[k])];
-        std::vector<Tensor> ins;
-        for (auto& e : nd.inputs) {
-          if (in_chain.count(e.node)) {
-            ins.push_back(cur_at >= 0 ? flat(temps, cur_at, len) : flat(out, b, len));
-            continue;
+#pragma omp parallel num_threads(nt)
+  {
+#pragma omp for schedule(static) nowait
+    for (std::int64_t blk = 0; blk < nblocks; ++blk) {
+      const std::int64_t b = blk * kBlock, len = std::min(kBlock, n - b);
+      const std::int64_t tb = std::int64_t(omp_get_thread_num()) * per_thread;  // its buffers
+      const float* cur = nullptr;
+      std::int64_t cur_at = -1;  // where cur lives: an offset into temps, or -1 for out
+      for (std::size_t k = 0; k < prog.size(); ++k) {
+        const detail::FusedInstr& in = prog[k];
+        const bool last = k + 1 == prog.size();
+        const bool to_out = last && !stream;  // the op writes straight into the output
+        const std::int64_t dst_at = tb + (last ? 2 : std::int64_t(k % 2)) * half;
+        float* dst = to_out ? obase + b : tbase + dst_at;
+        if (in.code != detail::FusedCode::Kernel) {
+          const float* a[2] = {nullptr, nullptr};
+          float v[2] = {0, 0};
+          for (int i = 0; i < in.nargs; ++i) {
+            if (in.kind[i] == detail::FusedInstr::Chain) a[i] = cur;
+            else if (in.kind[i] == detail::FusedInstr::Array) a[i] = in.p[i] + b;
+            else v[i] = in.v[i];
           }
-          const Tensor& t = p.values[std::size_t(e.node)][std::size_t(e.index)];
-          ins.push_back(t.numel() == 1 && n != 1 ? Tensor::view_of(t, {}, {}, t.offset())
-                                                 : flat(t, b, len));
+          fused_block_op(in.code, dst, a[0], v[0], a[1], v[1], len);
+        } else {
+          const GraphNode& nd = pn[std::size_t(s.nodes[k])];
+          std::vector<Tensor> ins;
+          for (auto& e : nd.inputs) {
+            if (in_chain.count(e.node)) {
+              ins.push_back(cur_at >= 0 ? flat(temps, cur_at, len) : flat(out, b, len));
+              continue;
+            }
+            const Tensor& t = p.values[std::size_t(e.node)][std::size_t(e.index)];
+            ins.push_back(t.numel() == 1 && n != 1 ? Tensor::view_of(t, {}, {}, t.offset())
+                                                   : flat(t, b, len));
+          }
+          std::vector<Tensor> outs{to_out ? flat(out, b, len) : flat(temps, dst_at, len)};
+          p.kernels[std::size_t(s.nodes[k])](ins, outs, nd.attrs);
         }
-        std::vector<Tensor> outs{last ? flat(out, b, len) : flat(temps, dst_at, len)};
-        p.kernels[std::size_t(s.nodes[k])](ins, outs, nd.attrs);
+        cur = dst;
+        cur_at = to_out ? -1 : dst_at;
       }
-      cur = dst;
-      cur_at = last ? -1 : dst_at;
+      if (stream) detail::stream_store_block(obase + b, cur, len);
     }
+    if (stream) detail::stream_store_fence();
   }
 }
 

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
+#include "../../src/internal/cpu_allocator.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
 
@@ -27,6 +29,17 @@ std::string what_of(F&& f) {
 Tensor f32(const Tensor& t) { return t.cast(DType::f32); }
 
 bool same(const Tensor& a, const Tensor& b) { return all_close(a, b, 0, 0); }
+
+// Bit for bit (NaNs and signed zeros included), not just numerically equal.
+bool bits_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  Tensor ca = contiguous(a), cb = contiguous(b);
+  const std::size_t bytes = std::size_t(ca.numel()) * dtype_size(ca.dtype());
+  return std::memcmp(ca.raw_data(), cb.raw_data(), bytes) == 0;
+}
+
+// Fused outputs of at least 16 MB (4M floats) are written with streaming stores.
+constexpr std::int64_t kStreamed = (std::int64_t(16) << 20) / 4 + 37;
 
 Tensor rows(const Tensor& t, std::int64_t start, std::int64_t n) {
   return slice(t, {Slice{start, start + n}});
@@ -274,6 +287,90 @@ TEST(GraphFusion, FusedF32ChainEqualsUnfused) {
     EXPECT_TRUE(same(f[1], u[1])) << n;
   }
   EXPECT_GE(fused.stats().fused_nodes, 8);
+}
+
+// Every inline op (array and scalar operands on either side) in chains that run on registers,
+// chains with a kernel op (exp, tanh; one of them last), on special values (NaN, infinities,
+// signed zeros, denormals), an input that starts off the vector alignment, sizes around the
+// register group, and outputs large enough for streaming stores: bit for bit the unfused result.
+TEST(GraphFusion, RegisterChainsAndStreamedOutputsAreBitIdenticalToUnfused) {
+  Graph g;
+  Tensor x = g.placeholder(DType::f32, {-1}, "x");
+  Tensor y = g.placeholder(DType::f32, {-1}, "y");
+  std::vector<Tensor> chains = {
+      relu(negative(abs(x)) + y),               // abs, neg, add (array), relu
+      relu(negative(x)),                        // relu of -0 is +0, of NaN 0
+      sqrt(x * y) / y,                          // mul, sqrt, div (array)
+      reciprocal(square(x)) - 3.0,              // square, reciprocal, sub (scalar)
+      2.0 / (3.0 - x),                          // scalar on the left of sub and div
+      (y - x) * relu(x * 0.5 + 1.0),            // array on the left of sub, mul of two arrays
+      tanh(x * 0.25) + y,                       // a kernel op inside
+      exp(x * 0.1 - y)};                        // a kernel op last
+  Session fused(g), plain(g, {.optimize = false});
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> special = {nan,   -nan,   inf, -inf, 0.f, -0.f,
+                                      1e-40f, -1e-40f, 1.f, -1.f, 4.f};
+  for (std::int64_t n : std::vector<std::int64_t>{5, 127, 128, 129, 2048 * 3 + 17, kStreamed}) {
+    // x starts one element into a buffer: its vector loads are not 64-byte aligned.
+    Tensor big = f32(rand_tensor({n + 1}, 7, -3, 3));
+    float* b = big.data<float>();
+    for (std::size_t i = 0; i < special.size() && i < std::size_t(n); ++i)
+      b[1 + std::int64_t(i) * 3 % n] = special[i];
+    Tensor xv = rows(big, 1, n);
+    Tensor yv = f32(rand_tensor({n}, 8, -2, 2));
+    yv.data<float>()[0] = -0.f;
+    auto f = fused.run(chains, {{x, xv}, {y, yv}});
+    auto u = plain.run(chains, {{x, xv}, {y, yv}});
+    for (std::size_t c = 0; c < chains.size(); ++c)
+      EXPECT_TRUE(bits_equal(f[c], u[c])) << "chain " << c << ", n = " << n;
+  }
+  EXPECT_EQ(plain.stats().fused_nodes, 0);
+  EXPECT_GE(fused.stats().fused_nodes / fused.stats().plans, 19);
+}
+
+// The executor reuses an output buffer only once the caller let go of it: a result kept from
+// one run is not overwritten by the next, and a result dropped is reused (no allocation).
+TEST(GraphFusion, HeldResultIsNotReusedAndADroppedOneIs) {
+  Graph g;
+  Tensor x = g.placeholder(DType::f32, {-1}, "x");
+  Tensor y = sqrt(abs(x * 0.5 + 1.0)) * 2.0 - 0.5;
+  for (std::int64_t n : {std::int64_t(1000), kStreamed}) {
+    Session sess(g), plain(g, {.optimize = false});
+    Tensor xa = f32(rand_tensor({n}, 11, -3, 3)), xb = f32(rand_tensor({n}, 12, -3, 3));
+    Tensor expect_a = plain.run(y, {{x, xa}}), expect_b = plain.run(y, {{x, xb}});
+    ASSERT_FALSE(bits_equal(expect_a, expect_b));
+    Tensor ra = sess.run(y, {{x, xa}});
+    Tensor rb = sess.run(y, {{x, xb}});  // ra is held: rb needs a buffer of its own
+    EXPECT_EQ(sess.stats().last_run_allocations, 1) << n;
+    EXPECT_NE(ra.storage(), rb.storage());
+    EXPECT_TRUE(bits_equal(ra, expect_a)) << n;
+    EXPECT_TRUE(bits_equal(rb, expect_b)) << n;
+    ra = Tensor();  // let go: the next run takes its buffer
+    Tensor rc = sess.run(y, {{x, xa}});
+    EXPECT_EQ(sess.stats().last_run_allocations, 0) << n;
+    EXPECT_TRUE(bits_equal(rc, expect_a)) << n;
+    EXPECT_TRUE(bits_equal(rb, expect_b)) << n;
+  }
+}
+
+// "A training step allocates nothing after the first": the session's pool covers the graph's
+// buffers (SessionStats, GraphPasses.SecondRunAllocatesNoBuffers); here the whole traced step,
+// the optimiser's update included, asks the CPU allocator for no tensor memory at all once
+// warmed up (every allocation would count as a hit or a miss of its cache).
+TEST(GraphMemory, JitTrainingStepTakesNoNewTensorMemoryAfterWarmUp) {
+  if (!detail::cpu_cache_enabled()) GTEST_SKIP() << "the CPU buffer cache is off (SOMA_CPU_CACHE=0)";
+  set_seed(3);
+  nn::Sequential model{nn::Dense(32, nn::relu), nn::Dense(32, nn::relu), nn::Dense(4)};
+  model.compile(optim::Adam({.learning_rate = 1e-3}),
+                nn::SparseCategoricalCrossentropy({.from_logits = true}), {}, {.jit = true});
+  Tensor x = f32(rand_tensor({16, 20}, 61, 0, 1));
+  Tensor y = cast(f32(rand_tensor({16}, 62, 0, 3.99)), DType::i64);
+  for (int i = 0; i < 3; ++i) model.train_on_batch(x, y);  // build, trace, plan, optimiser slots
+  const auto before = detail::cpu_cache_stats();
+  for (int i = 0; i < 5; ++i) model.train_on_batch(x, y);
+  const auto after = detail::cpu_cache_stats();
+  EXPECT_EQ(after.hits + after.misses, before.hits + before.misses);
 }
 
 TEST(GraphRandom, SavedGraphWithRandomNodesLoadsAndDrawsTheSame) {

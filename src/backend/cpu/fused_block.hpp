@@ -17,4 +17,35 @@ enum class FusedCode : std::uint8_t {
 void fused_block_op(FusedCode code, float* __restrict dst, const float* a, float av,
                     const float* b, float bv, std::int64_t n);
 
+// One op of a chain run in registers: operand k is the chain value (the previous op's result),
+// an f32 array indexed like the output, or a scalar.
+struct FusedInstr {
+  enum Kind : std::uint8_t { Chain, Array, Scalar };
+  FusedCode code = FusedCode::Kernel;
+  int nargs = 0;
+  Kind kind[2] = {Chain, Chain};
+  const float* p[2] = {nullptr, nullptr};  // Array: element 0
+  float v[2] = {0, 0};                     // Scalar
+};
+
+// Whether this build has fused_chain_in_registers (x86 with AVX or AVX-512; elsewhere chains run
+// one fused_block_op per op over an L1 block).
+bool fused_chain_in_registers_available();
+// dst[i] for b <= i < b + n: the whole chain on a group of vector registers at a time, so the
+// chain value never goes to memory (one load per array operand and one store per element, no
+// per-op load and store through L1). Every op is computed exactly as fused_block_op computes it.
+// All codes must be inline ones (not Kernel); the first op reads no Chain operand. stream: store
+// with streaming stores (then call stream_store_fence before other threads read dst).
+void fused_chain_in_registers(const FusedInstr* prog, int nprog, float* dst, std::int64_t b,
+                              std::int64_t n, bool stream);
+
+// Outputs at least this large are written with non-temporal (streaming) stores: they would not
+// stay in the cache anyway, and a plain store first reads each output line from memory (the
+// write-allocate), so streaming cuts a one-pass chain's memory traffic from 3 to 2 passes.
+inline constexpr std::int64_t kStreamStoreBytes = std::int64_t(16) << 20;
+// dst[i] = src[i] for i < n with streaming stores where the CPU has them (plain ones elsewhere);
+// a thread calls stream_store_fence() after its last stream_store_block, before others read.
+void stream_store_block(float* __restrict dst, const float* src, std::int64_t n);
+void stream_store_fence();
+
 }  // namespace soma::detail
