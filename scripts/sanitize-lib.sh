@@ -117,6 +117,10 @@ soma_run_fuzzers() {
     export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}"
     export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
     declare -A EXECS STATUS
+    # FUZZ_JOBS targets at a time (default: the number of cores), each single-threaded, so the
+    # stage takes about SECONDS x targets / FUZZ_JOBS of wall time.
+    local jobs="${FUZZ_JOBS:-$(nproc)}" running=0
+    rm -f "$F"/fuzz-*.rc
     for t in "$@"; do
       mkdir -p "$F/corpus/$t" "$F/fuzz-artifacts/$t" "$F/seeds/$t"
       local dict=() regr=()
@@ -124,17 +128,23 @@ soma_run_fuzzers() {
       [[ -d $ROOT/fuzz/regressions/$t ]] && regr=("$ROOT/fuzz/regressions/$t")
       local log="$F/fuzz-$t.log"
       echo "== fuzz_$t: ${secs}s"
-      set +e
       # -rss_limit_mb / -malloc_limit_mb: a parser that asks for more than this on a small input
       # is a bug (soma's own bound is 256 MB in the fuzzers, see fuzz/fuzz_target.hpp). The first
       # directory receives new corpus entries; the others (seeds, regressions) are read only.
-      "$F/fuzz_$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 \
-        -malloc_limit_mb=1024 -max_len=65536 -print_final_stats=1 "${dict[@]}" \
-        -artifact_prefix="$F/fuzz-artifacts/$t/" "$F/corpus/$t" "$F/seeds/$t" "${regr[@]}" >"$log" 2>&1
-      local rc=$?
-      set -e
+      ( set +e
+        "$F/fuzz_$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 \
+          -malloc_limit_mb=1024 -max_len=65536 -print_final_stats=1 "${dict[@]}" \
+          -artifact_prefix="$F/fuzz-artifacts/$t/" "$F/corpus/$t" "$F/seeds/$t" "${regr[@]}" >"$log" 2>&1
+        echo $? >"$F/fuzz-$t.rc" ) &
+      running=$((running + 1))
+      if (( running >= jobs )); then wait -n || true; running=$((running - 1)); fi
+    done
+    wait || true
+    for t in "$@"; do
+      local log="$F/fuzz-$t.log" rc
+      rc=$(cat "$F/fuzz-$t.rc" 2>/dev/null || echo "?")
       EXECS[$t]=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
-      if [[ $rc -eq 0 ]]; then STATUS[$t]=ok; else STATUS[$t]="CRASH (rc $rc, see $log)"; tail -30 "$log"; fi
+      if [[ $rc == 0 ]]; then STATUS[$t]=ok; else STATUS[$t]="CRASH (rc $rc, see $log)"; tail -30 "$log"; fi
     done
     echo
     printf '%-14s %12s %8s  %s\n' target executions corpus status

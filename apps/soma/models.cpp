@@ -1,6 +1,8 @@
 // Built-in models (--model) and JSON model configs (--config).
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "common.hpp"
 
@@ -63,6 +65,16 @@ template <class T>
 T get(const json& cfg, const char* key, T fallback, const std::string& where) {
   if (!cfg.contains(key) || cfg[key].is_null()) return fallback;
   try {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // get<int>() casts a JSON float unchecked (undefined for 3e81): only integers pass.
+      const json& v = cfg[key];
+      if (!v.is_number_integer() ||
+          (v.is_number_unsigned() ? v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<T>::max())
+                                  : (v.get<std::int64_t>() < std::int64_t(std::numeric_limits<T>::min()) ||
+                                     (v.get<std::int64_t>() > 0 &&
+                                      std::uint64_t(v.get<std::int64_t>()) > std::uint64_t(std::numeric_limits<T>::max())))))
+        throw Error(where + ": bad value for \"" + key + "\": expected an integer, got " + v.dump());
+    }
     return cfg[key].get<T>();
   } catch (const json::exception&) {
     throw Error(where + ": bad value for \"" + key + "\": " + cfg[key].dump());

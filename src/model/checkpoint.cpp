@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/checkpoint_internal.hpp"
+#include "model/serialization_internal.hpp"
 #include "soma/error.hpp"
 #include "soma/model/serialization.hpp"
 
@@ -39,9 +40,9 @@ Checkpoint load_checkpoint(const std::string& path, bool restore_rng) {
     if (doc.is_object() && doc.contains("training") && !doc.at("training").is_null()) {
       const auto& t = doc.at("training");
       TrainingState s;
-      s.epoch = t.at("epoch").get<int>();
-      s.rng.seed = t.at("rng").at("seed").get<std::uint64_t>();
-      s.rng.calls = t.at("rng").at("calls").get<std::uint64_t>();
+      s.epoch = serialization::internal::int_of<int>(t.at("epoch"));
+      s.rng.seed = serialization::internal::int_of<std::uint64_t>(t.at("rng").at("seed"));
+      s.rng.calls = serialization::internal::int_of<std::uint64_t>(t.at("rng").at("calls"));
       if (s.epoch < 0) fail(who, "'", path, "': negative epoch ", s.epoch, " in the training state");
       state = s;
     }

@@ -32,6 +32,7 @@
 namespace soma::serialization {
 
 using json = nlohmann::json;
+using internal::int_of;
 
 namespace {
 
@@ -44,8 +45,8 @@ DType dtype_from(const std::string& s) {
 
 json size2(Size2 s) { return json::array({s.h, s.w}); }
 Size2 size2_from(const json& j) {
-  if (j.is_number_integer()) return Size2(j.get<std::int64_t>());
-  return Size2(j.at(0).get<std::int64_t>(), j.at(1).get<std::int64_t>());
+  if (j.is_number_integer()) return Size2(int_of(j));
+  return Size2(int_of(j.at(0)), int_of(j.at(1)));
 }
 
 json padding(const Padding& p) {
@@ -57,14 +58,14 @@ json padding(const Padding& p) {
 }
 Padding padding_from(const json& j) {
   if (j.is_string()) return Padding(j.get<std::string>());
-  return Padding(j.at(0).get<std::int64_t>(), j.at(1).get<std::int64_t>(),
-                 j.at(2).get<std::int64_t>(), j.at(3).get<std::int64_t>());
+  return Padding(int_of(j.at(0)), int_of(j.at(1)),
+                 int_of(j.at(2)), int_of(j.at(3)));
 }
 
 json shape(const Shape& s) { return json(std::vector<std::int64_t>(s.begin(), s.end())); }
 Shape shape_from(const json& j) {
   Shape s;
-  for (auto& d : j) s.push_back(d.get<std::int64_t>());
+  for (auto& d : j) s.push_back(int_of(d));
   return s;
 }
 
@@ -109,7 +110,8 @@ json opt(const std::optional<T>& v) {
 template <class T>
 std::optional<T> opt_from(const json& j, const char* key) {
   if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
-  return j.at(key).get<T>();
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return internal::int_of<T>(j.at(key));
+  else return j.at(key).get<T>();
 }
 
 // ---- layer registry -------------------------------------------------------------------------
@@ -141,7 +143,7 @@ std::map<std::string, LayerCodec> builtin_codecs() {
                               {"dtype", dtype_name(o.dtype)}};
                 },
                 [](const json& c) -> nn::ModuleRef {
-                  return nn::Dense(c.at("units").get<std::int64_t>(), activation_from(c.at("activation")),
+                  return nn::Dense(int_of(c.at("units")), activation_from(c.at("activation")),
                                    {.use_bias = c.at("use_bias").get<bool>(),
                                     .kernel_initializer = initializer_from(c.at("kernel_initializer")),
                                     .bias_initializer = initializer_from(c.at("bias_initializer")),
@@ -167,11 +169,11 @@ std::map<std::string, LayerCodec> builtin_codecs() {
                                {"dtype", dtype_name(o.dtype)}};
                  },
                  [](const json& c) -> nn::ModuleRef {
-                   return nn::Conv2D(c.at("filters").get<std::int64_t>(), size2_from(c.at("kernel_size")),
+                   return nn::Conv2D(int_of(c.at("filters")), size2_from(c.at("kernel_size")),
                                      {.strides = size2_from(c.at("strides")),
                                       .padding = padding_from(c.at("padding")),
                                       .dilation_rate = size2_from(c.at("dilation_rate")),
-                                      .groups = c.at("groups").get<std::int64_t>(),
+                                      .groups = int_of(c.at("groups")),
                                       .activation = activation_from(c.at("activation")),
                                       .use_bias = c.at("use_bias").get<bool>(),
                                       .kernel_initializer = initializer_from(c.at("kernel_initializer")),
@@ -202,12 +204,12 @@ std::map<std::string, LayerCodec> builtin_codecs() {
       [](const json& c) -> nn::ModuleRef {
         std::optional<Size2> op;
         if (!c.at("output_padding").is_null()) op = size2_from(c.at("output_padding"));
-        return nn::Conv2DTranspose(c.at("filters").get<std::int64_t>(), size2_from(c.at("kernel_size")),
+        return nn::Conv2DTranspose(int_of(c.at("filters")), size2_from(c.at("kernel_size")),
                                    {.strides = size2_from(c.at("strides")),
                                     .padding = padding_from(c.at("padding")),
                                     .output_padding = op,
                                     .dilation_rate = size2_from(c.at("dilation_rate")),
-                                    .groups = c.at("groups").get<std::int64_t>(),
+                                    .groups = int_of(c.at("groups")),
                                     .activation = activation_from(c.at("activation")),
                                     .use_bias = c.at("use_bias").get<bool>(),
                                     .kernel_initializer = initializer_from(c.at("kernel_initializer")),
@@ -260,7 +262,7 @@ std::map<std::string, LayerCodec> builtin_codecs() {
   r["GELU"] = {[](const nn::Module& m) { return json{{"approximate", as<nn::GELU>(m).approximate()}}; },
                [](const json& c) -> nn::ModuleRef { return nn::GELU(c.at("approximate").get<bool>()); }};
   r["Softmax"] = {[](const nn::Module& m) { return json{{"axis", as<nn::Softmax>(m).axis()}}; },
-                  [](const json& c) -> nn::ModuleRef { return nn::Softmax(c.at("axis").get<std::int64_t>()); }};
+                  [](const json& c) -> nn::ModuleRef { return nn::Softmax(int_of(c.at("axis"))); }};
   r["Embedding"] = {[](const nn::Module& m) {
                       auto& l = as<nn::Embedding>(m);
                       auto& o = l.options();
@@ -272,7 +274,7 @@ std::map<std::string, LayerCodec> builtin_codecs() {
                     },
                     [](const json& c) -> nn::ModuleRef {
                       return nn::Embedding(
-                          c.at("input_dim").get<std::int64_t>(), c.at("output_dim").get<std::int64_t>(),
+                          int_of(c.at("input_dim")), int_of(c.at("output_dim")),
                           {.embeddings_initializer = initializer_from(c.at("embeddings_initializer")),
                            .embeddings_regularizer = regularizer_from(c.at("embeddings_regularizer")),
                            .dtype = dtype_from(c.at("dtype"))});
@@ -295,7 +297,7 @@ std::map<std::string, LayerCodec> builtin_codecs() {
       },
       [](const json& c) -> nn::ModuleRef {
         return nn::BatchNormalization(
-            {.axis = c.at("axis").get<std::int64_t>(),
+            {.axis = int_of(c.at("axis")),
              .momentum = c.at("momentum").get<double>(),
              .epsilon = c.at("epsilon").get<double>(),
              .center = c.at("center").get<bool>(),
@@ -324,7 +326,7 @@ std::map<std::string, LayerCodec> builtin_codecs() {
       [](const json& c) -> nn::ModuleRef {
         nn::LayerNormOptions o;
         o.axis.clear();
-        for (auto& a : c.at("axis")) o.axis.push_back(a.get<std::int64_t>());
+        for (auto& a : c.at("axis")) o.axis.push_back(int_of(a));
         o.epsilon = c.at("epsilon").get<double>();
         o.center = c.at("center").get<bool>();
         o.scale = c.at("scale").get<bool>();
@@ -372,7 +374,7 @@ std::map<std::string, LayerCodec> builtin_codecs() {
                     [=](const json& c) -> nn::ModuleRef {
                       nn::SimpleRNNOptions o;
                       rnn_common_from(o, c);
-                      return nn::SimpleRNN(c.at("units").get<std::int64_t>(), std::move(o));
+                      return nn::SimpleRNN(int_of(c.at("units")), std::move(o));
                     }};
   r["LSTM"] = {[=](const nn::Module& m) {
                  auto& l = as<nn::LSTM>(m);
@@ -386,7 +388,7 @@ std::map<std::string, LayerCodec> builtin_codecs() {
                  rnn_common_from(o, c);
                  o.recurrent_activation = activation_from(c.at("recurrent_activation"));
                  o.unit_forget_bias = c.at("unit_forget_bias").get<bool>();
-                 return nn::LSTM(c.at("units").get<std::int64_t>(), std::move(o));
+                 return nn::LSTM(int_of(c.at("units")), std::move(o));
                }};
   r["GRU"] = {[=](const nn::Module& m) {
                 auto& l = as<nn::GRU>(m);
@@ -400,7 +402,7 @@ std::map<std::string, LayerCodec> builtin_codecs() {
                 rnn_common_from(o, c);
                 o.recurrent_activation = activation_from(c.at("recurrent_activation"));
                 o.reset_after = c.at("reset_after").get<bool>();
-                return nn::GRU(c.at("units").get<std::int64_t>(), std::move(o));
+                return nn::GRU(int_of(c.at("units")), std::move(o));
               }};
   r["Sequential"] = {[](const nn::Module& m) { return sequential_config(as<nn::Sequential>(m)); },
                      [](const json& c) -> nn::ModuleRef { return nn::ModuleRef(sequential_from(c)); }};
@@ -409,7 +411,7 @@ std::map<std::string, LayerCodec> builtin_codecs() {
   r["Multiply"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Multiply(); }};
   r["Average"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Average(); }};
   r["Concatenate"] = {[](const nn::Module& m) { return json{{"axis", as<nn::Concatenate>(m).axis()}}; },
-                      [](const json& c) -> nn::ModuleRef { return nn::Concatenate(c.value("axis", std::int64_t(-1))); }};
+                      [](const json& c) -> nn::ModuleRef { return nn::Concatenate(c.contains("axis") ? int_of(c.at("axis")) : std::int64_t(-1)); }};
   r["Functional"] = {[](const nn::Module& m) { return internal::functional_config(as<nn::Model>(m)); },
                      [](const json& c) -> nn::ModuleRef { return nn::ModuleRef(internal::functional_from(c)); }};
   return r;
@@ -660,7 +662,7 @@ nn::LossRef loss_from_json(const json& j) {
   if (n == "CategoricalCrossentropy")
     return nn::CategoricalCrossentropy({.from_logits = c.at("from_logits").get<bool>(),
                                         .label_smoothing = c.at("label_smoothing").get<double>(),
-                                        .axis = c.at("axis").get<std::int64_t>(),
+                                        .axis = int_of(c.at("axis")),
                                         .reduction = r});
   if (n == "SparseCategoricalCrossentropy")
     return nn::SparseCategoricalCrossentropy({.from_logits = c.at("from_logits").get<bool>(), .reduction = r});

@@ -146,8 +146,8 @@ std::shared_ptr<nn::Model> functional_from(const json& cfg) {
   auto resolve = [&](const json& r) -> std::optional<nn::SymbolicTensor> {
     if (!r.is_array() || r.size() < 3) bad("malformed tensor reference ", r.dump());
     const std::string layer = r.at(0).get<std::string>();
-    const auto call = r.at(1).get<std::int64_t>();
-    const auto index = r.at(2).get<std::int64_t>();
+    const auto call = int_of(r.at(1));
+    const auto index = int_of(r.at(2));
     auto want = expected_calls.find(layer);
     if (want == expected_calls.end()) bad("a reference names layer '", layer, "', which is not in the model");
     if (call < 0 || std::size_t(call) >= want->second)

@@ -1,8 +1,14 @@
 #pragma once
 // Shared by src/model/serialization*.cpp: the JSON-level pieces of model files. Private to the
 // library, so nlohmann::json stays out of the public headers.
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <type_traits>
+
+#include "soma/error.hpp"
 
 #include "soma/model/model.hpp"
 #include "soma/nn/module.hpp"
@@ -11,6 +17,31 @@
 namespace soma::serialization::internal {
 
 using json = nlohmann::json;
+
+// An integer field of a config or file header. nlohmann's get<std::int64_t>() converts a JSON
+// float with a plain cast, which is undefined behaviour for 3e81 and silently truncates 2.5;
+// soma writes integers, so a float is accepted only when it is integral and in range.
+template <class I = std::int64_t>
+I int_of(const json& j) {
+  static_assert(std::is_integral_v<I>);
+  using L = std::numeric_limits<I>;
+  if (j.is_number_unsigned()) {
+    const auto v = j.get<std::uint64_t>();
+    if (v <= static_cast<std::uint64_t>(L::max())) return static_cast<I>(v);
+  } else if (j.is_number_integer()) {
+    const auto v = j.get<std::int64_t>();
+    if ((L::is_signed || v >= 0) && v >= static_cast<std::int64_t>(L::min()) &&
+        (v < 0 || static_cast<std::uint64_t>(v) <= static_cast<std::uint64_t>(L::max())))
+      return static_cast<I>(v);
+  } else if (j.is_number_float()) {
+    const double d = j.get<double>();
+    // Bounds as doubles: 2^63 (or the type's max + 1) itself is out of range.
+    const double hi = std::ldexp(1.0, L::digits), lo = L::is_signed ? -hi : 0.0;
+    if (std::isfinite(d) && d == std::trunc(d) && d >= lo && d < hi) return static_cast<I>(d);
+  }
+  fail("load_model", "expected an integer", (L::is_signed ? "" : " >= 0"), " that fits in ",
+       sizeof(I) * 8, " bits, got ", j.dump());
+}
 
 // serialization.cpp: a layer as {"class_name", "config"} (registry lookup by type_name()), and
 // back. The decoder sets the name but not "trainable" (callers freeze after building).

@@ -13,6 +13,7 @@
 #include "soma/model/serialization.hpp"
 
 namespace soma::serialization {
+using internal::int_of;
 
 namespace {
 
@@ -90,7 +91,7 @@ optim::ScheduleRef schedule_from_json(const json& j) {
   if (auto codec = custom_schedule(n)) return codec->from(c);
   if (n == "ExponentialDecay")
     return optim::ExponentialDecay({.initial_learning_rate = c.at("initial_learning_rate").get<double>(),
-                                    .decay_steps = c.at("decay_steps").get<std::int64_t>(),
+                                    .decay_steps = int_of(c.at("decay_steps")),
                                     .decay_rate = c.at("decay_rate").get<double>(),
                                     .staircase = c.at("staircase").get<bool>()});
   if (n == "PiecewiseConstantDecay")
@@ -100,14 +101,14 @@ optim::ScheduleRef schedule_from_json(const json& j) {
     std::optional<double> target;
     if (c.contains("warmup_target") && !c.at("warmup_target").is_null()) target = c.at("warmup_target").get<double>();
     return optim::CosineDecay({.initial_learning_rate = c.at("initial_learning_rate").get<double>(),
-                               .decay_steps = c.at("decay_steps").get<std::int64_t>(),
+                               .decay_steps = int_of(c.at("decay_steps")),
                                .alpha = c.at("alpha").get<double>(),
                                .warmup_target = target,
-                               .warmup_steps = c.at("warmup_steps").get<std::int64_t>()});
+                               .warmup_steps = int_of(c.at("warmup_steps"))});
   }
   if (n == "StepDecay")
     return optim::StepDecay({.initial_learning_rate = c.at("initial_learning_rate").get<double>(),
-                             .step_size = c.at("step_size").get<std::int64_t>(),
+                             .step_size = int_of(c.at("step_size")),
                              .gamma = c.at("gamma").get<double>()});
   fail("load_model", "unknown learning-rate schedule '", n,
        "' (register it with serialization::register_schedule before loading)");

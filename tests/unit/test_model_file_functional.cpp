@@ -614,3 +614,24 @@ TEST(ScheduleFile, Version1ScheduleValueLoadsAsAConstant) {
 }
 
 }  // namespace
+
+// nlohmann's get<std::int64_t>() casts a JSON float unchecked: 3e81 for "units" was undefined
+// behaviour (found by fuzz_model_config; the input is in fuzz/regressions/model_config/).
+TEST(ConfigIntegers, FloatsWhereIntegersBelongAreClearLoadErrors) {
+  auto dense = [](const std::string& units) {
+    return R"({"class_name": "Sequential", "config": {"input_shape": [-1, 4], "layers": [)"
+           R"({"class_name": "Dense", "config": {"units": )" + units +
+           R"(, "activation": "linear", "use_bias": true, "kernel_initializer": {"class_name": "zeros"},)"
+           R"( "bias_initializer": {"class_name": "zeros"}, "kernel_regularizer": null,)"
+           R"( "bias_regularizer": null, "dtype": "f32", "name": "d"}}]}})";
+  };
+  auto ok = serialization::model_from_config(dense("3"));
+  EXPECT_EQ(ok->predict_on_batch(zeros({2, 4})).shape(), (Shape{2, 3}));
+  // An integral float written by another tool still reads.
+  EXPECT_EQ(serialization::model_from_config(dense("3.0"))->predict_on_batch(zeros({2, 4})).shape(),
+            (Shape{2, 3}));
+  for (const char* bad : {"3e81", "2.5", "-9.3e18", "9223372036854775808.0", "18446744073709551615"}) {
+    auto e = error_of([&] { serialization::model_from_config(dense(bad)); });
+    EXPECT_NE(e.find("expected an integer"), std::string::npos) << bad << ": " << e;
+  }
+}
