@@ -6,9 +6,9 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <type_traits>
 
-#include "soma/error.hpp"
 
 #include "soma/model/model.hpp"
 #include "soma/nn/module.hpp"
@@ -39,8 +39,11 @@ I int_of(const json& j) {
     const double hi = std::ldexp(1.0, L::digits), lo = L::is_signed ? -hi : 0.0;
     if (std::isfinite(d) && d == std::trunc(d) && d >= lo && d < hi) return static_cast<I>(d);
   }
-  fail("load_model", "expected an integer", (L::is_signed ? "" : " >= 0"), " that fits in ",
-       sizeof(I) * 8, " bits, got ", j.dump());
+  // A JSON type error, so that each reader wraps it with its own context, as for a string.
+  throw json::type_error::create(302,
+                                 std::string("expected an integer") + (L::is_signed ? "" : " >= 0") +
+                                     " that fits in " + std::to_string(sizeof(I) * 8) + " bits, got " + j.dump(),
+                                 &j);
 }
 
 // serialization.cpp: a layer as {"class_name", "config"} (registry lookup by type_name()), and
