@@ -42,9 +42,14 @@ Tensor to_model_input(const Tensor& images);
 std::vector<std::string> class_names_for(const std::string& dataset, std::int64_t num_classes);
 
 // Built-in models by name (mlp, cnn, lenet) for inputs of shape `input_shape` (per sample,
-// [C, H, W]); the last layer gives `num_classes` logits.
+// [C, H, W]); the first layer is a Normalization to adapt (adapt_normalization_layers), the last
+// gives `num_classes` logits.
 std::shared_ptr<nn::Sequential> builtin_model(const std::string& name, const Shape& input_shape,
                                               std::int64_t num_classes);
+// Adapts every nn::Normalization layer of `model` without given statistics on the training
+// images (a later layer on what the layers before it make of them, in batches).
+void adapt_normalization_layers(nn::Sequential& model, const Tensor& x_train,
+                                std::int64_t batch_size = 1024);
 // A model from a JSON config: {"layers": [{"type": "Dense", "units": 128, "activation": "relu"},
 // ...]} or Keras' own form ({"class_name": "Sequential", "config": {"layers": [{"class_name":
 // "Dense", "config": {...}}]}}). Throws NotAvailable when built without nlohmann-json.

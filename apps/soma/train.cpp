@@ -22,10 +22,11 @@ ArgParser train_parser() {
            "built-in model: mlp (Flatten, Dense 128 relu, Dense 128 relu, Dense 10), cnn (two\n"
            "Conv2D 3x3 + MaxPool blocks of 32 and 64 filters, Dense 128, Dense 10) or lenet\n"
            "(Conv2D 5x5x32 same, pool, Conv2D 5x5x64 same, pool, Dense 128, Dense 10);\n"
-           "default mlp")
+           "each starts with a Normalization adapted on the training images; default mlp")
       .option("config", "FILE.json",
               "the model's layers as JSON instead of --model: {\"layers\": [{\"type\": \"Dense\",\n"
-              "\"units\": 128, \"activation\": \"relu\"}, ...]} (Keras' model config also works)")
+              "\"units\": 128, \"activation\": \"relu\"}, ...]} (Keras' model config also works;\n"
+              "Normalization layers are adapted on the training data)")
       .option("data", "SPEC", kDataHelp)
       .option("epochs", "N", "passes over the training data (default 5)")
       .option("batch-size", "N", "samples per training step (default 32)")
@@ -100,6 +101,7 @@ int cmd_train(int argc, char** argv) {
   std::shared_ptr<nn::Sequential> model =
       a.has("config") ? model_from_config(a.str("config"), input_shape)
                       : builtin_model(model_name, input_shape, d.num_classes);
+  adapt_normalization_layers(*model, d.x_train);
   model->compile(make_optimizer(opt_name, lr),
                  nn::SparseCategoricalCrossentropy({.from_logits = true}),
                  {metrics::Accuracy()}, {.mixed_precision = a.has("precision") ? a.str("precision") : ""});

@@ -25,6 +25,7 @@
 #include "soma/nn/losses.hpp"
 #include "soma/nn/module.hpp"
 #include "soma/nn/normalization.hpp"
+#include "soma/nn/preprocessing.hpp"
 #include "soma/nn/recurrent.hpp"
 #include "soma/metrics.hpp"
 #include "soma/optim/optimizers.hpp"

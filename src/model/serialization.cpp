@@ -26,6 +26,7 @@
 #include "soma/nn/layers.hpp"
 #include "soma/nn/losses.hpp"
 #include "soma/nn/normalization.hpp"
+#include "soma/nn/preprocessing.hpp"
 #include "soma/nn/recurrent.hpp"
 #include "soma/optim/optimizers.hpp"
 
@@ -336,6 +337,36 @@ std::map<std::string, LayerCodec> builtin_codecs() {
         o.gamma_regularizer = regularizer_from(c.at("gamma_regularizer"));
         o.dtype = dtype_from(c.at("dtype"));
         return nn::LayerNormalization(std::move(o));
+      }};
+  // Adapted statistics are weights (in the weights section); given ones are configuration.
+  r["Normalization"] = {
+      [](const nn::Module& m) {
+        auto& o = as<nn::Normalization>(m).options();
+        json axis = o.axis ? json(std::vector<std::int64_t>(o.axis->begin(), o.axis->end()))
+                           : json(nullptr);
+        return json{{"axis", axis},
+                    {"mean", o.mean.empty() ? json(nullptr) : json(o.mean)},
+                    {"variance", o.variance.empty() ? json(nullptr) : json(o.variance)},
+                    {"invert", o.invert},
+                    {"dtype", dtype_name(o.dtype)}};
+      },
+      [](const json& c) -> nn::ModuleRef {
+        nn::NormalizationOptions o;
+        const json& axis = c.at("axis");  // Keras writes an int, a list or null
+        if (axis.is_null()) o.axis = std::nullopt;
+        else if (axis.is_array()) {
+          o.axis = Axes{};
+          for (auto& a : axis) o.axis->push_back(int_of(a));
+        } else {
+          o.axis = Axes{int_of(axis)};
+        }
+        if (c.contains("mean") && !c.at("mean").is_null())
+          o.mean = c.at("mean").get<std::vector<double>>();
+        if (c.contains("variance") && !c.at("variance").is_null())
+          o.variance = c.at("variance").get<std::vector<double>>();
+        o.invert = c.value("invert", false);
+        if (c.contains("dtype") && c.at("dtype").is_string()) o.dtype = dtype_from(c.at("dtype"));
+        return nn::Normalization(std::move(o));
       }};
   // Recurrent layers share most fields.
   auto rnn_common = [](const auto& o, std::int64_t units) {

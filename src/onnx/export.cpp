@@ -23,6 +23,7 @@
 #include "soma/nn/conv.hpp"
 #include "soma/nn/layers.hpp"
 #include "soma/nn/normalization.hpp"
+#include "soma/nn/preprocessing.hpp"
 #include "soma/nn/recurrent.hpp"
 #include "soma/ops.hpp"
 #endif
@@ -165,6 +166,7 @@ class Exporter {
   std::vector<Value> recurrent(nn::RecurrentBase& layer, const std::vector<Value>& ins);
   Value batch_norm(nn::BatchNormalization& bn, const Value& x);
   Value layer_norm(nn::LayerNormalization& ln, const Value& x);
+  Value normalization(nn::Normalization& n, const Value& x);
   std::vector<Value> functional(nn::Model& model, const std::vector<Value>& ins);
   std::vector<Value> sequential(nn::Sequential& seq, const Value& x);
 
@@ -390,6 +392,24 @@ Value Exporter::batch_norm(nn::BatchNormalization& bn, const Value& x) {
   return {y, x.shape, ftype_};
 }
 
+// The preprocessing layer: (x - mean) / sd, or x * sd + mean inverted, with
+// sd = max(sqrt(variance), 1e-7) folded into an initialiser.
+Value Exporter::normalization(nn::Normalization& n, const Value& x) {
+  const std::string base = n.name();
+  if (!n.has_statistics()) fail(kWho, where(n), ": the layer has no statistics (call adapt())");
+  NoGradScope no_grad;
+  const DType dt = ftype_ == TP::DOUBLE ? DType::f64 : DType::f32;
+  Shape b = n.broadcast_shape(std::int64_t(x.shape.size()));
+  Tensor mean = reshape(n.mean(), b).cast(dt);
+  Tensor sd = maximum(sqrt(reshape(n.variance(), b)), soma::scalar(nn::Normalization::kEpsilon,
+                                                                      n.variance().dtype()));
+  auto m = weight(base + ".mean", mean);
+  auto s = weight(base + ".sd", sd.cast(dt));
+  auto y = n.options().invert ? op("Add", {op("Mul", {x.name, s}, base), m}, base)
+                              : op("Div", {op("Sub", {x.name, m}, base), s}, base);
+  return {y, x.shape, ftype_};
+}
+
 Value Exporter::layer_norm(nn::LayerNormalization& ln, const Value& x) {
   const std::string base = ln.name();
   const auto rank = std::int64_t(x.shape.size());
@@ -541,6 +561,7 @@ Value Exporter::emit_one(nn::Module& layer, const Value& x) {
     return {activation(a->activation(), a, x.name, base), out_shape, ftype_};
   if (auto* bn = dynamic_cast<nn::BatchNormalization*>(&layer)) return batch_norm(*bn, x);
   if (auto* ln = dynamic_cast<nn::LayerNormalization*>(&layer)) return layer_norm(*ln, x);
+  if (auto* nz = dynamic_cast<nn::Normalization*>(&layer)) return normalization(*nz, x);
   if (auto* e = dynamic_cast<nn::Embedding*>(&layer)) {
     // Floating indices are truncated, as soma's Embedding does (Cast rounds toward zero).
     auto idx = op("Cast", {x.name}, base, &nd);

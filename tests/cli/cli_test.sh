@@ -124,6 +124,21 @@ case $case_name in
     expect_result_line
     expect_stdout 'conv2d \(Conv2D\) +│ \(None, 4, 26, 26\)'
     ;;
+  train_from_config_with_normalization)
+    # A Normalization after Flatten (one mean/variance per pixel) is adapted by `soma train` on
+    # what Flatten makes of the training images; the model file carries the statistics, so
+    # `soma eval` on the raw data reproduces train's test result exactly.
+    printf '%s' '{"layers": [{"type": "Flatten"}, {"type": "Normalization"},' \
+      ' {"type": "Dense", "units": 10}]}' >"$out/norm.json"
+    run train --config "$out/norm.json" --data idx:"$dir" --epochs 1 --out "$out/n.soma" --seed 3
+    expect_status 0
+    expect_stdout 'normalization \(Normalization\) +│ \(None, 784\) +│ +1,569'
+    trained=$(tail -n 1 "$out/stdout")
+    run eval "$out/n.soma" --data idx:"$dir"
+    expect_status 0
+    [ "$(tail -n 1 "$out/stdout")" = "$trained" ] ||
+      fail "eval gives '$(tail -n 1 "$out/stdout")', train gave '$trained'"
+    ;;
   bad_config_names_the_layer)
     run train --config "$dir/bad_model.json" --data idx:"$dir" --epochs 1 --out "$out/b.soma"
     expect_status 1
@@ -160,7 +175,11 @@ case $case_name in
     run summary "$dir/mlp.soma"
     expect_status 0
     expect_stdout 'Dense'
-    expect_stdout 'Total params: 118,282'
+    # The built-in mlp starts with a Normalization adapted by `soma train`: mean, variance and
+    # count are 3 non-trainable parameters.
+    expect_stdout 'normalization \(Normalization\) .* 3 '
+    expect_stdout 'Total params: 118,285'
+    expect_stdout 'Non-trainable params: 3 '
     ;;
   predict)
     run predict "$dir/mlp.soma" "$dir/shoe.png" "$dir/shoe.png" --classes mnist
@@ -195,7 +214,7 @@ case $case_name in
     run export "$dir/mlp.soma" "$out/mlp.onnx" --opset 17
     if grep -q 'no ONNX support' "$out/stderr"; then expect_status 2; exit 0; fi
     expect_status 0
-    expect_stdout '^wrote .*mlp.onnx \(ONNX opset 17, 118282 parameters\)$'
+    expect_stdout '^wrote .*mlp.onnx \(ONNX opset 17, 118285 parameters\)$'
     [ -s "$out/mlp.onnx" ] || fail "no ONNX file written"
     if /usr/bin/python3 -c 'import onnx' 2>/dev/null; then
       /usr/bin/python3 "$(dirname "$0")/../onnx/check_model.py" "$out/mlp.onnx" >"$out/stdout" 2>&1 ||

@@ -1,5 +1,6 @@
 // Slow learning tests on Fashion-MNIST (issue 3's acceptance): an MLP 784-128-128-10 with Adam
-// (batch 32, 5 epochs) must reach 87.5% test accuracy, a small CNN 90%. Labelled `slow`:
+// (batch 32, 5 epochs) must reach 87.5% test accuracy, a small CNN 90%; both start with a
+// Normalization layer adapted on the training images. Labelled `slow`:
 // run with `ctest -L slow` (scripts/test.sh runs them when SOMA_SLOW_TESTS=1).
 #include <gtest/gtest.h>
 
@@ -31,6 +32,15 @@ Data load(bool images_nchw) {
   return {prep(d.x_train), cast(d.y_train, DType::i64), prep(d.x_test), cast(d.y_test, DType::i64)};
 }
 
+// Keras' Normalization(axis=None) adapted on the training images: one mean (0.2860) and standard
+// deviation (0.3530) for all pixels, so the first layer sees inputs centred on 0 with unit
+// variance (the MLP's median accuracy over 11 seeds rose from 87.3% to 87.7% with it).
+nn::ModuleRef adapted_normalization(const Tensor& x_train) {
+  auto norm = std::make_shared<nn::Normalization>(nn::NormalizationOptions{.axis = std::nullopt});
+  norm->adapt(x_train);
+  return norm;
+}
+
 double train_and_test(nn::Sequential& model, const Data& d, int epochs) {
   model.compile(optim::Adam({.learning_rate = 1e-3}),
                 nn::SparseCategoricalCrossentropy({.from_logits = true}), {metrics::Accuracy()});
@@ -54,8 +64,8 @@ TEST(FashionMnist, MlpReachesAtLeast87_5PercentIn5Epochs) {
   if (!std::filesystem::exists(kDir)) GTEST_SKIP() << kDir << " absent: apt-get install dataset-fashion-mnist";
   set_seed(seed_from_env(42));
   Data d = load(false);
-  nn::Sequential model{nn::Flatten(), nn::Dense(128, nn::relu), nn::Dense(128, nn::relu),
-                       nn::Dense(10)};
+  nn::Sequential model{adapted_normalization(d.x_train), nn::Flatten(), nn::Dense(128, nn::relu),
+                       nn::Dense(128, nn::relu), nn::Dense(10)};
   EXPECT_GE(train_and_test(model, d, 5), 0.875);
 }
 
@@ -63,7 +73,8 @@ TEST(FashionMnist, SmallCnnReachesAtLeast90PercentIn5Epochs) {
   if (!std::filesystem::exists(kDir)) GTEST_SKIP() << kDir << " absent: apt-get install dataset-fashion-mnist";
   set_seed(seed_from_env(42));
   Data d = load(true);
-  nn::Sequential model{nn::Conv2D(32, 3, {.activation = nn::relu}), nn::MaxPool2D(),
+  nn::Sequential model{adapted_normalization(d.x_train),
+                       nn::Conv2D(32, 3, {.activation = nn::relu}), nn::MaxPool2D(),
                        nn::Conv2D(64, 3, {.activation = nn::relu}), nn::MaxPool2D(),
                        nn::Flatten(), nn::Dense(128, nn::relu), nn::Dense(10)};
   EXPECT_GE(train_and_test(model, d, 5), 0.90);
