@@ -1,6 +1,7 @@
 // CPU kernels for linalg ops. matmul: OpenBLAS GEMM for f32/f64 (transposed views go in as
 // CblasTrans, no copy), f16/bf16 through f32, a plain loop for integers. Batch dims broadcast.
-// Under bf16 autocast (soma/autocast.hpp) f32 products go to oneDNN's bf16 matmul instead.
+// Under bf16 autocast (soma/autocast.hpp) f32 products go to oneDNN's bf16 matmul instead; large
+// f32 products at one thread go to oneDNN's sgemm (gemm_uses_onednn in onednn_matmul.cpp).
 #include <cblas.h>
 #include <omp.h>
 
@@ -149,6 +150,14 @@ void gemm_batched(Tensor a, Tensor b, const Tensor& c, const Shape& batch) {
   T* pc = c.data<T>();
   const int M = int(m), N = int(n), K = int(k);
   const int lda = int(la.ld), ldb = int(lb.ld), ldc = int(std::max<std::int64_t>(n, 1));
+  const std::int64_t nb = numel(batch);
+  const std::int64_t work = m * n * k;
+  const bool batch_threaded = nb > 1 && work < kSmallGemm;
+  const bool serial = !batch_threaded && work <= (kSerialGemm - 1) / nb;  // work * nb < kSerialGemm
+  bool onednn = false;
+  if constexpr (std::is_same_v<T, float>)
+    onednn = !batch_threaded && M > 1 &&
+             gemm_uses_onednn(m, n, k, serial ? 1 : omp_get_max_threads());
   auto one = [&](std::int64_t i) {
     const T* x = pa + oa[std::size_t(i)];
     const T* y = pb + ob[std::size_t(i)];
@@ -164,25 +173,26 @@ void gemm_batched(Tensor a, Tensor b, const Tensor& c, const Shape& batch) {
         cblas_dgemv(CblasRowMajor, tr, rows, cols, 1.0, y, ldb, x, 1, 0.0, z, 1);
       return;
     }
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>) {
+      if (onednn && onednn_sgemm(la.trans == CblasTrans, lb.trans == CblasTrans, M, N, K, x, lda,
+                                 y, ldb, z, ldc))
+        return;
       cblas_sgemm(CblasRowMajor, la.trans, lb.trans, M, N, K, 1.0f, x, lda, y, ldb, 0.0f, z, ldc);
-    else
+    } else
       cblas_dgemm(CblasRowMajor, la.trans, lb.trans, M, N, K, 1.0, x, lda, y, ldb, 0.0, z, ldc);
   };
-  const std::int64_t nb = numel(batch);
-  const std::int64_t work = m * n * k;
-  if (nb > 1 && work < kSmallGemm) {
+  if (batch_threaded) {
     // Many small products: one thread per chunk of the batch. OpenBLAS sees it is inside an
     // OpenMP region and stays single-threaded, so nothing nests.
     parallel_for(nb, std::max<std::int64_t>(1, kSmallGemm / std::max<std::int64_t>(work, 1)),
                  [&](std::int64_t b0, std::int64_t b1) {
                    for (std::int64_t i = b0; i < b1; ++i) one(i);
                  });
-  } else if (work <= (kSerialGemm - 1) / nb) {  // work * nb < kSerialGemm, without overflow
-    SerialBlasScope serial;
+  } else if (serial) {
+    SerialBlasScope one_thread;
     for (std::int64_t i = 0; i < nb; ++i) one(i);
   } else {
-    for (std::int64_t i = 0; i < nb; ++i) one(i);  // BLAS threads each product itself
+    for (std::int64_t i = 0; i < nb; ++i) one(i);  // the library threads each product itself
   }
 }
 

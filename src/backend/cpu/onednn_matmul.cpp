@@ -1,4 +1,6 @@
 // bf16 autocast on the CPU: the decision (cpu_autocast_dtype) and the matmul through oneDNN.
+// Also f32 GEMM through oneDNN's sgemm where it measured faster than OpenBLAS (gemm_uses_onednn;
+// SOMA_GEMM_IMPL=blas|onednn forces a library).
 //
 // A product under autocast is one oneDNN matmul primitive with bf16 source and weights and an
 // f32 destination (oneDNN accumulates in f32). soma's f32 operands, in whatever strides the
@@ -10,8 +12,10 @@
 // caller runs f32 OpenBLAS: a reference bf16 kernel is many times slower than f32.
 #include "onednn_matmul.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "soma/autocast.hpp"
@@ -22,6 +26,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #endif
@@ -68,9 +73,69 @@ DType cpu_autocast_dtype() {
   return DType::f32;
 }
 
+GemmImpl parse_gemm_impl(const char* value) {
+  if (value && std::strcmp(value, "blas") == 0) return GemmImpl::blas;
+  if (value && std::strcmp(value, "onednn") == 0) return GemmImpl::onednn;
+  return GemmImpl::automatic;
+}
+
+namespace {
+
+std::atomic<GemmImpl>& gemm_impl_flag() {
+  static std::atomic<GemmImpl> flag{parse_gemm_impl(std::getenv("SOMA_GEMM_IMPL"))};
+  return flag;
+}
+
+}  // namespace
+
+GemmImpl gemm_impl() { return gemm_impl_flag().load(std::memory_order_relaxed); }
+void set_gemm_impl(GemmImpl impl) { gemm_impl_flag().store(impl); }
+
+namespace {
+
+std::atomic<std::int64_t> sgemm_calls{0};
+
+// Measured side by side on this project's machine (2 AVX-512 cores shared with other jobs;
+// bench/bench_sgemm.cpp, docs/performance.md workload 6). One thread: oneDNN's JIT sgemm beat
+// OpenBLAS 0.3.21 by 5-25% on every shape from about 2^20 multiply-adds up (square 128-2048,
+// the MLP's 32x784x128 and its transposed backward products); below that its larger fixed
+// cost per call loses (0.6-0.9x at 64^3 or 32x128x10). Two threads: oneDNN won every paired
+// round at N = 512-640 (by 15-40%), OpenBLAS at N = 1024 and the two were even at 384-448 and
+// 768-2048, so only that band moves. OpenBLAS also keeps mid-size products on one thread where
+// oneDNN threads them (many times slower on busy cores). More threads, and thin products (a
+// dimension under 32), were not measured and stay on OpenBLAS.
+bool onednn_faster(std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+  if (std::min({m, n, k}) < 32) return false;
+  const std::int64_t work = m * n * k;
+  if (threads == 1) return work >= (std::int64_t(1) << 20);
+  if (threads == 2) return work >= 480LL * 480 * 480 && work <= 704LL * 704 * 704;
+  return false;
+}
+
+}  // namespace
+
+bool gemm_uses_onednn(std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+  if (!onednn_sgemm_built()) return false;
+  switch (gemm_impl()) {
+    case GemmImpl::blas: return false;
+    case GemmImpl::onednn: return true;
+    case GemmImpl::automatic: break;
+  }
+  return onednn_faster(m, n, k, threads);
+}
+
+std::int64_t onednn_sgemm_calls() { return sgemm_calls.load(std::memory_order_relaxed); }
+
 #ifndef SOMA_HAS_ONEDNN
 
 bool onednn_matmul_bf16(const MatmulGeometry&, const float*, const float*, float*) {
+  return false;
+}
+
+bool onednn_sgemm_built() { return false; }
+
+bool onednn_sgemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, const float*,
+                  std::int64_t, const float*, std::int64_t, float*, std::int64_t) {
   return false;
 }
 
@@ -166,6 +231,20 @@ bool onednn_matmul_bf16(const MatmulGeometry& g, const float* a, const float* b,
                       {DNNL_ARG_DST, e->c},
                       {DNNL_ARG_SCRATCHPAD, e->scratchpad}});
   s.wait();
+  return true;
+}
+
+bool onednn_sgemm_built() { return true; }
+
+// dnnl_sgemm is row-major like cblas_sgemm and runs oneDNN's own JIT GEMM with no primitive
+// to create or cache, so a call costs what OpenBLAS's does.
+bool onednn_sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                  std::int64_t ldc) {
+  if (dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c,
+                 ldc) != dnnl_success)
+    return false;
+  sgemm_calls.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

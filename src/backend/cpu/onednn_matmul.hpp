@@ -1,7 +1,8 @@
 #pragma once
 // Internal: bf16 autocast for the CPU kernels (src/backend/cpu/onednn_matmul.cpp). The matmul
 // kernel (linalg.cpp) and the convolution kernels (onednn_conv.cpp) ask cpu_autocast_dtype()
-// whether to compute in bf16; matmul then runs onednn_matmul_bf16.
+// whether to compute in bf16; matmul then runs onednn_matmul_bf16. Also the f32 GEMM route:
+// OpenBLAS or oneDNN's sgemm by size and thread count (gemm_uses_onednn).
 #include <cstdint>
 
 #include "soma/dtype.hpp"
@@ -22,5 +23,35 @@ struct MatmulGeometry {
   std::int64_t a_rs, a_cs, b_rs, b_cs;
 };
 bool onednn_matmul_bf16(const MatmulGeometry& g, const float* a, const float* b, float* c);
+
+// Which library computes the f32 GEMMs that would go to cblas_sgemm (docs/performance.md,
+// workload 6). Products small enough for the plain loop or the batch-threaded loop never ask.
+enum class GemmImpl {
+  automatic,  // per size and thread count, the library measured faster (onednn_faster)
+  blas,       // always OpenBLAS: the path before oneDNN served f32
+  onednn,     // oneDNN's sgemm whenever it is built in (tests force each path with it)
+};
+// Starts as SOMA_GEMM_IMPL from the environment ("blas", "onednn" or "auto"; unset means auto).
+GemmImpl gemm_impl();
+void set_gemm_impl(GemmImpl impl);
+GemmImpl parse_gemm_impl(const char* value);  // null or unknown: automatic
+
+// True when soma was built with oneDNN.
+bool onednn_sgemm_built();
+
+// Whether an f32 product C[m, n] = A[m, k] @ B[k, n] that BLAS would compute with `threads`
+// threads goes to onednn_sgemm instead, under gemm_impl() (linalg.cpp asks; GEMVs and the
+// batch-threaded small products never do).
+bool gemm_uses_onednn(std::int64_t m, std::int64_t n, std::int64_t k, int threads);
+
+// How many products onednn_sgemm has computed in this process (tests check the route).
+std::int64_t onednn_sgemm_calls();
+
+// C[m, n] = op(A) @ op(B) with row-major operands, exactly as cblas_sgemm(CblasRowMajor, ...)
+// with alpha 1 and beta 0; threaded by omp_get_max_threads() of the calling thread. False
+// (nothing written) when oneDNN is not built in or rejects the call.
+bool onednn_sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                  std::int64_t ldc);
 
 }  // namespace soma::detail
