@@ -82,16 +82,29 @@ class GradientTape {
     std::vector<Tensor> inputs;
     std::vector<Tensor> outputs;
     Attrs attrs;
-    std::vector<std::uint64_t> input_versions;
+    // Storage versions of the inputs when recorded: inline for up to 4 inputs (no allocation;
+    // issue 5), the rest in `more_versions`.
+    static constexpr std::size_t kInlineVersions = 4;
+    std::uint64_t versions[kInlineVersions] = {};
+    std::vector<std::uint64_t> more_versions;
+    std::uint64_t input_version(std::size_t i) const {
+      return i < kInlineVersions ? versions[i] : more_versions[i - kInlineVersions];
+    }
   };
   bool is_watched(const Tensor& t) const;
+  // watched_: an open-addressing set of tensor ids (linear probing, 0 marks a free slot, id 0
+  // kept in watched_zero_), so that recording an op's output allocates only when it grows.
+  void watch_id(std::uint64_t id);
+  bool watched_id(std::uint64_t id) const;
   void replay(std::size_t n, std::unordered_map<std::uint64_t, Tensor>& grads,
               const std::unordered_map<std::uint64_t, bool>& relevant);
 
   TapeOptions options_;
   bool recording_ = true;
   bool used_ = false;
-  std::unordered_set<std::uint64_t> watched_;  // watched ids and ids computed from them
+  std::vector<std::uint64_t> watched_;  // watched ids and ids computed from them (see watch_id)
+  std::size_t watched_count_ = 0;
+  bool watched_zero_ = false;
   std::vector<Node> nodes_;
   GradientReadyHook ready_hook_;
 };

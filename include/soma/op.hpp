@@ -84,9 +84,12 @@ std::vector<std::string> registered_ops();
 // inputs' device, and records a node on every recording tape that watches an input.
 std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
                             const Attrs& attrs = {});
-inline Tensor call_op1(const OpDef& def, const std::vector<Tensor>& inputs,
-                       const Attrs& attrs = {}) {
-  return call_op(def, inputs, attrs)[0];
-}
+// The same for a braced list of inputs (`call_op(def, {a, b})`): the list goes into a reused
+// per-thread vector instead of a new one (issue 5: one heap allocation fewer per op).
+std::vector<Tensor> call_op(const OpDef& def, std::initializer_list<Tensor> inputs,
+                            const Attrs& attrs = {});
+// The first output only; the outputs vector is a reused per-thread one.
+Tensor call_op1(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
+Tensor call_op1(const OpDef& def, std::initializer_list<Tensor> inputs, const Attrs& attrs = {});
 
 }  // namespace soma

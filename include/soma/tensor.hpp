@@ -75,7 +75,11 @@ class Tensor {
   bool is_trainable_variable() const { return impl().trainable; }
   const std::string& name() const { return impl().name; }
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
-  TensorImpl& impl() const;
+  // Inline: every accessor above goes through it (issue 5, per-op overhead).
+  TensorImpl& impl() const {
+    if (!impl_) [[unlikely]] throw_undefined();
+    return *impl_;
+  }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
   // Typed pointer to the first element (at the offset). T must match the dtype exactly.
@@ -115,6 +119,7 @@ class Tensor {
 
  private:
   void check_dtype(DType want, const char* what) const;
+  [[noreturn]] static void throw_undefined();
   std::shared_ptr<TensorImpl> impl_;
 };
 

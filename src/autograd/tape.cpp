@@ -8,8 +8,8 @@
 namespace soma {
 
 namespace {
-thread_local std::vector<GradientTape*> t_tapes;
-thread_local bool t_no_grad = false;
+[[gnu::tls_model("initial-exec")]] thread_local std::vector<GradientTape*> t_tapes;
+[[gnu::tls_model("initial-exec")]] thread_local bool t_no_grad = false;
 }  // namespace
 
 const std::vector<GradientTape*>& active_tapes() { return t_tapes; }
@@ -30,12 +30,58 @@ GradientTape::~GradientTape() {
 void GradientTape::reset() {
   nodes_.clear();
   watched_.clear();
+  watched_count_ = 0;
+  watched_zero_ = false;
   used_ = false;
 }
 
 void GradientTape::watch(const Tensor& t) {
   if (!t.defined()) fail("GradientTape.watch", "cannot watch an undefined Tensor");
-  watched_.insert(t.id());
+  watch_id(t.id());
+}
+
+namespace {
+std::size_t id_slot(std::uint64_t id, std::size_t mask) {
+  return std::size_t((id * 0x9E3779B97F4A7C15ull) >> 32) & mask;  // ids are sequential: mix them
+}
+}  // namespace
+
+void GradientTape::watch_id(std::uint64_t id) {
+  if (id == 0) {
+    watched_zero_ = true;
+    return;
+  }
+  // Keep the table at most half full.
+  if (2 * (watched_count_ + 1) > watched_.size()) {
+    std::vector<std::uint64_t> bigger(std::max<std::size_t>(64, 2 * watched_.size()), 0);
+    const std::size_t mask = bigger.size() - 1;
+    for (std::uint64_t o : watched_) {
+      if (o == 0) continue;
+      std::size_t i = id_slot(o, mask);
+      while (bigger[i] != 0) i = (i + 1) & mask;
+      bigger[i] = o;
+    }
+    watched_.swap(bigger);
+  }
+  const std::size_t mask = watched_.size() - 1;
+  for (std::size_t i = id_slot(id, mask);; i = (i + 1) & mask) {
+    if (watched_[i] == id) return;
+    if (watched_[i] == 0) {
+      watched_[i] = id;
+      ++watched_count_;
+      return;
+    }
+  }
+}
+
+bool GradientTape::watched_id(std::uint64_t id) const {
+  if (id == 0) return watched_zero_;
+  if (watched_.empty()) return false;
+  const std::size_t mask = watched_.size() - 1;
+  for (std::size_t i = id_slot(id, mask);; i = (i + 1) & mask) {
+    if (watched_[i] == id) return true;
+    if (watched_[i] == 0) return false;
+  }
 }
 
 void GradientTape::watch(const std::vector<Tensor>& ts) {
@@ -45,7 +91,7 @@ void GradientTape::watch(const std::vector<Tensor>& ts) {
 bool GradientTape::is_watched(const Tensor& t) const {
   if (!is_floating(t.dtype())) return false;
   if (options_.watch_accessed_variables && t.is_trainable_variable()) return true;
-  return watched_.count(t.id()) != 0;
+  return watched_id(t.id());
 }
 
 void GradientTape::record(const OpDef& def, const std::vector<Tensor>& inputs,
@@ -53,12 +99,14 @@ void GradientTape::record(const OpDef& def, const std::vector<Tensor>& inputs,
   if (!recording_) return;
   bool any = std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return is_watched(t); });
   if (!any) return;
-  std::vector<std::uint64_t> versions;
-  versions.reserve(inputs.size());
-  for (const auto& t : inputs) versions.push_back(t.storage()->version.load());
-  nodes_.push_back(Node{&def, inputs, outputs, attrs, std::move(versions)});
+  Node& node = nodes_.emplace_back(Node{&def, inputs, outputs, attrs, {}, {}});
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::uint64_t v = inputs[i].storage()->version.load();
+    if (i < Node::kInlineVersions) node.versions[i] = v;
+    else node.more_versions.push_back(v);
+  }
   for (const auto& o : outputs)
-    if (is_floating(o.dtype())) watched_.insert(o.id());
+    if (is_floating(o.dtype())) watch_id(o.id());
 }
 
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
@@ -167,7 +215,7 @@ void GradientTape::replay(std::size_t n, std::unordered_map<std::uint64_t, Tenso
       if (!gouts[i].defined()) gouts[i] = zeros_like(node.outputs[i]);
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
       const Tensor& in = node.inputs[i];
-      if (in.storage()->version.load() != node.input_versions[i])
+      if (in.storage()->version.load() != node.input_version(i))
         fail(op, "input ", i, " of '", node.def->name, "' (shape ", shape_str(in.shape()),
              in.name().empty() ? std::string() : ", variable '" + in.name() + "'",
              ") was modified in place after it was recorded; compute the gradient before "

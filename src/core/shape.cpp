@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 #include "soma/error.hpp"
 
 namespace soma {
+
+void Dims::throw_out_of_range() { throw std::out_of_range("Dims::at: index out of range"); }
 
 std::int64_t numel(const Shape& s) {
   // An empty dimension makes the product 0 whatever the others are, and a product too large for

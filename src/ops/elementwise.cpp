@@ -157,6 +157,8 @@ void check_not_bool(const Tensor& t, const char* op) {
 
 Tensor binary(const OpDef& d, const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) fail(d.name, "an input is an undefined Tensor");
+  // Same dtypes (the usual case): no cast calls, no temporaries (issue 5, per-op overhead).
+  if (a.dtype() == b.dtype()) return call_op1(d, {a, b});
   DType t = promote_types(a.dtype(), b.dtype());
   return call_op1(d, {cast(a, t), cast(b, t)});
 }

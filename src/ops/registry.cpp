@@ -148,32 +148,38 @@ namespace {
 }
 }  // namespace
 
-std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
-                            const Attrs& attrs) {
+namespace {
+// Runs an op eagerly into `outputs` (empty on entry); call_op and call_op1 wrap it.
+void run_op(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& attrs,
+            std::vector<Tensor>& outputs) {
   if (def.num_inputs >= 0 && std::size_t(def.num_inputs) != inputs.size())
     fail(def.name, "expected ", def.num_inputs, " inputs, got ", inputs.size());
   // Graph mode (src/graph): while a GraphScope is open, or for a symbolic input, the op becomes
   // a graph node instead of running. Eager cost: one thread-local read and one bit per input.
-  if (graph_detail::t_build_depth > 0) [[unlikely]]
-    return graph_detail::add_op_node(def, inputs, attrs);
-  // The fields are read through the impl pointers: Tensor's accessors are out-of-line calls.
+  if (graph_detail::t_build_depth > 0) [[unlikely]] {
+    outputs = graph_detail::add_op_node(def, inputs, attrs);
+    return;
+  }
+  // The fields are read through the impl pointers (no undefined-handle check per accessor).
   Device dev = Device::cpu();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const TensorImpl* t = inputs[i].impl_ptr().get();
     if (!t) fail(def.name, "input ", i, " is an undefined (empty) Tensor");
-    if (graph_detail::is_symbolic_id(t->id)) [[unlikely]]
-      return graph_detail::add_op_node(def, inputs, attrs);
+    if (graph_detail::is_symbolic_id(t->id)) [[unlikely]] {
+      outputs = graph_detail::add_op_node(def, inputs, attrs);
+      return;
+    }
     if (i == 0) dev = t->device;
     else if (t->device != dev) [[unlikely]] {
       std::vector<Tensor> moved;
       resolve_mixed_devices(def, inputs, moved);
-      return call_op(def, moved, attrs);
+      run_op(def, moved, attrs, outputs);
+      return;
     }
   }
   KernelFn kernel = def.kernels[int(dev.kind)];
   if (!kernel) fail(def.name, "op '", def.name, "' has no kernel for ", dev.str());
 
-  std::vector<Tensor> outputs;
   if (def.infer) {
     // Input specs go into per-thread buffers (one per input count) that keep their capacity:
     // copying shapes into them allocates nothing after the first calls. A nested call, should an
@@ -183,7 +189,8 @@ std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
       std::vector<TensorSpec> specs[kSpecBuffers];
       bool busy = false;
     };
-    thread_local SpecBuffers t_buf;  // one thread-local lookup per call
+    // One thread-local lookup per call (initial-exec: see VectorPool below).
+    [[gnu::tls_model("initial-exec")]] thread_local SpecBuffers t_buf;
     SpecBuffers& buf = t_buf;
     std::vector<TensorSpec> fresh;
     const std::size_t n_in = inputs.size();
@@ -217,7 +224,78 @@ std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
     if (!tapes.empty() && !grad_recording_disabled())
       for (GradientTape* tape : tapes) tape->record(def, inputs, outputs, attrs);
   }
+}
+
+// A per-thread pool of tensor vectors for the braced-list inputs and call_op1's outputs: after the
+// first calls, building them allocates nothing (issue 5). Nested calls (a kernel or gradient
+// that calls ops) take further vectors; a vector goes back to the pool emptied.
+// The per-thread variables here and in core/tensor.cpp and autograd/tape.cpp use the initial-exec
+// TLS model: a plain %fs-relative load instead of a __tls_get_addr call (9% of a tiny op). They
+// take a few dozen bytes of the static TLS block, which glibc reserves room for even when libsoma
+// is dlopen'ed.
+struct VectorPool {
+  std::vector<std::vector<Tensor>> free;
+  ~VectorPool();
+};
+// Trivially destructible: still readable after ~VectorPool ran (thread exit, static destructors).
+[[gnu::tls_model("initial-exec")]] thread_local bool t_pool_gone = false;
+[[gnu::tls_model("initial-exec")]] thread_local VectorPool t_pool;
+VectorPool::~VectorPool() { t_pool_gone = true; }
+
+class PooledVector {
+ public:
+  PooledVector() {
+    if (!t_pool_gone && !t_pool.free.empty()) {
+      v_ = std::move(t_pool.free.back());
+      t_pool.free.pop_back();
+    }
+  }
+  ~PooledVector() {
+    v_.clear();
+    if (!t_pool_gone && t_pool.free.size() < 32 && v_.capacity() <= 64)
+      t_pool.free.push_back(std::move(v_));
+  }
+  PooledVector(const PooledVector&) = delete;
+  PooledVector& operator=(const PooledVector&) = delete;
+  std::vector<Tensor>& get() { return v_; }
+
+ private:
+  std::vector<Tensor> v_;
+};
+
+Tensor first_output(const OpDef& def, std::vector<Tensor>& outputs) {
+  if (outputs.empty()) fail(def.name, "the op returned no output");
+  return std::move(outputs[0]);
+}
+}  // namespace
+
+std::vector<Tensor> call_op(const OpDef& def, const std::vector<Tensor>& inputs,
+                            const Attrs& attrs) {
+  std::vector<Tensor> outputs;
+  run_op(def, inputs, attrs, outputs);
   return outputs;
+}
+
+std::vector<Tensor> call_op(const OpDef& def, std::initializer_list<Tensor> inputs,
+                            const Attrs& attrs) {
+  PooledVector in;
+  in.get().assign(inputs);
+  std::vector<Tensor> outputs;
+  run_op(def, in.get(), attrs, outputs);
+  return outputs;
+}
+
+Tensor call_op1(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  PooledVector out;
+  run_op(def, inputs, attrs, out.get());
+  return first_output(def, out.get());
+}
+
+Tensor call_op1(const OpDef& def, std::initializer_list<Tensor> inputs, const Attrs& attrs) {
+  PooledVector in, out;
+  in.get().assign(inputs);
+  run_op(def, in.get(), attrs, out.get());
+  return first_output(def, out.get());
 }
 
 }  // namespace soma
