@@ -25,6 +25,10 @@ soma_tsan_env() {
   export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/tsan.supp}"
   # libgomp is not built with TSan: see docs/reliability.md.
   export OMP_NUM_THREADS=1
+  # oneDNN's first JIT kernel dlopens VTune's libJitPI.so; TSan re-reads its called_from_lib
+  # suppressions on every dlopen and dies when 'libopenblas.so.0' then matches two mappings
+  # (test_graph's CNN case). soma does not need the profiler hook under TSan.
+  export DNNL_JIT_PROFILE=0
 }
 
 soma_need_clang() {
@@ -119,7 +123,8 @@ soma_run_fuzzers() {
     declare -A EXECS STATUS
     # FUZZ_JOBS targets at a time (default: the number of cores), each single-threaded, so the
     # stage takes about SECONDS x targets / FUZZ_JOBS of wall time.
-    local jobs="${FUZZ_JOBS:-$(nproc)}" running=0
+    # (nproc honours OMP_NUM_THREADS, set to 1 just above: ask without it.)
+    local jobs="${FUZZ_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}" running=0
     rm -f "$F"/fuzz-*.rc
     for t in "$@"; do
       mkdir -p "$F/corpus/$t" "$F/fuzz-artifacts/$t" "$F/seeds/$t"

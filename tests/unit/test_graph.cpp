@@ -434,11 +434,22 @@ TEST(GraphSession, InterOpThreadsRunIndependentBranchesToTheSameResult) {
   Tensor xv = rand_tensor({16, 8}, 99);
   Tensor expect = Session(g).run(y, {{x, xv}});
   Session par(g, {.inter_op_threads = 3});
+  // With branches running concurrently, how many buffers are in use at once depends on the
+  // schedule: the pool keeps every buffer, so a run allocates only when it reaches a new peak
+  // (seen under TSan's slow-down: one buffer in run 20). Without reuse every run would allocate
+  // one buffer per node.
+  std::int64_t first = 0, late = 0;
+  std::string per_run;
   for (int r = 0; r < 20; ++r) {
     Tensor got = par.run({y, branches[2]}, {{x, xv}})[0];
     ASSERT_TRUE(all_close(got, expect, 0, 0)) << "run " << r;
+    const auto a = std::int64_t(par.stats().last_run_allocations);
+    per_run += std::to_string(a) + " ";
+    if (r == 0) first = a;
+    if (r >= 10) late += a;
   }
-  EXPECT_EQ(par.stats().last_run_allocations, 0);
+  EXPECT_GT(first, 10) << per_run;
+  EXPECT_LE(late, 3) << "allocations per run: " << per_run;
 }
 
 TEST(GraphSession, InterOpThreadsTrainLikeEager) {
