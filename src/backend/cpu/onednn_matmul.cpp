@@ -95,21 +95,20 @@ namespace {
 
 std::atomic<std::int64_t> sgemm_calls{0};
 
-// Measured side by side on this project's machine (2 AVX-512 cores shared with other jobs;
-// bench/bench_sgemm.cpp, docs/performance.md workload 6). One thread: oneDNN's JIT sgemm beat
-// OpenBLAS 0.3.21 by 5-25% on every shape from about 2^20 multiply-adds up (square 128-2048,
-// the MLP's 32x784x128 and its transposed backward products); below that its larger fixed
-// cost per call loses (0.6-0.9x at 64^3 or 32x128x10). Two threads: oneDNN won every paired
-// round at N = 512-640 (by 15-40%), OpenBLAS at N = 1024 and the two were even at 384-448 and
-// 768-2048, so only that band moves. OpenBLAS also keeps mid-size products on one thread where
-// oneDNN threads them (many times slower on busy cores). More threads, and thin products (a
-// dimension under 32), were not measured and stay on OpenBLAS.
-bool onednn_faster(std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+// Measured side by side on this project's machine (2 AVX-512 cores; bench/bench_sgemm.cpp,
+// docs/performance.md workload 6). One thread: oneDNN's JIT sgemm beat OpenBLAS 0.3.21 by 5-25%
+// on every shape from about 2^20 multiply-adds up (square 128-2048, the MLP's 32x784x128 and its
+// transposed backward products); below that its larger fixed cost per call loses (0.6-0.9x at
+// 64^3 or 32x128x10). Two threads on the idle machine (2026-11-22): oneDNN was faster at every
+// square size from 128 to 2048 (medians of 5: 1.1-1.9x; OpenBLAS's own 2-thread split is slower
+// than one thread on the MLP's 784x128x32 weight gradient: 87 vs 77 us, oneDNN 35 us), so the
+// same rule holds for any thread count. Products under 2^20 run on the calling thread anyway
+// (linalg.cpp). Earlier 2-thread measurements taken on busy cores had favoured OpenBLAS outside
+// 480^3-704^3: on busy cores every threaded library is many times slower and the ranking was noise.
+// Thin products (a dimension under 32) were not measured and stay on OpenBLAS.
+bool onednn_faster(std::int64_t m, std::int64_t n, std::int64_t k, int /*threads*/) {
   if (std::min({m, n, k}) < 32) return false;
-  const std::int64_t work = m * n * k;
-  if (threads == 1) return work >= (std::int64_t(1) << 20);
-  if (threads == 2) return work >= 480LL * 480 * 480 && work <= 704LL * 704 * 704;
-  return false;
+  return m * n * k >= (std::int64_t(1) << 20);
 }
 
 }  // namespace
