@@ -215,6 +215,7 @@ SOMA_BINARY(pow, NumericOp, pow_impl<C>(a, b))
 SOMA_BINARY(maximum, NumericOp, (a >= b || a != a) ? a : b)
 SOMA_BINARY(minimum, NumericOp, (a <= b || a != a) ? a : b)
 SOMA_BINARY(squared_difference, NumericOp, C((a - b) * (a - b)))
+SOMA_BINARY(relu_grad, NumericOp, a > C(0) ? b : C(0))  // (x, g): relu's gradient, one pass
 SOMA_PREDICATE(equal, AnyOp, a == b)
 SOMA_PREDICATE(not_equal, AnyOp, a != b)
 SOMA_PREDICATE(less, AnyOp, a < b)
@@ -349,6 +350,7 @@ void register_cpu_elementwise_kernels() {
   reg("maximum", binary_kernel<maximum>);
   reg("minimum", binary_kernel<minimum>);
   reg("squared_difference", binary_kernel<squared_difference>);
+  reg("relu_grad", binary_kernel<relu_grad>);
   reg("equal", binary_kernel<equal, true>);
   reg("not_equal", binary_kernel<not_equal, true>);
   reg("less", binary_kernel<less, true>);
