@@ -1,5 +1,12 @@
 #include "soma/nn/conv.hpp"
 
+#include "backend/cpu/onednn_conv.hpp"
+#include "graph/hook.hpp"
+#include "internal/fast_paths.hpp"
+#include "internal/runtime_checks.hpp"
+#include "internal/tensor_alloc.hpp"
+#include "soma/autocast.hpp"
+#include "soma/autograd.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::nn {
@@ -27,6 +34,50 @@ void check_input(const char* layer, const std::string& name, const Shape& s,
 // [filters] bias broadcast over [N, filters, H, W].
 Tensor add_bias(const Tensor& y, const Variable& b) {
   return y + reshape(b.value(), {1, b.shape()[0], 1, 1});
+}
+
+bool is_cpu_f32_packed(const Tensor& t) {
+  return t.device().is_cpu() && t.dtype() == DType::f32 && t.is_contiguous() &&
+         !graph_detail::is_symbolic_id(t.id());
+}
+
+// y = act(conv2d(x, w) + b) as one oneDNN primitive (bias argument, ReLU post-op, weights kept
+// in its layout between calls; backend/cpu/onednn_conv.hpp) when nothing can tell it from the
+// separate ops: no tape records, no graph is being built, no autocast, no numerics check, f32
+// CPU operands, a linear or the built-in ReLU activation (the rule Dense's fused path follows).
+// Undefined Tensor otherwise, and when oneDNN is not built in or declines.
+Tensor fused_conv_inference(const Tensor& x, const Tensor& w, const Tensor* b,
+                            const Conv2DOptions& opt) {
+  if (!detail::fast_paths_enabled() || graph_detail::t_build_depth > 0 ||
+      detail::check_numerics_on())
+    return {};
+  const Activation& act = opt.activation;
+  const bool relu_act = !act.is_linear();
+  if (relu_act && (act.name != "relu" || act.fn.target_type() != nn::relu.fn.target_type()))
+    return {};
+  if (!is_cpu_f32_packed(x) || !is_cpu_f32_packed(w) || (b && !is_cpu_f32_packed(*b))) return {};
+  if (!active_tapes().empty() && !grad_recording_disabled()) return {};
+  if (autocast_dtype() != DType::f32) return {};
+  const Shape& xs = x.shape();
+  const Shape& ws = w.shape();
+  const std::int64_t kh = ws[2], kw = ws[3];
+  const Size2 st = opt.strides, dil = opt.dilation_rate;
+  const auto pads = resolve_padding(opt.padding, xs[2], xs[3], {kh, kw}, st, dil);
+  const std::int64_t oh = (xs[2] + pads[0] + pads[1] - dil.h * (kh - 1) - 1) / st.h + 1;
+  const std::int64_t ow = (xs[3] + pads[2] + pads[3] - dil.w * (kw - 1) - 1) / st.w + 1;
+  // Empty or degenerate cases go to the op, which owns their messages and edge rules.
+  if (x.numel() == 0 || w.numel() == 0 || oh <= 0 || ow <= 0) return {};
+  const detail::ConvGeometry g{.n = xs[0], .c = xs[1], .h = xs[2], .w = xs[3],
+                               .o = ws[0], .kh = kh, .kw = kw, .oh = oh, .ow = ow,
+                               .sh = st.h, .sw = st.w,
+                               .pt = pads[0], .pb = pads[1], .pl = pads[2], .pr = pads[3],
+                               .dh = dil.h, .dw = dil.w, .groups = opt.groups};
+  Tensor y = detail::empty_tensor(Shape{xs[0], ws[0], oh, ow}, DType::f32, Device::cpu());
+  if (!detail::onednn_conv_forward_fused(g, x.data<float>(), w.data<float>(), w.storage(),
+                                         b ? b->data<float>() : nullptr, relu_act,
+                                         y.data<float>()))
+    return {};
+  return y;
 }
 
 }  // namespace
@@ -72,6 +123,8 @@ void Conv2D::build(const Shape& s) {
 
 Tensor Conv2D::forward(const Tensor& x) {
   check_input("Conv2D", name(), x.shape(), kernel_.shape()[1] * opt_.groups);
+  const Tensor* bias = opt_.use_bias ? &bias_.value() : nullptr;
+  if (Tensor y = fused_conv_inference(x, kernel_.value(), bias, opt_); y.defined()) return y;
   Tensor y = conv2d(to_layer_dtype(x, opt_.dtype), kernel_.value(), opt_.strides, opt_.padding,
                     opt_.dilation_rate, opt_.groups);
   if (opt_.use_bias) y = add_bias(y, bias_);

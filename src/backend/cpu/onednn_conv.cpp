@@ -11,9 +11,13 @@
 // Under bf16 autocast (soma/autocast.hpp) the primitives take bf16 inputs (the reorders convert
 // soma's f32 buffers) and write f32 outputs; oneDNN accumulates in f32. Where oneDNN has only a
 // reference bf16 kernel for a geometry, that convolution stays f32 (far faster).
+// Conv2D's inference path (src/nn/conv.cpp) uses onednn_conv_forward_fused: one forward-inference
+// primitive with the bias and ReLU applied by the kernel, activations in nChw16c where the
+// channels allow, and the weights reordered into the primitive's layout only when they changed.
 #include "onednn_conv.hpp"
 
 #include "onednn_matmul.hpp"  // cpu_autocast_dtype
+#include "soma/tensor.hpp"      // Storage (the fused path's weight identity)
 
 #include <atomic>
 #include <cstdlib>
@@ -27,10 +31,13 @@
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
+#include <vector>
 #endif
 
 namespace soma::detail {
 namespace {
+
+thread_local std::uint64_t t_fused_calls = 0;
 
 ConvImpl impl_from_env() {
   const char* v = std::getenv("SOMA_CONV_IMPL");
@@ -45,6 +52,8 @@ std::atomic<ConvImpl>& impl_flag() {
 
 }  // namespace
 
+std::uint64_t onednn_conv_fused_calls() { return t_fused_calls; }
+
 ConvImpl conv_impl() { return impl_flag().load(std::memory_order_relaxed); }
 void set_conv_impl(ConvImpl impl) { impl_flag().store(impl); }
 
@@ -56,6 +65,10 @@ bool onednn_conv_backward_data(const ConvGeometry&, const float*, const float*, 
   return false;
 }
 bool onednn_conv_backward_weights(const ConvGeometry&, const float*, const float*, float*) {
+  return false;
+}
+bool onednn_conv_forward_fused(const ConvGeometry&, const float*, const float*,
+                               const std::shared_ptr<Storage>&, const float*, bool, float*) {
   return false;
 }
 
@@ -79,11 +92,19 @@ dnnl::stream& cpu_stream() {
 
 enum class Pass { forward, backward_data, backward_weights };
 
+// Runs p with arguments prepared once: the C++ API's execute() builds a hash map and a vector of
+// them on every call (heap allocations that show at batch 1).
+void execute(const dnnl::primitive& p, dnnl::stream& s, const dnnl_exec_arg_t* args, int n) {
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), s.get(), n, args),
+                          "could not execute a primitive");
+}
+
 // One tensor argument: the user's plain buffer and, when the primitive wants another layout, a
 // buffer in that layout with the reorder between them.
 struct Arg {
   memory user, prim;
   std::optional<dnnl::reorder> reorder;  // user -> prim for inputs, prim -> user for the output
+  std::array<dnnl_exec_arg_t, 2> reorder_args{};
 
   Arg(const memory::desc& user_md, const memory::desc& prim_md, bool input) {
     auto& eng = cpu_engine();
@@ -93,14 +114,15 @@ struct Arg {
     } else {
       prim = memory(prim_md, eng);
       reorder = input ? dnnl::reorder(user, prim) : dnnl::reorder(prim, user);
+      const memory& from = input ? user : prim;
+      const memory& to = input ? prim : user;
+      reorder_args = {{{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}}};
     }
   }
   void bind(const void* p) { user.set_data_handle(const_cast<void*>(p)); }
-  void to_prim(dnnl::stream& s) {
-    if (reorder) reorder->execute(s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, prim}});
-  }
-  void from_prim(dnnl::stream& s) {
-    if (reorder) reorder->execute(s, {{DNNL_ARG_FROM, prim}, {DNNL_ARG_TO, user}});
+  // user -> prim (inputs) or prim -> user (the output): the direction fixed at construction.
+  void run_reorder(dnnl::stream& s) {
+    if (reorder) execute(*reorder, s, reorder_args.data(), 2);
   }
 };
 
@@ -111,6 +133,7 @@ struct Entry {
   int a_arg, b_arg, c_arg;
   std::unique_ptr<Arg> a, b, c;
   memory scratchpad;
+  std::array<dnnl_exec_arg_t, 4> args{};  // memory handles: bind() updates what they point to
 };
 
 using Key = std::array<std::int64_t, 21>;
@@ -220,6 +243,10 @@ std::unique_ptr<Entry> build(Pass pass, const ConvGeometry& g, dt lo) {
     }
   }
   e->scratchpad = memory(scratch_md, cpu_engine());
+  e->args = {{{e->a_arg, e->a->prim.get()},
+              {e->b_arg, e->b->prim.get()},
+              {e->c_arg, e->c->prim.get()},
+              {DNNL_ARG_SCRATCHPAD, e->scratchpad.get()}}};
   return e;
 }
 
@@ -252,18 +279,157 @@ bool run(Pass pass, const ConvGeometry& g, const float* a, const float* b, float
   e->a->bind(a);
   e->b->bind(b);
   e->c->bind(c);
-  e->a->to_prim(s);
-  e->b->to_prim(s);
-  e->prim.execute(s, {{e->a_arg, e->a->prim},
-                      {e->b_arg, e->b->prim},
-                      {e->c_arg, e->c->prim},
-                      {DNNL_ARG_SCRATCHPAD, e->scratchpad}});
-  e->c->from_prim(s);
+  e->a->run_reorder(s);
+  e->b->run_reorder(s);
+  execute(e->prim, s, e->args.data(), int(e->args.size()));
+  e->c->run_reorder(s);
   s.wait();
   return true;
 }
 
+// ---- fused inference forward: conv + bias + ReLU in one primitive ----
+
+struct FusedEntry {
+  dnnl::primitive prim;
+  std::unique_ptr<Arg> src, wei, dst;
+  memory bias;  // the caller's bias buffer (plain), when there is one
+  memory scratchpad;
+  // Built once: memory objects are handles, so bind() on them updates what these pass.
+  std::vector<dnnl_exec_arg_t> args;
+  // Which weights wei->prim holds now (when the primitive wants them reordered): the storage
+  // (weak, so that a freed and reallocated storage at the same address never matches), the data
+  // pointer and the storage's in-place write counter at the time of the reorder.
+  std::weak_ptr<Storage> w_owner;
+  const float* w_ptr = nullptr;
+  std::uint64_t w_version = 0;
+  bool relu_after = false;  // ReLU not in the primitive: applied to the output afterwards
+};
+
+using FusedKey = std::array<std::int64_t, 21>;
+
+std::unique_ptr<FusedEntry> build_fused(const ConvGeometry& g, bool has_bias, bool relu) {
+  const Descs d = make_descs(g, dt::f32);
+  dnnl::primitive_attr attr = scratchpad_attr();
+  if (relu) {
+    // alpha = 0: oneDNN's JIT kernels then compute max(x, 0) with the 0 as the second operand,
+    // which maps NaN to 0 as soma's relu does (tested).
+    dnnl::post_ops po;
+    po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(po);
+  }
+  auto e = std::make_unique<FusedEntry>();
+  const memory::desc bias_md({g.o}, dt::f32, tag::x);
+  using fwd = dnnl::convolution_forward;
+  auto make_pd = [&](const memory::desc& src, const memory::desc& dst) {
+    const auto desc =
+        has_bias ? fwd::desc(dnnl::prop_kind::forward_inference,
+                             dnnl::algorithm::convolution_direct, src, d.wei_any, bias_md, dst,
+                             d.strides, d.dilates, d.pad_l, d.pad_r)
+                 : fwd::desc(dnnl::prop_kind::forward_inference,
+                             dnnl::algorithm::convolution_direct, src, d.wei_any, dst, d.strides,
+                             d.dilates, d.pad_l, d.pad_r);
+    return fwd::primitive_desc(desc, attr, cpu_engine());
+  };
+  // Left to choose ("any"), oneDNN 2.6 takes channels-last brgconv kernels for forward
+  // inference; measured on LeNet at batch 1 and 256, the nChw16c JIT kernels are faster and their
+  // reorders from and to soma's NCHW far cheaper than the NHWC transposes
+  // (docs/conv-fused-inference.md).
+  // So blocked where the channels allow (a first layer with few channels reads NCHW directly).
+  std::optional<fwd::primitive_desc> pd;
+  if (g.groups == 1 && g.o % 16 == 0) {
+    try {
+      pd = make_pd(memory::desc(d.src_user.dims(), dt::f32,
+                                g.c % 16 == 0 ? tag::nChw16c : tag::nchw),
+                   memory::desc(d.dst_user.dims(), dt::f32, tag::nChw16c));
+      if (std::strncmp(pd->impl_info_str(), "jit", 3) != 0) pd.reset();
+    } catch (const dnnl::error&) {
+      pd.reset();
+    }
+  }
+  if (!pd) pd = make_pd(d.src_any, d.dst_any);
+  // Only the JIT kernels' ReLU maps NaN to 0; the GEMM-based one (grouped, dilated cases) keeps
+  // NaN, so there the primitive runs without the post-op and onednn_conv_forward_fused applies
+  // soma's rule to the output.
+  const char* impl = pd->impl_info_str();
+  if (relu && std::strncmp(impl, "jit", 3) != 0 && std::strncmp(impl, "brg", 3) != 0) {
+    attr = scratchpad_attr();
+    pd = make_pd(pd->src_desc(), pd->dst_desc());
+    e->relu_after = true;
+  }
+  // oneDNN's reference kernel would be slower than its JIT kernel plus the separate ops: decline.
+  if (std::strncmp(pd->impl_info_str(), "ref", 3) == 0)
+    throw dnnl::error(dnnl_unimplemented, "reference convolution");
+  e->prim = fwd(*pd);
+  e->src = std::make_unique<Arg>(d.src_user, pd->src_desc(), true);
+  e->wei = std::make_unique<Arg>(d.wei_user, pd->weights_desc(), true);
+  e->dst = std::make_unique<Arg>(d.dst_user, pd->dst_desc(), false);
+  e->scratchpad = memory(pd->scratchpad_desc(), cpu_engine());
+  e->args = {{DNNL_ARG_SRC, e->src->prim.get()},
+             {DNNL_ARG_WEIGHTS, e->wei->prim.get()},
+             {DNNL_ARG_DST, e->dst->prim.get()},
+             {DNNL_ARG_SCRATCHPAD, e->scratchpad.get()}};
+  if (has_bias) {
+    e->bias = memory(pd->bias_desc(), cpu_engine(), DNNL_MEMORY_NONE);
+    e->args.push_back({DNNL_ARG_BIAS, e->bias.get()});
+  }
+  return e;
+}
+
+FusedEntry* lookup_fused(const ConvGeometry& g, bool has_bias, bool relu) {
+  thread_local std::map<FusedKey, std::unique_ptr<FusedEntry>> cache;
+  const FusedKey key{g.n,  g.c,  g.h,  g.w,  g.o,  g.kh, g.kw, g.oh, g.ow,
+                     g.sh, g.sw, g.pt, g.pb, g.pl, g.pr, g.dh, g.dw, g.groups,
+                     std::int64_t(omp_get_max_threads()), std::int64_t(has_bias),
+                     std::int64_t(relu)};
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.get();
+  if (cache.size() >= 64) cache.clear();  // as in lookup(): shapes that keep changing
+  std::unique_ptr<FusedEntry> e;
+  try {
+    e = build_fused(g, has_bias, relu);
+  } catch (const dnnl::error&) {
+    e = nullptr;
+  }
+  return cache.emplace(key, std::move(e)).first->second.get();
+}
+
 }  // namespace
+
+bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const float* w,
+                               const std::shared_ptr<Storage>& w_storage, const float* bias,
+                               bool relu, float* y) {
+  if (conv_impl() == ConvImpl::im2col) return false;
+  FusedEntry* e = lookup_fused(g, bias != nullptr, relu);
+  if (!e) return false;
+  auto& s = cpu_stream();
+  e->src->bind(x);
+  e->dst->bind(y);
+  if (bias) e->bias.set_data_handle(const_cast<float*>(bias));
+  e->src->run_reorder(s);
+  if (e->wei->reorder) {
+    const std::uint64_t version = w_storage ? w_storage->version.load() : 0;
+    const bool fresh = w_storage && e->w_ptr == w && e->w_version == version &&
+                       e->w_owner.lock() == w_storage;
+    if (!fresh) {
+      e->wei->bind(w);
+      e->wei->run_reorder(s);
+      e->w_owner = w_storage;
+      e->w_ptr = w;
+      e->w_version = version;
+    }
+  } else {
+    e->wei->bind(w);
+  }
+  execute(e->prim, s, e->args.data(), int(e->args.size()));
+  e->dst->run_reorder(s);
+  s.wait();
+  if (e->relu_after) {
+    const std::int64_t size = g.n * g.o * g.oh * g.ow;
+    for (std::int64_t i = 0; i < size; ++i) y[i] = y[i] > 0.0f ? y[i] : 0.0f;  // NaN -> 0
+  }
+  ++t_fused_calls;
+  return true;
+}
 
 bool onednn_conv_built() { return true; }
 

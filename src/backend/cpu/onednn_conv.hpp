@@ -3,6 +3,11 @@
 // kernels in nn.cpp when soma is built with oneDNN (SOMA_HAS_ONEDNN) and the case is supported;
 // otherwise those kernels run im2col + BLAS. Tests switch implementations to compare them.
 #include <cstdint>
+#include <memory>
+
+namespace soma {
+struct Storage;
+}
 
 namespace soma::detail {
 
@@ -36,5 +41,18 @@ bool onednn_conv_forward(const ConvGeometry& g, const float* x, const float* w, 
 bool onednn_conv_backward_data(const ConvGeometry& g, const float* dy, const float* w, float* dx);
 bool onednn_conv_backward_weights(const ConvGeometry& g, const float* x, const float* dy,
                                   float* dw);
+
+// Inference forward y = act(conv(x, w) + bias) in one oneDNN primitive: the bias as the
+// primitive's bias argument (nullptr: none) and ReLU (relu = true; NaN -> 0 as soma's relu) as
+// an eltwise post-op. The weights reordered into the primitive's layout are kept between calls
+// and reused while `w_storage` (the weight tensor's storage: identity, and its version counter
+// of in-place writes) and `w` are the same, so a weight changed by an optimiser step, a
+// Variable::assign or load_weights is reordered again. False as for onednn_conv_forward (the
+// caller then runs the separate ops).
+bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const float* w,
+                               const std::shared_ptr<Storage>& w_storage, const float* bias,
+                               bool relu, float* y);
+// How many onednn_conv_forward_fused calls ran on this thread (tests check the path is taken).
+std::uint64_t onednn_conv_fused_calls();
 
 }  // namespace soma::detail
