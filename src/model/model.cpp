@@ -17,6 +17,7 @@
 #include "soma/metrics.hpp"
 #include "soma/model/progress.hpp"
 #include "soma/model/tensorboard.hpp"
+#include "internal/tensor_vector_pool.hpp"
 #include "model/summary_table.hpp"
 #include "soma/model/weights.hpp"
 #include "soma/ops.hpp"
@@ -960,11 +961,18 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOp
 }
 
 Tensor Model::predict_on_batch(const Tensor& x) {
-  auto out = predict_on_batch(std::vector<Tensor>{x});
+  // Pooled vectors (internal/tensor_vector_pool.hpp): batch-1 latency is a few microseconds, of
+  // which a heap allocation per vector was a visible part.
+  std::vector<Tensor> in = soma::detail::take_tensor_vector();
+  in.push_back(x);
+  std::vector<Tensor> out = predict_on_batch(in);
+  soma::detail::give_back_tensor_vector(std::move(in));
   if (out.size() != 1)
     fail("predict_on_batch", "the model gives ", out.size(),
          " outputs; pass a vector of inputs to get them all");
-  return out[0];
+  Tensor y = std::move(out[0]);
+  soma::detail::give_back_tensor_vector(std::move(out));
+  return y;
 }
 
 std::vector<Tensor> Model::predict_on_batch(const std::vector<Tensor>& x) {

@@ -1,5 +1,6 @@
 #include "soma/model/sequential.hpp"
 
+#include "internal/dense_chain.hpp"
 #include "model/summary_table.hpp"
 #include "soma/ops.hpp"
 
@@ -89,7 +90,16 @@ Tensor Sequential::forward(const Tensor& x) {
            ", got ", shape_str(x.shape()));
   }
   Tensor h = x;
-  for (auto& l : layers_) h = (*l)(h);
+  for (std::size_t i = 0; i < layers_.size();) {
+    // Inference through [Flatten] Dense Dense ... runs as one fused chain
+    // (internal/dense_chain.hpp).
+    if (const std::size_t done = run_fused_dense_chain(layers_, i, h)) {
+      i += done;
+      continue;
+    }
+    h = (*layers_[i])(h);
+    ++i;
+  }
   return h;
 }
 

@@ -1,12 +1,8 @@
 #include "soma/nn/conv.hpp"
 
 #include "backend/cpu/onednn_conv.hpp"
-#include "graph/hook.hpp"
-#include "internal/fast_paths.hpp"
-#include "internal/runtime_checks.hpp"
+#include "internal/fused_inference.hpp"
 #include "internal/tensor_alloc.hpp"
-#include "soma/autocast.hpp"
-#include "soma/autograd.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::nn {
@@ -36,10 +32,9 @@ Tensor add_bias(const Tensor& y, const Variable& b) {
   return y + reshape(b.value(), {1, b.shape()[0], 1, 1});
 }
 
-bool is_cpu_f32_packed(const Tensor& t) {
-  return t.device().is_cpu() && t.dtype() == DType::f32 && t.is_contiguous() &&
-         !graph_detail::is_symbolic_id(t.id());
-}
+using fusion::fused_inference_activation;
+using fusion::fused_inference_state_ok;
+using fusion::is_cpu_f32_packed;
 
 // y = act(conv2d(x, w) + b) as one oneDNN primitive (bias argument, ReLU post-op, weights kept
 // in its layout between calls; backend/cpu/onednn_conv.hpp) when nothing can tell it from the
@@ -48,16 +43,10 @@ bool is_cpu_f32_packed(const Tensor& t) {
 // Undefined Tensor otherwise, and when oneDNN is not built in or declines.
 Tensor fused_conv_inference(const Tensor& x, const Tensor& w, const Tensor* b,
                             const Conv2DOptions& opt) {
-  if (!detail::fast_paths_enabled() || graph_detail::t_build_depth > 0 ||
-      detail::check_numerics_on())
-    return {};
-  const Activation& act = opt.activation;
-  const bool relu_act = !act.is_linear();
-  if (relu_act && (act.name != "relu" || act.fn.target_type() != nn::relu.fn.target_type()))
+  bool relu_act = false;
+  if (!fused_inference_state_ok() || !fused_inference_activation(opt.activation, &relu_act))
     return {};
   if (!is_cpu_f32_packed(x) || !is_cpu_f32_packed(w) || (b && !is_cpu_f32_packed(*b))) return {};
-  if (!active_tapes().empty() && !grad_recording_disabled()) return {};
-  if (autocast_dtype() != DType::f32) return {};
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
   const std::int64_t kh = ws[2], kw = ws[3];

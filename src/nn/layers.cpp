@@ -1,9 +1,14 @@
 #include "soma/nn/layers.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <typeinfo>
 
 #include "graph/hook.hpp"
+#include "internal/dense_chain.hpp"
 #include "internal/fast_paths.hpp"
+#include "internal/fused_inference.hpp"
 #include "internal/fused_dense.hpp"
 #include "internal/runtime_checks.hpp"
 #include "internal/tensor_alloc.hpp"
@@ -64,9 +69,12 @@ namespace {
 constexpr std::int64_t kFusedDenseMaxWork = std::int64_t(1) << 20;
 constexpr std::int64_t kFusedDenseMaxRows = 8;
 
-bool is_cpu_f32_packed(const Tensor& t) {
-  return t.device().is_cpu() && t.dtype() == DType::f32 && t.is_contiguous() &&
-         !graph_detail::is_symbolic_id(t.id());
+using fusion::fused_inference_activation;
+using fusion::fused_inference_state_ok;
+using fusion::is_cpu_f32_packed;
+
+bool fused_dense_fits(std::int64_t m, std::int64_t k, std::int64_t n) {
+  return k > 0 && m > 0 && m <= kFusedDenseMaxRows && m * k * n <= kFusedDenseMaxWork;
 }
 
 // y = act(x W + b) in one kernel (internal/fused_dense.hpp) when nothing can tell it from
@@ -74,18 +82,12 @@ bool is_cpu_f32_packed(const Tensor& t) {
 // small f32 CPU operands, a linear or the built-in ReLU activation. Undefined Tensor otherwise.
 Tensor fused_dense_inference(const Tensor& x, const Tensor& w, const Tensor* b,
                              const Activation& act) {
-  if (!detail::fast_paths_enabled() || graph_detail::t_build_depth > 0 ||
-      detail::check_numerics_on())
-    return {};
-  const bool relu_act = !act.is_linear();
-  if (relu_act && (act.name != "relu" || act.fn.target_type() != nn::relu.fn.target_type()))
-    return {};
+  bool relu_act = false;
+  if (!fused_inference_state_ok() || !fused_inference_activation(act, &relu_act)) return {};
   if (!is_cpu_f32_packed(x) || !is_cpu_f32_packed(w) || (b && !is_cpu_f32_packed(*b))) return {};
   const std::int64_t k = w.shape()[0], n = w.shape()[1];
   const std::int64_t m = k > 0 ? x.numel() / k : 0;
-  if (k == 0 || m == 0 || m > kFusedDenseMaxRows || m * k * n > kFusedDenseMaxWork) return {};
-  if (!active_tapes().empty() && !grad_recording_disabled()) return {};
-  if (autocast_dtype() != DType::f32) return {};
+  if (!fused_dense_fits(m, k, n)) return {};
   Shape ys = x.shape();
   ys.back() = n;
   Tensor y = detail::empty_tensor(std::move(ys), DType::f32, Device::cpu());
@@ -109,6 +111,95 @@ Tensor Dense::forward(const Tensor& x) {
   return activation_(y);
 }
 
+// ---- Sequential's fused inference chain (internal/dense_chain.hpp) ---------------------------
+
+namespace {
+
+// Intermediate activations of a chain: two per-thread buffers that only grow, up to
+// kMaxChainScratch floats each (a chain's rows times its widest inner layer: a few hundred for
+// batch-1 inference).
+struct ChainScratch {
+  std::vector<float> buf[2];
+  float* get(int which, std::size_t n) {
+    if (buf[which].size() < n) buf[which].resize(n);
+    return buf[which].data();
+  }
+};
+thread_local ChainScratch t_chain_scratch;
+
+struct ChainStep {
+  const float* w;
+  const float* b;
+  std::int64_t k, n;
+  bool relu;
+};
+constexpr std::size_t kMaxChainSteps = 16;
+constexpr std::int64_t kMaxChainScratch = std::int64_t(1) << 16;
+
+}  // namespace
+
+std::size_t run_fused_dense_chain(const std::vector<ModuleRef>& layers, std::size_t i, Tensor& h) {
+  if (i >= layers.size() || !h.defined() || !fused_inference_state_ok() || !is_cpu_f32_packed(h))
+    return 0;
+  const Shape& xs = h.shape();
+  std::size_t j = i;
+  std::int64_t m = 0, k = 0;
+  const bool flatten = typeid(*layers[j]) == typeid(Flatten);
+  if (flatten) {  // Flatten::forward's shape: [batch, the product of the other extents]
+    if (xs.empty() || !layers[j]->built()) return 0;  // a first call builds it
+    m = xs[0];
+    k = 1;
+    for (std::size_t d = 1; d < xs.size(); ++d) k *= xs[d];
+    ++j;
+  } else {
+    if (xs.size() < 2) return 0;
+    k = xs.back();
+    m = k > 0 ? h.numel() / k : 0;
+  }
+  std::array<ChainStep, kMaxChainSteps> steps;
+  std::size_t n_steps = 0;
+  for (std::int64_t in = k; j < layers.size() && n_steps < kMaxChainSteps; ++j) {
+    // A wide layer ends the chain: its output, the input of another step, would not fit the
+    // scratch buffers.
+    if (n_steps > 0 && m * in > kMaxChainScratch) break;
+    // Exactly Dense: a subclass may override forward().
+    if (typeid(*layers[j]) != typeid(Dense)) break;
+    const auto& d = static_cast<const Dense&>(*layers[j]);
+    if (!d.built()) break;
+    const Tensor& w = d.kernel().value();
+    const Tensor* b = d.options().use_bias ? &d.bias().value() : nullptr;
+    bool relu = false;
+    if (!fused_inference_activation(d.activation(), &relu) || !is_cpu_f32_packed(w) ||
+        w.rank() != 2 || w.shape()[0] != in || (b && !is_cpu_f32_packed(*b)))
+      break;  // a wrong feature count ends the chain here: the layer's own call reports it
+    const std::int64_t n = w.shape()[1];
+    if (!fused_dense_fits(m, in, n)) break;
+    steps[n_steps++] = {w.data<float>(), b ? b->data<float>() : nullptr, in, n, relu};
+    in = n;
+  }
+  if (n_steps == 0) return 0;  // a lone Flatten: its own (view) path
+  std::int64_t widest = 0;  // of the outputs that go to scratch memory
+  for (std::size_t s = 0; s + 1 < n_steps; ++s) widest = std::max(widest, steps[s].n);
+  Shape ys;
+  if (flatten) {
+    ys = Shape{m, steps[n_steps - 1].n};
+  } else {
+    ys = xs;
+    ys.back() = steps[n_steps - 1].n;
+  }
+  Tensor y = detail::empty_tensor(std::move(ys), DType::f32, Device::cpu());
+  const float* src = h.data<float>();
+  for (std::size_t s = 0; s < n_steps; ++s) {
+    const ChainStep& st = steps[s];
+    float* dst = s + 1 == n_steps ? y.data<float>()
+                                  : t_chain_scratch.get(int(s % 2), std::size_t(m * widest));
+    detail::fused_dense_f32(src, st.w, st.b, dst, m, st.k, st.n, st.relu);
+    src = dst;
+  }
+  h = std::move(y);
+  return j - i;
+}
+
 // ---- Flatten / Reshape ----------------------------------------------------------------------
 
 Shape Flatten::output_shape(const Shape& s) {
@@ -118,12 +209,33 @@ Shape Flatten::output_shape(const Shape& s) {
   return {s[0], n};
 }
 
+namespace {
+
+// Eager and unrecorded, a contiguous input's flattened form is a new handle over the same memory,
+// exactly what the reshape op's kernel makes (src/ops/views.cpp); skipping the op's dispatch
+// (attribute list, shape inference, output vector) is a visible part of batch-1 inference.
+// Undefined Tensor when the op must run: graph building, a recording tape, a numerics check.
+Tensor flat_view(const Tensor& x, std::int64_t batch, std::int64_t rest) {
+  if (!detail::fast_paths_enabled() || graph_detail::t_build_depth > 0 ||
+      graph_detail::is_symbolic_id(x.id()) || detail::check_numerics_on() || batch < 0 ||
+      !x.device().is_cpu() || !x.is_contiguous())
+    return {};
+  if (!active_tapes().empty() && !grad_recording_disabled()) return {};
+  // contiguous_strides' rule (a zero-size extent counts as 1).
+  return Tensor::view_of(x, Shape{batch, rest}, Strides{std::max<std::int64_t>(rest, 1), 1},
+                         x.offset());
+}
+
+}  // namespace
+
 Tensor Flatten::forward(const Tensor& x) {
   if (x.rank() == 0) fail("Flatten", "layer '", name(), "' needs a batched input, got a scalar");
   // The batch may be unknown (-1) in a define-and-run graph: then let reshape infer it.
+  const Shape& s = x.shape();
   std::int64_t rest = 1;
-  for (std::int64_t d = 1; d < x.rank(); ++d) rest *= x.dim(d);
-  return reshape(x, {x.dim(0) >= 0 ? x.dim(0) : -1, rest});
+  for (std::size_t d = 1; d < s.size(); ++d) rest *= s[d];
+  if (Tensor v = flat_view(x, s[0], rest); v.defined()) return v;
+  return reshape(x, {s[0] >= 0 ? s[0] : -1, rest});
 }
 
 Reshape::Reshape(Shape target_shape) : target_(std::move(target_shape)) {
@@ -253,5 +365,27 @@ Tensor Embedding::forward(const Tensor& x) {
   }
   return gather(table_.value(), idx, 0);
 }
+
+// ---- When fused inference kernels may run (internal/fused_inference.hpp) --------------------
+
+namespace fusion {
+
+bool fused_inference_state_ok() {
+  return detail::fast_paths_enabled() && graph_detail::t_build_depth == 0 &&
+         !detail::check_numerics_on() && (active_tapes().empty() || grad_recording_disabled()) &&
+         autocast_dtype() == DType::f32;
+}
+
+bool fused_inference_activation(const Activation& act, bool* relu) {
+  *relu = !act.is_linear();
+  return !*relu || (act.name == "relu" && act.fn.target_type() == nn::relu.fn.target_type());
+}
+
+bool is_cpu_f32_packed(const Tensor& t) {
+  return t.device().is_cpu() && t.dtype() == DType::f32 && t.is_contiguous() &&
+         !graph_detail::is_symbolic_id(t.id());
+}
+
+}  // namespace fusion
 
 }  // namespace soma::nn

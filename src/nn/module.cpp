@@ -5,6 +5,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "internal/tensor_vector_pool.hpp"
 #include "soma/autograd.hpp"
 #include "soma/ops.hpp"
 
@@ -78,16 +79,24 @@ Module& Module::set_name(std::string name) {
 
 Tensor Module::operator()(const Tensor& x) {
   if (!x.defined()) fail(type_name(), "layer '", name(), "' called on an undefined Tensor");
-  std::vector<Tensor> out = call({x});
+  // The one-element vectors in and out come from a per-thread pool: no heap allocation per layer.
+  std::vector<Tensor> in = soma::detail::take_tensor_vector();
+  in.push_back(x);
+  std::vector<Tensor> out = call(in);
+  soma::detail::give_back_tensor_vector(std::move(in));
   if (out.empty()) fail(type_name(), "layer '", name(), "' returned no outputs");
-  return out.front();
+  Tensor y = std::move(out.front());
+  soma::detail::give_back_tensor_vector(std::move(out));
+  return y;
 }
 
 std::vector<Tensor> Module::call(const std::vector<Tensor>& inputs) {
   if (inputs.size() != 1)
     fail(type_name(), "layer '", name(), "' takes 1 input, got ", inputs.size());
   build_for(inputs[0].shape());
-  return {forward(inputs[0])};
+  std::vector<Tensor> out = soma::detail::take_tensor_vector();
+  out.push_back(forward(inputs[0]));
+  return out;
 }
 
 Tensor Module::forward(const Tensor& x) {
