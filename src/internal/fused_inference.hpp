@@ -11,6 +11,8 @@ namespace soma::nn::fusion {
 // The thread's state allows it: fast paths on, eager (no graph being built), no numerics check,
 // no tape recording, no autocast.
 bool fused_inference_state_ok();
+// The same, with a tape allowed to record: for fused ops that have their own gradient.
+bool fused_forward_state_ok();
 // The activations a fused kernel computes: linear, or the built-in ReLU (a custom function that is
 // merely named "relu" is not replaced). Sets *relu; false for any other activation.
 bool fused_inference_activation(const Activation& act, bool* relu);

@@ -1,6 +1,7 @@
 #include "soma/nn/conv.hpp"
 
 #include "backend/cpu/onednn_conv.hpp"
+#include "internal/conv_bias_act.hpp"
 #include "internal/fused_inference.hpp"
 #include "internal/tensor_alloc.hpp"
 #include "soma/ops.hpp"
@@ -114,6 +115,14 @@ Tensor Conv2D::forward(const Tensor& x) {
   check_input("Conv2D", name(), x.shape(), kernel_.shape()[1] * opt_.groups);
   const Tensor* bias = opt_.use_bias ? &bias_.value() : nullptr;
   if (Tensor y = fused_conv_inference(x, kernel_.value(), bias, opt_); y.defined()) return y;
+  // Eager training (or any other eager call on the CPU): bias and a linear or built-in ReLU
+  // activation inside the convolution op, whose gradient is the separate ops' (issue 5).
+  bool relu_act = false;
+  if (bias && fusion::fused_forward_state_ok() &&
+      fusion::fused_inference_activation(opt_.activation, &relu_act) && x.device().is_cpu() &&
+      kernel_.value().device().is_cpu() && x.dtype() == opt_.dtype)
+    return detail::conv2d_bias_act(x, kernel_.value(), *bias, opt_.strides, opt_.padding,
+                                   opt_.dilation_rate, opt_.groups, relu_act);
   Tensor y = conv2d(to_layer_dtype(x, opt_.dtype), kernel_.value(), opt_.strides, opt_.padding,
                     opt_.dilation_rate, opt_.groups);
   if (opt_.use_bias) y = add_bias(y, bias_);

@@ -370,10 +370,13 @@ Tensor Embedding::forward(const Tensor& x) {
 
 namespace fusion {
 
-bool fused_inference_state_ok() {
+bool fused_forward_state_ok() {
   return detail::fast_paths_enabled() && graph_detail::t_build_depth == 0 &&
-         !detail::check_numerics_on() && (active_tapes().empty() || grad_recording_disabled()) &&
-         autocast_dtype() == DType::f32;
+         !detail::check_numerics_on() && autocast_dtype() == DType::f32;
+}
+
+bool fused_inference_state_ok() {
+  return fused_forward_state_ok() && (active_tapes().empty() || grad_recording_disabled());
 }
 
 bool fused_inference_activation(const Activation& act, bool* relu) {

@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "internal/registration.hpp"
+#include "internal/relu_gradient.hpp"
 #include "soma/op.hpp"
 #include "soma/ops.hpp"
 
@@ -123,21 +124,11 @@ std::vector<Tensor> erf_grad(G c) {
 std::vector<Tensor> sigmoid_grad(G c) {
   return {c.grads[0] * c.outputs[0] * (1.0 - c.outputs[0])};
 }
-// relu's gradient g * [x > 0] as one op: the mask-where-zeros composition below made three
-// passes over memory and two temporaries per activation (8% of a LeNet training step, issue 5).
-// Same values: 0 where x <= 0 or x is NaN, whatever g holds there. The CPU has a kernel for it;
-// other devices keep the composition.
-Tensor relu_grad_op(const Tensor& x, const Tensor& g) {
-  if (x.device().is_cpu() && g.device().is_cpu() && x.dtype() == g.dtype()) {
-    static const OpDef& d = get_op("relu_grad");
-    return call_op1(d, {x, g});
-  }
-  return where(x > 0.0, g, zeros_like(g));
-}
-std::vector<Tensor> relu_grad(G c) { return {relu_grad_op(c.inputs[0], c.grads[0])}; }
+using detail::relu_gradient;
+std::vector<Tensor> relu_grad(G c) { return {relu_gradient(c.inputs[0], c.grads[0])}; }
 // d/dg of relu_grad(x, g) is the same mask; x only selects, so it gets no gradient.
 std::vector<Tensor> relu_grad_grad(G c) {
-  return {Tensor(), c.needs(1) ? relu_grad_op(c.inputs[0], c.grads[0]) : Tensor()};
+  return {Tensor(), c.needs(1) ? relu_gradient(c.inputs[0], c.grads[0]) : Tensor()};
 }
 std::vector<Tensor> leaky_relu_grad(G c) {
   return {where(c.inputs[0] > 0.0, c.grads[0], c.grads[0] * c.attrs.f("alpha"))};
@@ -189,6 +180,19 @@ Tensor unary(const OpDef& d, const Tensor& t, const Attrs& attrs = {}) {
 }  // namespace
 
 namespace detail {
+
+// relu's gradient g * [x > 0] as one op: the mask-where-zeros composition below made three
+// passes over memory and two temporaries per activation (8% of a LeNet training step, issue 5).
+// Same values: 0 where x <= 0 or x is NaN, whatever g holds there. The CPU has a kernel for it;
+// other devices keep the composition.
+Tensor relu_gradient(const Tensor& x, const Tensor& g) {
+  if (x.device().is_cpu() && g.device().is_cpu() && x.dtype() == g.dtype()) {
+    static const OpDef& d = get_op("relu_grad");
+    return call_op1(d, {x, g});
+  }
+  return where(x > 0.0, g, zeros_like(g));
+}
+
 void register_view_ops();
 
 void register_elementwise_ops() {

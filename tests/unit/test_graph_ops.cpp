@@ -8,6 +8,7 @@
 #include <functional>
 #include <set>
 
+#include "../../src/internal/conv_bias_act.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
 
@@ -151,6 +152,13 @@ std::vector<OpCase> cases() {
   unary("avg_pool2d", [](const Tensor& x) { return avg_pool2d(x, 3, 1, "same"); }, img);
   binary("max_pool2d_grad", [](const Tensor& x, const Tensor& g) { return max_pool2d_grad(x, g, 2); },
          img, any_({2, 3, 3, 3}, 64));
+  // Conv2D's fused forward (internal op), with and without its ReLU.
+  for (bool relu : {true, false})
+    cs.push_back({relu ? "conv2d_bias_act_relu" : "conv2d_bias_act", {img, ker, any_({4}, 65)},
+                  [relu](const std::vector<Tensor>& in) {
+                    return std::vector<Tensor>{
+                        detail::conv2d_bias_act(in[0], in[1], in[2], 1, "same", 1, 1, relu)};
+                  }});
   return cs;
 }
 

@@ -24,6 +24,7 @@
 #endif
 
 #include "internal/copy.hpp"
+#include "internal/dispatch.hpp"
 #include "internal/fast_paths.hpp"
 #include "internal/parallel.hpp"
 #include "internal/registration.hpp"
@@ -284,6 +285,46 @@ void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
           return;
       conv2d_forward<T>(cv, wi[0].data<T>(), wi[1].data<T>(), o.data<T>());
     });
+  });
+}
+
+// y = act(conv2d(x, w) + b), act linear or ReLU (attr "relu"): Conv2D's forward in one call.
+// f32 packed operands go to one oneDNN primitive (bias argument, ReLU post-op); anything else
+// runs the convolution kernel and one pass for bias and activation, with the separate ops'
+// rounding (the sum rounded to the output dtype, then the activation).
+void conv2d_bias_act_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                            const Attrs& a) {
+  const Tensor &x = in[0], &w = in[1], &b = in[2], &y = out[0];
+  if (y.numel() == 0) return;
+  const bool relu = a.i("relu") != 0;
+  if (y.dtype() == DType::f32 && x.dtype() == DType::f32 && x.is_contiguous() &&
+      w.is_contiguous() && b.is_contiguous() && y.is_contiguous()) {
+    Conv cv = make_conv(x.shape(), w.shape(), y.shape(), a);
+    check_blas_size("conv2d", cv);
+    if (cv.k() > 0 && onednn_conv_forward_fused(onednn_geometry(cv, a), x.data<float>(),
+                                                 w.data<float>(), w.storage(), b.data<float>(),
+                                                 relu, y.data<float>()))
+      return;
+  }
+  std::vector<Tensor> xw{x, w};
+  conv2d_kernel(xw, out, a);
+  const std::int64_t n = y.shape()[0], c = y.shape()[1], hw = y.shape()[2] * y.shape()[3];
+  const std::int64_t bs = b.strides()[0];
+  dispatch_floating(y.dtype(), "conv2d_bias_act", [&]<class T>() {
+    using C = compute_t<T>;
+    T* py = y.data<T>();  // the op's fresh output: contiguous
+    const T* pb = b.data<T>();
+    parallel_for(n * c, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(hw, 1)),
+                 [&](std::int64_t r0, std::int64_t r1) {
+                   for (std::int64_t r = r0; r < r1; ++r) {
+                     const C bias = C(pb[(r % c) * bs]);
+                     T* row = py + r * hw;
+                     for (std::int64_t j = 0; j < hw; ++j) {
+                       const T v = T(C(row[j]) + bias);
+                       row[j] = relu ? (C(v) > C(0) ? v : T(C(0))) : v;
+                     }
+                   }
+                 });
   });
 }
 
@@ -634,6 +675,7 @@ void avg_pool_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
 
 void register_cpu_nn_kernels() {
   register_kernel("conv2d", DeviceKind::CPU, conv2d_kernel);
+  register_kernel("conv2d_bias_act", DeviceKind::CPU, conv2d_bias_act_kernel);
   register_kernel("conv2d_backprop_input", DeviceKind::CPU, backprop_input_kernel);
   register_kernel("conv2d_backprop_filter", DeviceKind::CPU, backprop_filter_kernel);
   register_kernel("max_pool2d", DeviceKind::CPU, max_pool_kernel);
