@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "../../src/internal/fast_paths.hpp"
+#include "fast_paths_testing.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
 
@@ -15,25 +15,11 @@ namespace {
 using testing::all_close;
 using testing::rand_tensor;
 
-struct FastPaths {
-  explicit FastPaths(bool on) { detail::set_fast_paths_enabled(on); }
-  ~FastPaths() { detail::set_fast_paths_enabled(true); }
-};
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  return std::memcmp(ac.raw_data(), bc.raw_data(), std::size_t(a.numel()) * dtype_size(a.dtype())) == 0;
-}
+using testing::same_bits;
 
 template <class F>
 void expect_same_as_generic(F f, const Tensor& a, const Tensor& b, const char* what) {
-  const Tensor fast = f(a, b);
-  Tensor slow;
-  {
-    FastPaths off(false);
-    slow = f(a, b);
-  }
+  const auto [fast, slow] = testing::fast_and_generic([&] { return f(a, b); });
   EXPECT_TRUE(same_bits(fast, slow)) << what;
 }
 

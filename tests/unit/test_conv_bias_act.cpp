@@ -8,7 +8,7 @@
 
 #include "../../src/backend/cpu/onednn_conv.hpp"
 #include "../../src/internal/conv_bias_act.hpp"
-#include "../../src/internal/fast_paths.hpp"
+#include "fast_paths_testing.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
 
@@ -172,9 +172,8 @@ TEST(ConvBiasAct, Conv2DTrainsThroughItAndMatchesTheSeparateOps) {
   EXPECT_EQ(detail::onednn_conv_fused_calls(), before + 1) << "the layer did not run the fused op";
   std::vector<Tensor> without;
   {
-    detail::set_fast_paths_enabled(false);
+    testing::FastPathsScope off(false);
     without = grads();
-    detail::set_fast_paths_enabled(true);
   }
   EXPECT_EQ(detail::onednn_conv_fused_calls(), before + 1) << "fast paths off still fused";
   EXPECT_TRUE(all_close(with[0], without[0], 1e-4, 1e-4));

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "../../src/backend/cpu/onednn_conv.hpp"
-#include "../../src/internal/fast_paths.hpp"
+#include "fast_paths_testing.hpp"
 #include "test_support.hpp"
 
 namespace soma {
@@ -18,26 +18,12 @@ namespace {
 using testing::all_close;
 using testing::rand_tensor;
 
-struct FastPaths {
-  bool before = detail::fast_paths_enabled();
-  explicit FastPaths(bool on) { detail::set_fast_paths_enabled(on); }
-  ~FastPaths() { detail::set_fast_paths_enabled(before); }
-};
-
 // f() with the fast paths on (the fused conv) and off (conv2d + add + activation ops).
 template <class F>
 std::pair<Tensor, Tensor> fused_and_ops(F&& f) {
-  Tensor fused, ops;
-  {
-    FastPaths on(true);
-    fused = f();
-  }
-  {
-    FastPaths off(false);
-    ops = f();
-  }
-  return {fused, ops};
+  return testing::fast_and_generic(std::forward<F>(f));
 }
+using testing::FastPathsScope;
 
 struct Case {
   std::int64_t n, c, h, w, filters, k;

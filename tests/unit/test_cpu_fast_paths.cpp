@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "../../src/internal/cpu_allocator.hpp"
-#include "../../src/internal/fast_paths.hpp"
+#include "fast_paths_testing.hpp"
 #include "test_support.hpp"
 #include <soma/soma.hpp>
 
@@ -18,25 +18,8 @@ namespace {
 using testing::all_close;
 using testing::rand_tensor;
 
-// Runs f with the fast paths on and then off; restores them whatever happens.
-struct FastPaths {
-  explicit FastPaths(bool on) { detail::set_fast_paths_enabled(on); }
-  ~FastPaths() { detail::set_fast_paths_enabled(true); }
-};
-
-template <class F>
-std::pair<Tensor, Tensor> fast_and_generic(F&& f) {
-  Tensor fast, generic;
-  {
-    FastPaths on(true);
-    fast = f();
-  }
-  {
-    FastPaths off(false);
-    generic = f();
-  }
-  return {fast, generic};
-}
+using testing::fast_and_generic;
+using testing::FastPathsScope;
 
 // Values on a coarse grid so that windows hold ties (the first maximum must win), plus NaNs.
 Tensor pool_input(const Shape& s, DType t, bool with_nan) {

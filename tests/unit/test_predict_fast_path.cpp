@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "../../src/internal/cpu_allocator.hpp"
-#include "../../src/internal/fast_paths.hpp"
+#include "fast_paths_testing.hpp"
 #include "test_support.hpp"
 #include <soma/soma.hpp>
 
@@ -66,10 +66,7 @@ constexpr long kNewsPerTensor = 2;
 constexpr long kNewsPerTensor = 0;
 #endif
 
-struct FastPathsOff {
-  FastPathsOff() { detail::set_fast_paths_enabled(false); }
-  ~FastPathsOff() { detail::set_fast_paths_enabled(true); }
-};
+using testing::FastPathsScope;
 
 // The benchmark's MLP (apps/soma/bench.cpp), seeded, with non-zero biases.
 nn::Sequential seeded_mlp() {
@@ -128,7 +125,7 @@ TEST_P(PredictOnBatch, MlpMatchesThePlainOpsAndANaiveF64Forward) {
   const Tensor fast = model.predict_on_batch(x);
   Tensor generic;
   {
-    FastPathsOff off;
+    FastPathsScope off(false);
     generic = model.predict_on_batch(x);
   }
   ASSERT_EQ(fast.shape(), (Shape{GetParam(), 10}));
@@ -255,7 +252,7 @@ TEST(DenseChain, StopsAtLayersItCannotRunAndResumesAfterThem) {
   h = layer(h, 3) * 2.0;
   h = layer(h, 4);
   EXPECT_TRUE(all_close(fast, h.to_vector<double>(), 1e-5, 1e-5));
-  FastPathsOff off;
+  FastPathsScope off(false);
   EXPECT_TRUE(all_close(fast, model.predict_on_batch(x), 1e-5, 1e-5));
 }
 
@@ -286,7 +283,7 @@ TEST(DenseChain, InputsOfRankThreeWithoutFlattenKeepTheirLeadingAxesAndNoBiasWor
   const Tensor x = cast(rand_tensor({2, 3, 5}, 63), DType::f32);
   const Tensor fast = model.predict_on_batch(x);
   ASSERT_EQ(fast.shape(), (Shape{2, 3, 2}));
-  FastPathsOff off;
+  FastPathsScope off(false);
   EXPECT_TRUE(all_close(fast, model.predict_on_batch(x), 1e-5, 1e-5));
 }
 
@@ -329,7 +326,7 @@ TEST(FlattenView, AContiguousInputGivesTheReshapeOpsView) {
     const Tensor fast = flatten(x);
     Tensor generic;
     {
-      FastPathsOff off;
+      FastPathsScope off(false);
       generic = flatten(x);
     }
     EXPECT_EQ(fast.shape(), (Shape{x.dim(0), 15}));

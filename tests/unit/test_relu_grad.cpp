@@ -8,6 +8,7 @@
 
 
 #include "soma/soma.hpp"
+#include "fast_paths_testing.hpp"
 #include "test_support.hpp"
 
 namespace soma {
@@ -22,12 +23,7 @@ Tensor relu_grad_call(const Tensor& x, const Tensor& g) {
   return call_op1(get_op("relu_grad"), {x, g});
 }
 
-// Bitwise equality of two f32 tensors of the same shape (NaN == NaN, +0 != -0).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  return std::memcmp(ac.data<float>(), bc.data<float>(), std::size_t(a.numel()) * sizeof(float)) == 0;
-}
+using testing::same_bits;
 
 TEST(ReluGrad, MatchesANaiveLoopForEveryFloatingDtype) {
   for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
