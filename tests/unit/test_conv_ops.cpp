@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "soma/nn_ops.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 namespace soma {
@@ -457,14 +458,7 @@ TEST(Pool2d, OutputShape) {
 }
 
 // ---- errors ----
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using soma::testing::error_of;
 
 TEST(Conv2dErrors, RankOtherThanFourIsRejected) {
   EXPECT_EQ(error_of([] { conv2d(zeros({3, 8, 8}), zeros({4, 3, 3, 3})); }),

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 namespace soma {
@@ -10,14 +11,7 @@ namespace {
 
 using testing::all_close;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no soma::Error thrown>";
-}
+using soma::testing::error_of;
 
 // ---- constant ----------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@
 #include "soma/dist/data_parallel.hpp"
 #include "soma/dist/dist.hpp"
 #include "soma/soma.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
@@ -18,14 +19,7 @@ using soma::testing::rand_tensor;
 
 namespace {
 
-std::string what_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using soma::testing::error_of;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
@@ -54,14 +48,14 @@ TEST(DistInit, WorldBeforeInitNamesTheFix) {
   dist::finalize();
   EXPECT_FALSE(dist::initialized());
   EXPECT_EQ(dist::world_size(), 1);
-  EXPECT_EQ(what_of([] { dist::world(); }),
+  EXPECT_EQ(error_of([] { dist::world(); }),
             "dist.world: soma::dist::init() has not been called (call it at the start of main)");
   dist::init();
 }
 
 TEST(DistInit, BadTimeoutIsRefused) {
   dist::finalize();
-  EXPECT_EQ(what_of([] { dist::init({.timeout = std::chrono::milliseconds(0)}); }),
+  EXPECT_EQ(error_of([] { dist::init({.timeout = std::chrono::milliseconds(0)}); }),
             "dist.init: the timeout must be positive");
   dist::init();
 }
@@ -70,7 +64,7 @@ TEST(DistInit, LauncherWithoutMpiInTheBuildIsRefused) {
   if (dist::built_with_mpi()) GTEST_SKIP() << "libsoma has MPI: mpirun ranks are supported";
   dist::finalize();
   setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-  const std::string msg = what_of([] { dist::init(); });
+  const std::string msg = error_of([] { dist::init(); });
   unsetenv("OMPI_COMM_WORLD_SIZE");
   EXPECT_TRUE(contains(msg, "dist.init: this process is one of 2 ranks started by mpirun, but "
                             "libsoma was built without MPI"))
@@ -92,9 +86,9 @@ TEST(LocalCommunicator, CollectivesLeaveTheTensor) {
 TEST(LocalCommunicator, NonContiguousTensorIsRefused) {
   auto c = dist::make_local_communicator();
   Tensor t = zeros({3, 4}).transpose();
-  EXPECT_TRUE(contains(what_of([&] { c->allreduce(t); }),
+  EXPECT_TRUE(contains(error_of([&] { c->allreduce(t); }),
                        "dist.allreduce: the tensor (shape [4, 3]) is not contiguous"));
-  EXPECT_EQ(what_of([&] {
+  EXPECT_EQ(error_of([&] {
               Tensor u = zeros({2});
               c->broadcast(u, 1);
             }),
@@ -107,7 +101,7 @@ TEST(ShardRange, SplitsContiguouslyWithSizesDifferingByOne) {
   EXPECT_EQ(dist::shard_range(64, 0, 3), (std::pair<std::int64_t, std::int64_t>{0, 21}));
   EXPECT_EQ(dist::shard_range(64, 1, 3), (std::pair<std::int64_t, std::int64_t>{21, 42}));
   EXPECT_EQ(dist::shard_range(64, 2, 3), (std::pair<std::int64_t, std::int64_t>{42, 64}));
-  EXPECT_EQ(what_of([] { dist::shard_range(8, 2, 2); }),
+  EXPECT_EQ(error_of([] { dist::shard_range(8, 2, 2); }),
             "dist.shard_range: rank 2 is not in [0, 2)");
 }
 
@@ -237,19 +231,19 @@ TEST(GradientReducer, OverlapStartsBucketsAsGradientsArriveOnlyWhenAsked) {
 TEST(GradientReducer, MisuseNamesTheProblem) {
   std::vector<Variable> vars = {Variable(zeros({2}), "a"), Variable(zeros({2}), "b")};
   dist::GradientReducer r(dist::make_local_communicator(), vars);
-  EXPECT_EQ(what_of([&] { r.gradient_ready(0, zeros({2})); }),
+  EXPECT_EQ(error_of([&] { r.gradient_ready(0, zeros({2})); }),
             "dist.GradientReducer: gradient_ready outside a step (call begin_step first)");
   r.begin_step(1.0);
   r.gradient_ready(0, zeros({2}));
-  EXPECT_EQ(what_of([&] { r.gradient_ready(0, zeros({2})); }),
+  EXPECT_EQ(error_of([&] { r.gradient_ready(0, zeros({2})); }),
             "dist.GradientReducer: the gradient of parameter 0 was reported twice");
-  EXPECT_TRUE(contains(what_of([&] { r.gradient_ready(1, zeros({3})); }),
+  EXPECT_TRUE(contains(error_of([&] { r.gradient_ready(1, zeros({3})); }),
                        "the gradient of 'b' has shape [3], the parameter [2]"));
-  EXPECT_TRUE(contains(what_of([&] { r.finish_step(); }),
+  EXPECT_TRUE(contains(error_of([&] { r.finish_step(); }),
                        "the gradient of parameter 1 ('b') was never reported"));
   std::vector<Variable> half = {Variable(zeros({2}, DType::f16), "h")};
   EXPECT_TRUE(
-      contains(what_of([&] { dist::GradientReducer(dist::make_local_communicator(), half); }),
+      contains(error_of([&] { dist::GradientReducer(dist::make_local_communicator(), half); }),
                "parameter 'h' has dtype f16; data-parallel training reduces f32 and f64"));
 }
 
@@ -287,6 +281,6 @@ TEST(DistributedFit, NegativeBucketSizeIsRefused) {
   o.verbose = 0;
   o.distributed = true;
   o.distributed_bucket_bytes = -1;
-  EXPECT_EQ(what_of([&] { m.fit(zeros({4, 2}), zeros({4, 2}), o); }),
+  EXPECT_EQ(error_of([&] { m.fit(zeros({4, 2}), zeros({4, 2}), o); }),
             "fit: distributed_bucket_bytes must be >= 0, got -1");
 }

@@ -12,19 +12,13 @@
 #include "soma/dist/data_parallel.hpp"
 #include "soma/dist/dist.hpp"
 #include "soma/soma.hpp"
+#include "error_testing.hpp"
 
 using namespace soma;
 
 namespace {
 
-std::string what_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using soma::testing::error_of;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
@@ -67,17 +61,17 @@ TEST_F(DistNccl, NcclNeedsMpiInTheBuild) {
 }
 
 TEST_F(DistNccl, UnknownBackendIsRefused) {
-  EXPECT_EQ(what_of([] { dist::init({.backend = "gloo"}); }),
+  EXPECT_EQ(error_of([] { dist::init({.backend = "gloo"}); }),
             "dist.init: backend must be \"auto\", \"mpi\" or \"nccl\" (InitOptions::backend or "
             "$SOMA_DIST_BACKEND), got \"gloo\"");
   EXPECT_FALSE(dist::initialized());
   setenv("SOMA_DIST_BACKEND", "NCCL", 1);
-  EXPECT_TRUE(contains(what_of([] { dist::init(); }), "got \"NCCL\""));
+  EXPECT_TRUE(contains(error_of([] { dist::init(); }), "got \"NCCL\""));
 }
 
 TEST_F(DistNccl, AskingForNcclWithoutGpuOrBuildGivesTheReason) {
   if (nccl_unavailable().empty()) GTEST_SKIP() << "NCCL and a GPU are here: nothing to refuse";
-  const std::string msg = what_of([] { dist::init({.backend = "nccl"}); });
+  const std::string msg = error_of([] { dist::init({.backend = "nccl"}); });
   if (!dist::built_with_nccl()) {
     EXPECT_TRUE(contains(msg, "dist.init: backend \"nccl\" was asked for, but libsoma was built "
                               "without NCCL"))
@@ -91,7 +85,7 @@ TEST_F(DistNccl, AskingForNcclWithoutGpuOrBuildGivesTheReason) {
   EXPECT_FALSE(dist::initialized());
   // The same through the environment (how `mpirun -x SOMA_DIST_BACKEND=nccl` asks for it).
   setenv("SOMA_DIST_BACKEND", "nccl", 1);
-  EXPECT_EQ(what_of([] { dist::init(); }), msg);
+  EXPECT_EQ(error_of([] { dist::init(); }), msg);
 }
 
 TEST_F(DistNccl, CpuTensorsUseTheWorld) {
@@ -111,7 +105,7 @@ TEST_F(DistNccl, OneProcessNeedsNoNcclForDeviceTensors) {
 }
 
 TEST_F(DistNccl, CommunicatorForNeedsInit) {
-  EXPECT_TRUE(contains(what_of([] { dist::communicator_for(Device::cuda(0)); }),
+  EXPECT_TRUE(contains(error_of([] { dist::communicator_for(Device::cuda(0)); }),
                        "soma::dist::init() has not been called"));
 }
 
@@ -164,18 +158,18 @@ TEST_F(DistNccl, NcclRefusesCpuAndOtherDeviceTensorsWithTheReason) {
   dist::init({.backend = "nccl"});
   auto c = dist::communicator_for(dist::local_device());
   Tensor cpu = fill({4}, 1.0);
-  EXPECT_EQ(what_of([&] { c->allreduce(cpu); }),
+  EXPECT_EQ(error_of([&] { c->allreduce(cpu); }),
             "dist.allreduce: the tensor is on cpu; the NCCL communicator works on CUDA tensors "
             "(CPU tensors go through dist::world(), MPI)");
   Tensor nc = zeros({3, 4}).to(dist::local_device()).transpose();
-  EXPECT_TRUE(contains(what_of([&] { c->broadcast(nc, 0); }), "is not contiguous")) << "";
-  EXPECT_TRUE(contains(what_of([&] {
+  EXPECT_TRUE(contains(error_of([&] { c->broadcast(nc, 0); }), "is not contiguous")) << "";
+  EXPECT_TRUE(contains(error_of([&] {
                          Tensor t = fill({2}, 1.0).to(dist::local_device());
                          c->broadcast(t, 3);
                        }),
                        "dist.broadcast: root must be in [0, 1), got 3"));
   if (cuda::device_count() > 1) {
-    EXPECT_TRUE(contains(what_of([] { dist::communicator_for(Device::cuda(1)); }),
+    EXPECT_TRUE(contains(error_of([] { dist::communicator_for(Device::cuda(1)); }),
                          "this rank's NCCL communicator is on cuda:0, not on cuda:1"));
   }
 }
@@ -213,7 +207,7 @@ TEST_F(DistNccl, ReducerNeedsTheWholeModelOnOneDevice) {
   if (!cuda::is_available()) GTEST_SKIP() << no_device();
   dist::init();
   Variable a(fill({2}, 1.0), "a"), b(fill({2}, 1.0).to(Device::cuda(0)), "b");
-  EXPECT_EQ(what_of([&] { dist::GradientReducer r(dist::world_ref(), {a, b}); }),
+  EXPECT_EQ(error_of([&] { dist::GradientReducer r(dist::world_ref(), {a, b}); }),
             "dist.GradientReducer: parameter 'b' is on cuda:0 and parameter 'a' on cpu; "
             "data-parallel training needs the whole model on one device per rank");
 }

@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
@@ -79,14 +80,7 @@ std::vector<double> naive_einsum(const std::string& eq, const std::vector<Tensor
   return res;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using soma::testing::error_of;
 
 ::testing::AssertionResult mentions(const std::string& msg, std::initializer_list<const char*> parts) {
   for (const char* p : parts)

@@ -4,6 +4,7 @@
 #include <functional>
 #include <string>
 
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
@@ -73,14 +74,7 @@ Ref naive_matmul(const Tensor& a, const Tensor& b) {
   return all_close(c, ref.values, tol, tol);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using soma::testing::error_of;
 
 Tensor swap_last(const Tensor& t) { return t.transpose(t.rank() - 2, t.rank() - 1); }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "soma/nn/losses.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
@@ -89,14 +90,7 @@ Tensor one_hot_rows(const std::vector<std::int64_t>& labels, std::int64_t c) {
   return constant(v, {std::int64_t(labels.size()), c});
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using soma::testing::error_of;
 
 }  // namespace
 
@@ -157,14 +151,14 @@ TEST(MeanSquaredError, IntegerTargetsAreCastToThePredictionDtype) {
 }
 
 TEST(MeanSquaredError, MismatchedShapesNameTheLossAndBothShapes) {
-  std::string m = message_of([] { nn::MeanSquaredError()(zeros({4, 3}), zeros({4, 2})); });
+  std::string m = error_of([] { nn::MeanSquaredError()(zeros({4, 3}), zeros({4, 2})); });
   EXPECT_NE(m.find("mean_squared_error"), std::string::npos) << m;
   EXPECT_NE(m.find("[4, 3]"), std::string::npos) << m;
   EXPECT_NE(m.find("[4, 2]"), std::string::npos) << m;
 }
 
 TEST(MeanSquaredError, MisshapenSampleWeightsAreAnError) {
-  std::string m = message_of([] {
+  std::string m = error_of([] {
     nn::MeanSquaredError()(zeros({4, 3}), zeros({4, 3}), ones({3}));
   });
   EXPECT_NE(m.find("mean_squared_error"), std::string::npos) << m;
@@ -192,7 +186,7 @@ TEST(Huber, IsQuadraticInsideDeltaAndLinearBeyond) {
 }
 
 TEST(Huber, NonPositiveDeltaIsRejected) {
-  std::string m = message_of([] { nn::Huber({.delta = 0.0}); });
+  std::string m = error_of([] { nn::Huber({.delta = 0.0}); });
   EXPECT_NE(m.find("huber_loss"), std::string::npos) << m;
   EXPECT_NE(m.find("delta"), std::string::npos) << m;
 }
@@ -255,7 +249,7 @@ TEST(BinaryCrossentropy, LogitGradientAtZeroIsSigmoidOfZeroMinusTarget) {
 }
 
 TEST(BinaryCrossentropy, LabelSmoothingOutsideZeroToOneIsRejected) {
-  std::string m = message_of([] { nn::BinaryCrossentropy({.label_smoothing = 1.5}); });
+  std::string m = error_of([] { nn::BinaryCrossentropy({.label_smoothing = 1.5}); });
   EXPECT_NE(m.find("binary_crossentropy"), std::string::npos) << m;
   EXPECT_NE(m.find("label_smoothing"), std::string::npos) << m;
 }
@@ -309,7 +303,7 @@ TEST(CategoricalCrossentropy, AxisOptionPicksTheClassAxis) {
 }
 
 TEST(CategoricalCrossentropy, IntegerLabelsOfTheWrongShapeAreAnError) {
-  std::string m = message_of([] {
+  std::string m = error_of([] {
     nn::CategoricalCrossentropy()(constant({1, 2}), constant({{0.5, 0.5, 0.0}, {0.2, 0.3, 0.5}}));
   });
   EXPECT_NE(m.find("categorical_crossentropy"), std::string::npos) << m;
@@ -370,20 +364,20 @@ TEST(SparseCategoricalCrossentropy, SampleWeightsAndReductions) {
 }
 
 TEST(SparseCategoricalCrossentropy, OutOfRangeLabelNamesTheLabelAndTheClassCount) {
-  std::string m = message_of([] {
+  std::string m = error_of([] {
     nn::SparseCategoricalCrossentropy({.from_logits = true})(constant({1, 10}), zeros({2, 10}));
   });
   EXPECT_NE(m.find("sparse_categorical_crossentropy"), std::string::npos) << m;
   EXPECT_NE(m.find("label 10"), std::string::npos) << m;
   EXPECT_NE(m.find("10 classes"), std::string::npos) << m;
-  EXPECT_NE(message_of([] {
+  EXPECT_NE(error_of([] {
               nn::SparseCategoricalCrossentropy()(constant({-1}), fill({1, 3}, 1.0 / 3));
             }).find("label -1"),
             std::string::npos);
 }
 
 TEST(SparseCategoricalCrossentropy, LabelShapeMismatchIsAnError) {
-  std::string m = message_of([] {
+  std::string m = error_of([] {
     nn::SparseCategoricalCrossentropy()(constant({0, 1, 2}), fill({2, 3}, 1.0 / 3));
   });
   EXPECT_NE(m.find("sparse_categorical_crossentropy"), std::string::npos) << m;
@@ -392,7 +386,7 @@ TEST(SparseCategoricalCrossentropy, LabelShapeMismatchIsAnError) {
 }
 
 TEST(Losses, IntegerPredictionsAreRejected) {
-  std::string m = message_of([] { nn::MeanAbsoluteError()(constant({1, 2}), constant({1, 2})); });
+  std::string m = error_of([] { nn::MeanAbsoluteError()(constant({1, 2}), constant({1, 2})); });
   EXPECT_NE(m.find("mean_absolute_error"), std::string::npos) << m;
   EXPECT_NE(m.find("floating-point"), std::string::npos) << m;
 }
@@ -489,7 +483,7 @@ TEST(Losses, StringIdentifiersBuildDefaultLosses) {
   EXPECT_EQ(nn::get_loss("mse")->name(), "mean_squared_error");
   EXPECT_EQ(nn::get_loss("sparse_categorical_crossentropy")->name(),
             "sparse_categorical_crossentropy");
-  std::string m = message_of([] { nn::get_loss("hinge_of_doom"); });
+  std::string m = error_of([] { nn::get_loss("hinge_of_doom"); });
   EXPECT_NE(m.find("unknown loss 'hinge_of_doom'"), std::string::npos) << m;
 }
 

@@ -6,20 +6,14 @@
 
 #include "soma/metrics.hpp"
 #include "soma/nn/losses.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
 
 namespace {
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using soma::testing::error_of;
 
 Tensor labels(std::vector<std::int64_t> v) {
   std::int64_t n = std::int64_t(v.size());
@@ -77,7 +71,7 @@ TEST(CategoricalAccuracy, TiedPredictionsGoToTheFirstIndex) {
 
 TEST(CategoricalAccuracy, ShapeMismatchNamesTheMetricAndBothShapes) {
   metrics::CategoricalAccuracy m;
-  std::string msg = message_of([&] { m.update_state(labels({1, 0}), zeros({2, 3})); });
+  std::string msg = error_of([&] { m.update_state(labels({1, 0}), zeros({2, 3})); });
   EXPECT_NE(msg.find("categorical_accuracy"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[2]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
@@ -165,7 +159,7 @@ TEST(Accuracy, ResolveForLossPinsTheVariant) {
 
 TEST(Accuracy, UnrelatedShapesAreAnError) {
   metrics::Accuracy m;
-  std::string msg = message_of([&] { m.update_state(labels({1, 0, 1}), zeros({2, 4})); });
+  std::string msg = error_of([&] { m.update_state(labels({1, 0, 1}), zeros({2, 4})); });
   EXPECT_NE(msg.find("accuracy"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[3]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[2, 4]"), std::string::npos) << msg;
@@ -213,7 +207,7 @@ TEST(SparseTopKCategoricalAccuracy, AccumulatesWeightedBatches) {
 }
 
 TEST(TopKCategoricalAccuracy, KBelowOneIsRejected) {
-  std::string msg = message_of([] { metrics::TopKCategoricalAccuracy({.k = 0}); });
+  std::string msg = error_of([] { metrics::TopKCategoricalAccuracy({.k = 0}); });
   EXPECT_NE(msg.find("top_k_categorical_accuracy"), std::string::npos) << msg;
   EXPECT_NE(msg.find("k must be at least 1"), std::string::npos) << msg;
 }
@@ -268,7 +262,7 @@ TEST(PrecisionRecall, ClassIdScoresOneColumn) {
   r.update_state(constant({{1.0, 1.0}, {1.0, 1.0}}), constant({{0.1, 0.9}, {0.1, 0.2}}));
   EXPECT_DOUBLE_EQ(r.result(), 0.5);
   metrics::Recall bad({.class_id = 2});
-  std::string msg = message_of([&] { bad.update_state(zeros({1, 2}), zeros({1, 2})); });
+  std::string msg = error_of([&] { bad.update_state(zeros({1, 2}), zeros({1, 2})); });
   EXPECT_NE(msg.find("recall"), std::string::npos) << msg;
   EXPECT_NE(msg.find("class_id 2"), std::string::npos) << msg;
 }
@@ -307,7 +301,7 @@ TEST(Mean, RunningWeightedMeanOfValues) {
 TEST(Mean, ThirdTensorIsAnError) {
   metrics::Mean m({.name = "loss"});
   EXPECT_EQ(m.name(), "loss");
-  std::string msg = message_of([&] { m.update_state(ones({2}), ones({2}), ones({2})); });
+  std::string msg = error_of([&] { m.update_state(ones({2}), ones({2}), ones({2})); });
   EXPECT_NE(msg.find("loss"), std::string::npos) << msg;
   EXPECT_NE(msg.find("(values, sample_weight)"), std::string::npos) << msg;
 }
@@ -337,7 +331,7 @@ TEST(Metrics, UpdatesRecordNothingOnATape) {
 
 TEST(Metrics, MisalignedSampleWeightsAreAnError) {
   metrics::BinaryAccuracy m;
-  std::string msg = message_of([&] { m.update_state(zeros({4, 1}), zeros({4, 1}), ones({3})); });
+  std::string msg = error_of([&] { m.update_state(zeros({4, 1}), zeros({4, 1}), ones({3})); });
   EXPECT_NE(msg.find("binary_accuracy"), std::string::npos) << msg;
   EXPECT_NE(msg.find("sample_weight shape [3]"), std::string::npos) << msg;
 }
@@ -347,7 +341,7 @@ TEST(Metrics, StringIdentifiersBuildDefaultMetrics) {
   EXPECT_EQ(metrics::get("acc")->name(), "accuracy");
   EXPECT_EQ(metrics::get("precision")->name(), "precision");
   EXPECT_EQ(metrics::get("mse")->name(), "mean_squared_error");
-  std::string msg = message_of([] { metrics::get("f7_score"); });
+  std::string msg = error_of([] { metrics::get("f7_score"); });
   EXPECT_NE(msg.find("unknown metric 'f7_score'"), std::string::npos) << msg;
 }
 

@@ -14,6 +14,7 @@
 #include "soma/nn/layers.hpp"
 #include "soma/nn/losses.hpp"
 #include "soma/optim/optimizers.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 namespace nn = soma::nn;
@@ -36,14 +37,7 @@ Tensor labels(std::int64_t n, std::int64_t classes, std::uint64_t seed) {
 
 Tensor f32(const Tensor& t) { return t.cast(soma::DType::f32); }
 
-std::string what_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const soma::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using soma::testing::error_of;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
@@ -91,7 +85,7 @@ TEST(Summary, RowsNameEachLayerWithItsType) {
 TEST(Summary, UnbuiltModelThrowsNamingTheFix) {
   nn::Sequential model{nn::Flatten(), nn::Dense(10)};
   std::ostringstream os;
-  std::string msg = what_of([&] { model.summary(os); });
+  std::string msg = error_of([&] { model.summary(os); });
   EXPECT_TRUE(contains(msg, "not built")) << msg;
   EXPECT_TRUE(contains(msg, "nn::Input")) << msg;
 }
@@ -158,7 +152,7 @@ TEST(Fit, StyleExampleCompilesAndTrains) {
 
 TEST(Fit, UncompiledModelThrows) {
   auto model = small_classifier();
-  std::string msg = what_of([&] { model.fit(soma::zeros({4, 4}), labels(4, 3, 1)); });
+  std::string msg = error_of([&] { model.fit(soma::zeros({4, 4}), labels(4, 3, 1)); });
   EXPECT_EQ(msg, "fit: the model is not compiled; call compile(optimizer, loss) first");
 }
 
@@ -166,7 +160,7 @@ TEST(Fit, MismatchedSampleCountsNameBothShapes) {
   auto model = small_classifier();
   compile_classifier(model);
   std::string msg =
-      what_of([&] { model.fit(soma::zeros({10, 4}), soma::zeros({8, 1}), {.verbose = 0}); });
+      error_of([&] { model.fit(soma::zeros({10, 4}), soma::zeros({8, 1}), {.verbose = 0}); });
   EXPECT_TRUE(contains(msg, "fit:")) << msg;
   EXPECT_TRUE(contains(msg, "[10, 4]")) << msg;
   EXPECT_TRUE(contains(msg, "[8, 1]")) << msg;
@@ -177,10 +171,10 @@ TEST(Fit, BadOptionsAreRejected) {
   compile_classifier(model);
   Tensor x = soma::zeros({4, 4});
   Tensor y = labels(4, 3, 1);
-  EXPECT_TRUE(contains(what_of([&] { model.fit(x, y, {.batch_size = 0, .verbose = 0}); }),
+  EXPECT_TRUE(contains(error_of([&] { model.fit(x, y, {.batch_size = 0, .verbose = 0}); }),
                        "batch_size must be positive"));
   EXPECT_TRUE(contains(
-      what_of([&] { model.fit(x, y, {.validation_split = 1.0, .verbose = 0}); }),
+      error_of([&] { model.fit(x, y, {.validation_split = 1.0, .verbose = 0}); }),
       "validation_split must be in [0, 1)"));
 }
 
@@ -195,7 +189,7 @@ TEST(Fit, HistoryHasOneValuePerEpoch) {
   EXPECT_EQ(h["loss"].size(), 3u);
   EXPECT_EQ(h["accuracy"].size(), 3u);
   EXPECT_FALSE(h.contains("val_loss"));
-  EXPECT_TRUE(contains(what_of([&] { (void)h["nope"]; }), "recorded: accuracy, loss"));
+  EXPECT_TRUE(contains(error_of([&] { (void)h["nope"]; }), "recorded: accuracy, loss"));
 }
 
 TEST(Fit, InitialEpochSkipsEarlierEpochs) {
@@ -377,7 +371,7 @@ TEST(Evaluate, MatchesAManualComputation) {
 
 TEST(Evaluate, UncompiledModelThrows) {
   auto model = small_classifier();
-  EXPECT_TRUE(contains(what_of([&] { model.evaluate(soma::zeros({2, 4}), labels(2, 3, 1)); }),
+  EXPECT_TRUE(contains(error_of([&] { model.evaluate(soma::zeros({2, 4}), labels(2, 3, 1)); }),
                        "evaluate: the model is not compiled"));
 }
 
@@ -447,12 +441,12 @@ TEST(Sequential, ACopySharesTheLayersAndStaysBuilt) {
 
 TEST(Sequential, InputShapeMismatchIsAnError) {
   nn::Sequential model{nn::Input({28, 28}), nn::Flatten(), nn::Dense(10)};
-  std::string msg = what_of([&] { model(soma::zeros({2, 784})); });
+  std::string msg = error_of([&] { model(soma::zeros({2, 784})); });
   EXPECT_TRUE(contains(msg, "expects inputs of shape (None, 28, 28), got [2, 784]")) << msg;
 }
 
 TEST(Sequential, InputMustComeFirst) {
-  std::string msg = what_of([] { nn::Sequential m{nn::Dense(2), nn::Input({3})}; });
+  std::string msg = error_of([] { nn::Sequential m{nn::Dense(2), nn::Input({3})}; });
   EXPECT_TRUE(contains(msg, "an Input must come first")) << msg;
 }
 
@@ -523,14 +517,14 @@ TEST(Functional, OutputsMustDependOnlyOnListedInputs) {
   auto a = nn::Input({2}, {.name = "a_in"});
   auto b = nn::Input({2}, {.name = "b_in"});
   auto s = nn::call(nn::Add(), std::vector{a, b}).at(0);
-  std::string msg = what_of([&] { nn::Model m(a, s); });
+  std::string msg = error_of([&] { nn::Model m(a, s); });
   EXPECT_TRUE(contains(msg, "input 'b_in', which is not among the model's inputs")) << msg;
 }
 
 TEST(Functional, CompileChecksOneLossPerOutput) {
   auto in = nn::Input({2});
   nn::Model model(std::vector{in}, {nn::call(nn::Dense(1), in), nn::call(nn::Dense(1), in)});
-  std::string msg = what_of([&] {
+  std::string msg = error_of([&] {
     model.compile(optim::SGD(), std::vector<nn::LossRef>{nn::MeanSquaredError(),
                                                          nn::MeanSquaredError(),
                                                          nn::MeanSquaredError()});
@@ -542,7 +536,7 @@ TEST(Functional, CompileChecksOneLossPerOutput) {
 TEST(Functional, WrongInputShapeIsAnError) {
   auto in = nn::Input({4}, {.name = "x_in"});
   nn::Model model(in, nn::call(nn::Dense(2), in));
-  std::string msg = what_of([&] { model(soma::zeros({3, 5})); });
+  std::string msg = error_of([&] { model(soma::zeros({3, 5})); });
   EXPECT_TRUE(contains(msg, "input 0 ('x_in') expects shape (None, 4), got [3, 5]")) << msg;
 }
 
@@ -550,6 +544,6 @@ TEST(Functional, WrongNumberOfInputsIsAnError) {
   auto a = nn::Input({2});
   auto b = nn::Input({2});
   nn::Model model({a, b}, {nn::call(nn::Add(), std::vector{a, b}).at(0)});
-  std::string msg = what_of([&] { model(soma::zeros({3, 2})); });
+  std::string msg = error_of([&] { model(soma::zeros({3, 2})); });
   EXPECT_TRUE(contains(msg, "takes 2 input(s), got 1")) << msg;
 }

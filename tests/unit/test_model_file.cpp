@@ -12,6 +12,7 @@
 #include "soma/model/serialization.hpp"
 #include "soma/model/weights.hpp"
 #include "soma/soma.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -32,14 +33,7 @@ bool same_bits(const Tensor& a0, const Tensor& b0) {
   return std::memcmp(a.raw_data(), b.raw_data(), std::size_t(a.numel()) * dtype_size(a.dtype())) == 0;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const soma::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using soma::testing::error_of;
 
 Tensor labels(std::int64_t n, int classes, std::uint64_t seed) {
   return soma::floor(rand_tensor({n}, seed, 0.0, classes - 1e-3)).cast(DType::i64);
@@ -282,7 +276,7 @@ TEST_F(DamagedFile, EveryTruncationIsACleanError) {
   // No length may crash or succeed: each prefix is a soma::Error.
   for (std::size_t n = 0; n < bytes.size(); n += std::max<std::size_t>(1, bytes.size() / 97)) {
     write(bytes.substr(0, n));
-    EXPECT_NE(error_of([&] { load_model(path); }), "<no error>") << n;
+    EXPECT_NE(error_of([&] { load_model(path); }), soma::testing::kNoError) << n;
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include "soma/model/serialization.hpp"
 #include "soma/soma.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -46,14 +47,7 @@ void expect_same_weights(const nn::Model& a, const nn::Model& b) {
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const soma::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using soma::testing::error_of;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

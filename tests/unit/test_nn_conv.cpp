@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "soma/nn/conv.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 namespace soma {
@@ -13,14 +14,7 @@ using testing::all_close;
 using testing::check_gradients;
 using testing::rand_tensor;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using soma::testing::error_of;
 
 // Finite-difference check of d sum(layer(x) * r) / d weight for every weight, perturbing each
 // element in place through Variable::assign.

@@ -6,6 +6,7 @@
 
 #include "soma/nn/layers.hpp"
 #include "soma/nn/normalization.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
@@ -20,14 +21,7 @@ bool contains(const std::string& s, const std::string& part) {
 }
 
 // The message of the soma::Error thrown by f ("" if none was thrown).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using soma::testing::error_of;
 
 // Tape gradients of L = sum(f() * w) w.r.t. each variable against central differences, found by
 // assigning perturbed values to the variable.

@@ -12,6 +12,7 @@
 #include "soma/model/serialization.hpp"
 #include "soma/onnx.hpp"
 #include "soma/soma.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
@@ -21,14 +22,7 @@ using soma::testing::rand_tensor;
 
 namespace {
 
-std::string what_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no soma::Error thrown)";
-}
+using soma::testing::error_of;
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
@@ -392,7 +386,7 @@ TEST(NormalizationLayer, OnnxExportRoundTripGivesTheSamePredictions) {
 
 TEST(NormalizationLayer, CallingBeforeAdaptNamesTheFix) {
   nn::Normalization norm;
-  std::string e = what_of([&] { norm(zeros({2, 3})); });
+  std::string e = error_of([&] { norm(zeros({2, 3})); });
   EXPECT_TRUE(contains(e, "Normalization")) << e;
   EXPECT_TRUE(contains(e, "call adapt(data)")) << e;
 }
@@ -400,40 +394,40 @@ TEST(NormalizationLayer, CallingBeforeAdaptNamesTheFix) {
 TEST(NormalizationLayer, WrongFeatureSizeNamesTheShapes) {
   nn::Normalization norm;
   norm.adapt(zeros({4, 3}));
-  std::string e = what_of([&] { norm(zeros({2, 5})); });
+  std::string e = error_of([&] { norm(zeros({2, 5})); });
   EXPECT_TRUE(contains(e, "Normalization")) << e;
   EXPECT_TRUE(contains(e, "statistics of shape [3]")) << e;
   EXPECT_TRUE(contains(e, "got shape [2, 5]")) << e;
-  e = what_of([&] { norm.adapt(zeros({4, 7})); });
+  e = error_of([&] { norm.adapt(zeros({4, 7})); });
   EXPECT_TRUE(contains(e, "Normalization.adapt")) << e;
   EXPECT_TRUE(contains(e, "got shape [4, 7]")) << e;
 }
 
 TEST(NormalizationLayer, BadOptionsAndDataAreErrors) {
-  std::string e = what_of([] { nn::Normalization({.mean = {1, 2}}); });
+  std::string e = error_of([] { nn::Normalization({.mean = {1, 2}}); });
   EXPECT_TRUE(contains(e, "both mean and variance")) << e;
-  e = what_of([] { nn::Normalization({.mean = {1}, .variance = {-1}}); });
+  e = error_of([] { nn::Normalization({.mean = {1}, .variance = {-1}}); });
   EXPECT_TRUE(contains(e, "variance must be >= 0")) << e;
-  e = what_of([] { nn::Normalization({.dtype = DType::i32}); });
+  e = error_of([] { nn::Normalization({.dtype = DType::i32}); });
   EXPECT_TRUE(contains(e, "dtype must be floating")) << e;
 
   nn::Normalization sized({.mean = {1, 2}, .variance = {1, 1}});
-  e = what_of([&] { sized(zeros({2, 3})); });
+  e = error_of([&] { sized(zeros({2, 3})); });
   EXPECT_TRUE(contains(e, "mean has 2 values; expected 1 or 3")) << e;
 
   nn::Normalization batch_axis({.axis = Axes{0}});
-  e = what_of([&] { batch_axis.adapt(zeros({4, 3})); });
+  e = error_of([&] { batch_axis.adapt(zeros({4, 3})); });
   EXPECT_TRUE(contains(e, "axis 0 is the batch axis")) << e;
 
   nn::Normalization rank1;
-  e = what_of([&] { rank1.adapt(zeros({4})); });
+  e = error_of([&] { rank1.adapt(zeros({4})); });
   EXPECT_TRUE(contains(e, "axis = std::nullopt")) << e;
 
   nn::Normalization given({.mean = {0}, .variance = {1}});
-  e = what_of([&] { given.adapt(zeros({4, 3})); });
+  e = error_of([&] { given.adapt(zeros({4, 3})); });
   EXPECT_TRUE(contains(e, "adapt() cannot replace them")) << e;
 
   nn::Normalization empty;
-  e = what_of([&] { empty.adapt(zeros({0, 3})); });
+  e = error_of([&] { empty.adapt(zeros({0, 3})); });
   EXPECT_TRUE(contains(e, "no data")) << e;
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "soma/nn/recurrent.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
@@ -241,14 +242,7 @@ Tensor joined(const std::vector<Tensor>& outs) {
   return ::testing::AssertionSuccess();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using soma::testing::error_of;
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 
 #include "soma/onnx.hpp"
 #include "soma/soma.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 #ifndef SOMA_ONNX_PYTHON
@@ -39,14 +40,7 @@ fs::path work_dir() {
   return d;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no soma::Error)";
-}
+using soma::testing::error_of;
 
 // Runs the checker script on the files; 77 means python3-onnx is missing.
 int run_checker(const std::vector<std::string>& paths, std::string* log) {

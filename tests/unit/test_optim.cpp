@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "soma/optim/optimizers.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
@@ -84,14 +85,7 @@ std::vector<Vec> run_grads(optim::Optimizer& opt, const Vec& w0, const std::vect
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using soma::testing::error_of;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;

@@ -15,6 +15,7 @@
 
 #include "../../src/internal/cpu_allocator.hpp"
 #include "fast_paths_testing.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 #include <soma/soma.hpp>
 
@@ -106,14 +107,7 @@ Tensor input_batch(std::int64_t m, std::uint64_t seed) {
   return cast(rand_tensor({m, 1, 28, 28}, seed, 0.0, 1.0), DType::f32);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no soma::Error)";
-}
+using soma::testing::error_of;
 
 // ---- predict_on_batch -----------------------------------------------------------------------
 

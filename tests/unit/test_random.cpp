@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 namespace soma {
@@ -23,14 +24,7 @@ Moments moments(const std::vector<double>& v) {
   return {m, std::sqrt(s2 / double(v.size()))};
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no soma::Error thrown>";
-}
+using soma::testing::error_of;
 
 // Restores the thread count a test changed.
 struct ThreadGuard {

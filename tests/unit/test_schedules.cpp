@@ -5,20 +5,14 @@
 #include <numbers>
 
 #include "soma/optim/schedules.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
 using namespace soma::optim;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using soma::testing::error_of;
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }

@@ -26,6 +26,7 @@
 #include "soma/nn/losses.hpp"
 #include "soma/ops.hpp"
 #include "soma/optim/optimizers.hpp"
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -36,14 +37,7 @@ using soma::callbacks::TensorBoard;
 
 namespace {
 
-std::string what_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const soma::Error& e) {
-    return e.what();
-  }
-  return "(no soma::Error thrown)";
-}
+using soma::testing::error_of;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
@@ -314,7 +308,7 @@ TEST_F(EventFileWriterTest, HistogramBucketCountsSumToTheElementCount) {
 TEST_F(EventFileWriterTest, HistogramOfNonFiniteValuesThrowsNamingTheTag) {
   tb::EventFileWriter w(dir_.string());
   Tensor t = soma::constant(std::vector<double>{1.0, NAN}, {2});
-  std::string msg = what_of([&] { w.add_histogram("dense/kernel", t, 0); });
+  std::string msg = error_of([&] { w.add_histogram("dense/kernel", t, 0); });
   EXPECT_TRUE(contains(msg, "'dense/kernel'")) << msg;
   EXPECT_TRUE(contains(msg, "non-finite")) << msg;
 }
@@ -333,13 +327,13 @@ TEST_F(EventFileWriterTest, FlushMakesRecordsReadableBeforeClose) {
 TEST_F(EventFileWriterTest, WritingAfterCloseThrows) {
   tb::EventFileWriter w(dir_.string());
   w.close();
-  EXPECT_TRUE(contains(what_of([&] { w.add_scalar("x", 1, 0); }), "closed"));
+  EXPECT_TRUE(contains(error_of([&] { w.add_scalar("x", 1, 0); }), "closed"));
 }
 
 TEST_F(EventFileWriterTest, UnwritableDirectoryThrowsNamingIt) {
   write_bytes((dir_.parent_path() / (dir_.filename().string() + "_file")).string(), "x");
   fs::path blocked = dir_.parent_path() / (dir_.filename().string() + "_file") / "sub";
-  std::string msg = what_of([&] { tb::EventFileWriter w(blocked.string()); });
+  std::string msg = error_of([&] { tb::EventFileWriter w(blocked.string()); });
   fs::remove(blocked.parent_path());
   EXPECT_TRUE(contains(msg, blocked.string())) << msg;
 }
@@ -512,20 +506,20 @@ TEST_F(TensorBoardCallback, HooksDrivenByHandWriteScalarsWithoutAModel) {
 
 TEST(TensorBoardOptions, WithoutProtobufTheCallbackSaysWhatToInstall) {
   if (tb::available()) GTEST_SKIP() << "soma was built with protobuf";
-  std::string msg = what_of([] { TensorBoard(); });
+  std::string msg = error_of([] { TensorBoard(); });
   EXPECT_TRUE(contains(msg, "apt-get install libprotobuf-dev protobuf-compiler")) << msg;
 }
 
 TEST(TensorBoardOptions, BadUpdateFreqThrowsNamingTheValue) {
   if (!tb::available()) GTEST_SKIP() << "soma was built without protobuf";
-  std::string msg = what_of([] { TensorBoard({.update_freq = "epochs"}); });
+  std::string msg = error_of([] { TensorBoard({.update_freq = "epochs"}); });
   EXPECT_TRUE(contains(msg, "TensorBoard: update_freq")) << msg;
   EXPECT_TRUE(contains(msg, "\"epochs\"")) << msg;
-  EXPECT_TRUE(contains(what_of([] { TensorBoard({.update_freq = 0}); }), "got 0"));
+  EXPECT_TRUE(contains(error_of([] { TensorBoard({.update_freq = 0}); }), "got 0"));
 }
 
 TEST(TensorBoardOptions, NegativeHistogramFreqThrows) {
   if (!tb::available()) GTEST_SKIP() << "soma was built without protobuf";
-  std::string msg = what_of([] { TensorBoard({.histogram_freq = -1}); });
+  std::string msg = error_of([] { TensorBoard({.histogram_freq = -1}); });
   EXPECT_TRUE(contains(msg, "histogram_freq must be >= 0, got -1")) << msg;
 }

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "error_testing.hpp"
 #include "test_support.hpp"
 
 namespace soma {
@@ -27,19 +28,12 @@ void poke(const Tensor& view, const std::vector<std::int64_t>& idx, double value
   static_cast<double*>(view.storage()->data)[off] = value;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no soma::Error thrown>";
-}
+using soma::testing::error_of;
 
 #define EXPECT_ERROR_CONTAINS(stmt, ...)                                              \
   do {                                                                                \
     EXPECT_THROW(stmt, ::soma::Error);                                                \
-    std::string msg_ = message_of([&] { (void)(stmt); });                             \
+    std::string msg_ = error_of([&] { (void)(stmt); });                             \
     for (const char* part_ : {__VA_ARGS__})                                           \
       EXPECT_NE(msg_.find(part_), std::string::npos) << "message: " << msg_ << "\n"   \
                                                      << "missing: " << part_;        \
