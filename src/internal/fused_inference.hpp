@@ -13,6 +13,8 @@ namespace soma::nn::fusion {
 bool fused_inference_state_ok();
 // The same, with a tape allowed to record: for fused ops that have their own gradient.
 bool fused_forward_state_ok();
+// The same, with autocast allowed too: for fused ops whose kernels follow autocast themselves.
+bool fused_op_state_ok();
 // The activations a fused kernel computes: linear, or the built-in ReLU (a custom function that is
 // merely named "relu" is not replaced). Sets *relu; false for any other activation.
 bool fused_inference_activation(const Activation& act, bool* relu);

@@ -116,9 +116,10 @@ Tensor Conv2D::forward(const Tensor& x) {
   const Tensor* bias = opt_.use_bias ? &bias_.value() : nullptr;
   if (Tensor y = fused_conv_inference(x, kernel_.value(), bias, opt_); y.defined()) return y;
   // Eager training (or any other eager call on the CPU): bias and a linear or built-in ReLU
-  // activation inside the convolution op, whose gradient is the separate ops' (issue 5).
+  // activation inside the convolution op, whose gradient is the separate ops' (issue 5). Its
+  // kernel follows bf16 autocast as conv2d's does.
   bool relu_act = false;
-  if (bias && fusion::fused_forward_state_ok() &&
+  if (bias && fusion::fused_op_state_ok() &&
       fusion::fused_inference_activation(opt_.activation, &relu_act) && x.device().is_cpu() &&
       kernel_.value().device().is_cpu() && x.dtype() == opt_.dtype)
     return detail::conv2d_bias_act(x, kernel_.value(), *bias, opt_.strides, opt_.padding,

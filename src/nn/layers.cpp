@@ -370,10 +370,12 @@ Tensor Embedding::forward(const Tensor& x) {
 
 namespace fusion {
 
-bool fused_forward_state_ok() {
+bool fused_op_state_ok() {
   return detail::fast_paths_enabled() && graph_detail::t_build_depth == 0 &&
-         !detail::check_numerics_on() && autocast_dtype() == DType::f32;
+         !detail::check_numerics_on();
 }
+
+bool fused_forward_state_ok() { return fused_op_state_ok() && autocast_dtype() == DType::f32; }
 
 bool fused_inference_state_ok() {
   return fused_forward_state_ok() && (active_tapes().empty() || grad_recording_disabled());

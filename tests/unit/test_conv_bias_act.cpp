@@ -180,6 +180,33 @@ TEST(ConvBiasAct, Conv2DTrainsThroughItAndMatchesTheSeparateOps) {
   EXPECT_TRUE(all_close(with[1], without[1], 1e-4, 1e-4));
 }
 
+TEST(ConvBiasAct, UnderBf16AutocastItIsTheSeparateOpsBitForBit) {
+  if (!autocast_native(DType::bf16)) GTEST_SKIP() << "no native bf16 on this CPU or build";
+  nn::Conv2D conv(8, 3, {.padding = "same", .activation = nn::relu,
+                         .kernel_initializer = nn::init::glorot_uniform(5),
+                         .bias_initializer = nn::init::glorot_uniform(6)});  // non-zero bias
+  const Tensor x = rand_tensor({2, 4, 9, 9}, 90, -1, 1, DType::f32);
+  auto run = [&](bool fast) {
+    testing::FastPathsScope paths(fast);
+    AutocastScope bf16(DType::bf16);
+    GradientTape tape;
+    tape.watch(x);
+    const Tensor y = conv(x);
+    const Tensor loss = sum(y * y);
+    std::vector<Tensor> g =
+        tape.gradient(loss, std::vector<Tensor>{x, conv.kernel().value(), conv.bias().value()});
+    g.insert(g.begin(), y);
+    return g;
+  };
+  const std::vector<Tensor> fused = run(true), ops = run(false);
+  // The forward is the same bf16 convolution and the same f32 bias/ReLU rounding.
+  EXPECT_TRUE(testing::same_bits(fused[0], ops[0]));
+  // ...and it did run in bf16 (not bit-equal to the f32 layer).
+  EXPECT_FALSE(testing::same_bits(fused[0], conv(x)));
+  for (std::size_t i = 1; i < fused.size(); ++i)
+    EXPECT_TRUE(all_close(fused[i], ops[i], 1e-5, 1e-5)) << "gradient " << i;
+}
+
 TEST(ConvBiasAct, BadBiasIsAClearError) {
   const Geometry& g = kGeometries[0];
   const Tensor x = rand_tensor({g.n, g.c, g.h, g.w}, 80, -1, 1, DType::f32);

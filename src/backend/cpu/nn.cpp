@@ -29,6 +29,7 @@
 #include "internal/parallel.hpp"
 #include "internal/registration.hpp"
 #include "onednn_conv.hpp"
+#include "onednn_matmul.hpp"  // cpu_autocast_dtype
 #include "soma/op.hpp"
 
 namespace soma::detail {
@@ -289,15 +290,17 @@ void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
 }
 
 // y = act(conv2d(x, w) + b), act linear or ReLU (attr "relu"): Conv2D's forward in one call.
-// f32 packed operands go to one oneDNN primitive (bias argument, ReLU post-op); anything else
-// runs the convolution kernel and one pass for bias and activation, with the separate ops'
-// rounding (the sum rounded to the output dtype, then the activation).
+// f32 packed operands go to one oneDNN primitive (bias argument, ReLU post-op); anything else,
+// and bf16 autocast (the convolution in bf16, as conv2d's kernel does it), runs the convolution
+// kernel and one pass for bias and activation, with the separate ops' rounding (the sum rounded
+// to the output dtype, then the activation).
 void conv2d_bias_act_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
                             const Attrs& a) {
   const Tensor &x = in[0], &w = in[1], &b = in[2], &y = out[0];
   if (y.numel() == 0) return;
   const bool relu = a.i("relu") != 0;
-  if (y.dtype() == DType::f32 && x.dtype() == DType::f32 && x.is_contiguous() &&
+  if (cpu_autocast_dtype() == DType::f32 && y.dtype() == DType::f32 && x.dtype() == DType::f32 &&
+      x.is_contiguous() &&
       w.is_contiguous() && b.is_contiguous() && y.is_contiguous()) {
     Conv cv = make_conv(x.shape(), w.shape(), y.shape(), a);
     check_blas_size("conv2d", cv);
