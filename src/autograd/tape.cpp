@@ -1,7 +1,7 @@
 #include <algorithm>
-#include <memory>
 #include <unordered_map>
 
+#include "internal/tensor_vector_pool.hpp"
 #include "soma/autograd.hpp"
 #include "soma/ops.hpp"
 #include "soma/variable.hpp"
@@ -12,52 +12,22 @@ namespace {
 [[gnu::tls_model("initial-exec")]] thread_local std::vector<GradientTape*> t_tapes;
 [[gnu::tls_model("initial-exec")]] thread_local bool t_no_grad = false;
 
-// Spare tensor vectors for tape nodes' inputs and outputs, keeping their capacity: a recorded op
-// then allocates nothing for them, and a tape's end frees no small blocks one by one (glibc's
-// consolidation of thousands of them was ~10% of recording a tiny op; issue 5). Bounded so that
-// one huge tape does not pin memory for the thread's life. The list is reached through a plain
-// pointer (initial-exec TLS, no guard) that its owner clears when the thread's storage goes, so
-// a tape destroyed after that (a static one) just frees its vectors.
-constexpr std::size_t kMaxSpareVectors = 4096;
-struct SpareVectors;
-[[gnu::tls_model("initial-exec")]] thread_local SpareVectors* t_spares = nullptr;
-[[gnu::tls_model("initial-exec")]] thread_local bool t_spares_gone = false;
-struct SpareVectors {
-  std::vector<std::vector<Tensor>> free;
-  ~SpareVectors() {
-    t_spares = nullptr;
-    t_spares_gone = true;
-  }
-};
-thread_local std::unique_ptr<SpareVectors> t_spares_owner;
-
+// Tape nodes' input/output copies come from the per-thread tensor-vector pool
+// (internal/tensor_vector_pool.hpp): a recorded op then allocates nothing for them, and a tape's
+// end frees no small blocks one by one (glibc's consolidation of thousands of them was ~10% of
+// recording a tiny op; issue 5).
 std::vector<Tensor> copy_into_spare(const std::vector<Tensor>& from) {
-  std::vector<Tensor> v;
-  if (t_spares && !t_spares->free.empty()) {
-    v = std::move(t_spares->free.back());
-    t_spares->free.pop_back();
-  }
+  std::vector<Tensor> v = detail::take_tensor_vector();
   v.assign(from.begin(), from.end());
   return v;
-}
-
-void give_back(std::vector<Tensor>& v) {
-  v.clear();  // drops the tensors now, as destroying the vector would
-  if (v.capacity() == 0 || v.capacity() > 16) return;
-  if (!t_spares) {
-    if (t_spares_gone) return;  // the thread's storage is being torn down
-    t_spares_owner = std::make_unique<SpareVectors>();
-    t_spares = t_spares_owner.get();
-  }
-  if (t_spares->free.size() < kMaxSpareVectors) t_spares->free.push_back(std::move(v));
 }
 
 // Hands every node's vectors back (a template so that it needs no name of the private Node).
 template <class Nodes>
 void release_nodes(Nodes& nodes) {
   for (auto& n : nodes) {
-    give_back(n.inputs);
-    give_back(n.outputs);
+    detail::give_back_tensor_vector(std::move(n.inputs));
+    detail::give_back_tensor_vector(std::move(n.outputs));
   }
   nodes.clear();
 }

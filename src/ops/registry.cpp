@@ -2,6 +2,7 @@
 #include <unordered_map>
 
 #include "graph/hook.hpp"
+#include "internal/tensor_vector_pool.hpp"
 #include "internal/registration.hpp"
 #include "internal/runtime_checks.hpp"
 #include "internal/tensor_alloc.hpp"
@@ -226,35 +227,17 @@ void run_op(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& at
   }
 }
 
-// A per-thread pool of tensor vectors for the braced-list inputs and call_op1's outputs: after the
-// first calls, building them allocates nothing (issue 5). Nested calls (a kernel or gradient
-// that calls ops) take further vectors; a vector goes back to the pool emptied.
-// The per-thread variables here and in core/tensor.cpp and autograd/tape.cpp use the initial-exec
-// TLS model: a plain %fs-relative load instead of a __tls_get_addr call (9% of a tiny op). They
-// take a few dozen bytes of the static TLS block, which glibc reserves room for even when libsoma
-// is dlopen'ed.
-struct VectorPool {
-  std::vector<std::vector<Tensor>> free;
-  ~VectorPool();
-};
-// Trivially destructible: still readable after ~VectorPool ran (thread exit, static destructors).
-[[gnu::tls_model("initial-exec")]] thread_local bool t_pool_gone = false;
-[[gnu::tls_model("initial-exec")]] thread_local VectorPool t_pool;
-VectorPool::~VectorPool() { t_pool_gone = true; }
-
+// The braced-list inputs and call_op1's outputs come from the per-thread tensor-vector pool
+// (internal/tensor_vector_pool.hpp): after the first calls, building them allocates nothing
+// (issue 5). Nested calls (a kernel or gradient that calls ops) take further vectors.
+// The per-thread variables here and in core/tensor.cpp and the pool use the initial-exec TLS
+// model: a plain %fs-relative load instead of a __tls_get_addr call (9% of a tiny op). They take
+// a few dozen bytes of the static TLS block, which glibc reserves room for even when libsoma is
+// dlopen'ed.
 class PooledVector {
  public:
-  PooledVector() {
-    if (!t_pool_gone && !t_pool.free.empty()) {
-      v_ = std::move(t_pool.free.back());
-      t_pool.free.pop_back();
-    }
-  }
-  ~PooledVector() {
-    v_.clear();
-    if (!t_pool_gone && t_pool.free.size() < 32 && v_.capacity() <= 64)
-      t_pool.free.push_back(std::move(v_));
-  }
+  PooledVector() : v_(detail::take_tensor_vector()) {}
+  ~PooledVector() { detail::give_back_tensor_vector(std::move(v_)); }
   PooledVector(const PooledVector&) = delete;
   PooledVector& operator=(const PooledVector&) = delete;
   std::vector<Tensor>& get() { return v_; }
