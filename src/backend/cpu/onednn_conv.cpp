@@ -250,23 +250,27 @@ std::unique_ptr<Entry> build(Pass pass, const ConvGeometry& g, dt lo) {
   return e;
 }
 
-// The cached primitive for (pass, geometry), or null when oneDNN rejects the case (remembered, so
-// a rejected case costs one failed attempt only).
-Entry* lookup(Pass pass, const ConvGeometry& g, dt lo) {
-  thread_local std::map<Key, std::unique_ptr<Entry>> cache;
-  const Key key = make_key(pass, g, lo);
+// cache[key], built on first use; null (remembered) when oneDNN rejects the case, so a rejected
+// case costs one failed attempt only. Each entry holds activation-sized buffers: a program that
+// keeps changing shapes (e.g. many batch sizes) starts over rather than growing without bound.
+template <class Cache, class Build>
+auto* find_or_build(Cache& cache, const typename Cache::key_type& key, Build&& build) {
   auto it = cache.find(key);
   if (it != cache.end()) return it->second.get();
-  // Each entry holds activation-sized buffers: a program that keeps changing shapes (e.g. many
-  // batch sizes) starts over rather than growing without bound.
   if (cache.size() >= 64) cache.clear();
-  std::unique_ptr<Entry> e;
+  typename Cache::mapped_type e;
   try {
-    e = build(pass, g, lo);
+    e = build();
   } catch (const dnnl::error&) {
     e = nullptr;
   }
   return cache.emplace(key, std::move(e)).first->second.get();
+}
+
+// The cached primitive for (pass, geometry), or null when oneDNN rejects the case.
+Entry* lookup(Pass pass, const ConvGeometry& g, dt lo) {
+  thread_local std::map<Key, std::unique_ptr<Entry>> cache;
+  return find_or_build(cache, make_key(pass, g, lo), [&] { return build(pass, g, lo); });
 }
 
 bool run(Pass pass, const ConvGeometry& g, const float* a, const float* b, float* c) {
@@ -381,16 +385,7 @@ FusedEntry* lookup_fused(const ConvGeometry& g, bool has_bias, bool relu) {
                      g.sh, g.sw, g.pt, g.pb, g.pl, g.pr, g.dh, g.dw, g.groups,
                      std::int64_t(omp_get_max_threads()), std::int64_t(has_bias),
                      std::int64_t(relu)};
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second.get();
-  if (cache.size() >= 64) cache.clear();  // as in lookup(): shapes that keep changing
-  std::unique_ptr<FusedEntry> e;
-  try {
-    e = build_fused(g, has_bias, relu);
-  } catch (const dnnl::error&) {
-    e = nullptr;
-  }
-  return cache.emplace(key, std::move(e)).first->second.get();
+  return find_or_build(cache, key, [&] { return build_fused(g, has_bias, relu); });
 }
 
 }  // namespace
