@@ -79,6 +79,15 @@ fs::path fresh_dir(const std::string& name) {
   return d;
 }
 
+// Removes a test's directory however the test ends.
+struct RemoveAll {
+  fs::path dir;
+  ~RemoveAll() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
 // A tmpfs of `size` mounted on a fresh directory for the test's lifetime (needs root).
 class SmallDisk {
  public:
@@ -371,6 +380,7 @@ TEST(OutputCheck, CsvLoggerInAMissingDirectoryFailsBeforeTheFirstEpoch) {
 
 TEST(StaleTemporaries, ASaveRemovesThoseOfDeadProcessesOnly) {
   const auto dir = fresh_dir("stale");
+  RemoveAll cleanup{dir};
   const std::string path = (dir / "m.soma").string();
   const std::string dead = std::to_string(dead_pid());
   put(path + ".tmp." + dead, "half a file");
@@ -383,7 +393,6 @@ TEST(StaleTemporaries, ASaveRemovesThoseOfDeadProcessesOnly) {
   EXPECT_TRUE(fs::exists(path + ".tmp.1"));
   EXPECT_TRUE(fs::exists((dir / "other.soma.tmp.").string() + dead));
   EXPECT_NO_THROW(load_model(path));
-  fs::remove_all(dir);
 }
 
 // ---- a file-size limit (EFBIG): works without root ---------------------------------------------
@@ -401,6 +410,7 @@ TEST(FileSizeChild, Saves) {
 
 TEST(FileSizeLimit, ModelSaveBeyondTheLimitKeepsThePreviousFile) {
   const auto dir = fresh_dir("fsize");
+  RemoveAll cleanup{dir};
   const std::string path = (dir / "m.soma").string();
   dense(4, 4).save(path);
   const std::string good = slurp(path);
@@ -415,7 +425,6 @@ TEST(FileSizeLimit, ModelSaveBeyondTheLimitKeepsThePreviousFile) {
   EXPECT_NE(e.find("File too large"), std::string::npos) << e;
   EXPECT_TRUE(slurp(path) == good) << "the previous file changed";
   EXPECT_TRUE(temporaries(dir).empty());
-  fs::remove_all(dir);
 }
 
 // ---- a kill in the middle of an ONNX export -----------------------------------------------------
@@ -431,6 +440,7 @@ TEST(ExportChild, ExportsForever) {
 TEST(Kill, OnnxExportKilledAtRandomMomentsNeverLeavesATornFile) {
   if (!onnx::available()) GTEST_SKIP() << "built without ONNX";
   const auto dir = fresh_dir("kill");
+  RemoveAll cleanup{dir};
   const std::string path = (dir / "m.onnx").string();
   auto m = model_of_kib(4096);
   m.save(path + ".model");
@@ -454,7 +464,6 @@ TEST(Kill, OnnxExportKilledAtRandomMomentsNeverLeavesATornFile) {
   }
   onnx::export_model(m, path);  // the next save removes what the killed ones left
   EXPECT_TRUE(temporaries(dir).empty());
-  fs::remove_all(dir);
 }
 
 }  // namespace
