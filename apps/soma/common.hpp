@@ -64,6 +64,10 @@ std::shared_ptr<nn::Model> load_model_file(const std::string& path);
 // The per-sample input shape a loaded model expects, when it knows it.
 std::optional<Shape> model_input_shape(nn::Model& model);
 
+// Throws (exit status 1) unless a file can be written at `path`, given as `option` ("--out"):
+// run before the data is loaded, so a missing, read-only or full directory fails at once.
+void check_output_path(const std::string& option, const std::string& path);
+
 // Subcommands: each gets argv after the subcommand name and returns the exit status.
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);

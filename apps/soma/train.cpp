@@ -95,6 +95,10 @@ int cmd_train(int argc, char** argv) {
   set_seed(seed);
   if (distributed) dist::init();
   const bool main_rank = dist::is_main();  // the rank that prints and writes files
+  if (main_rank) {  // a bad output path fails now, not after training
+    check_output_path("--out", out);
+    if (!csv.empty()) check_output_path("--csv", csv);
+  }
 
   Dataset d = load_dataset(data_spec);
   const Shape input_shape(d.x_train.shape().begin() + 1, d.x_train.shape().end());

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "internal/atomic_file.hpp"
 #include "graph/internal.hpp"
 #include "soma/ops.hpp"
 
@@ -273,15 +274,7 @@ Graph Graph::deserialize(const std::string& text) {
 }
 
 void Graph::save(const std::string& path) const {
-  std::string text = serialize();
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) fail("Graph.save", "cannot write '", tmp, "'");
-    f << text;
-    if (!f.flush()) fail("Graph.save", "cannot write '", tmp, "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("Graph.save", "cannot rename to '", path, "'");
+  soma::internal::write_file_atomically(path, serialize(), "Graph.save");
 }
 
 Graph Graph::load(const std::string& path) {

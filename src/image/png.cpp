@@ -16,6 +16,7 @@
 #include <fstream>
 #include <system_error>
 
+#include "internal/atomic_file.hpp"
 #include "soma/image.hpp"
 #include "soma/ops.hpp"
 
@@ -253,21 +254,9 @@ std::vector<std::uint8_t> encode_png(const Tensor& image) {
 }
 
 void write_png(const Tensor& image, const std::string& path) {
-  std::vector<std::uint8_t> bytes = encode_png(image);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("write_png", "cannot open '", tmp, "' for writing: ", std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-    out.flush();
-    if (!out) fail("write_png", "cannot write '", tmp, "': ", std::strerror(errno));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    fail("write_png", "cannot rename '", tmp, "' to '", path, "'");
-  }
+  const std::vector<std::uint8_t> bytes = encode_png(image);
+  soma::internal::write_file_atomically(
+      path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "write_png");
 }
 
 }  // namespace soma::image

@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <sstream>
 
+#include "internal/atomic_file.hpp"
 #include "soma/error.hpp"
 #include "soma/model/model.hpp"
 #include "soma/model/serialization.hpp"
@@ -133,6 +135,13 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions op
 }
 
 void ModelCheckpoint::on_train_begin(Logs&) {
+  // A directory that is missing or not writable fails now, not after the first epoch. (A
+  // directory part with "{...}" fields is only known at the epoch's end.)
+  const auto slash = filepath_.find_last_of('/');
+  if (slash == std::string::npos || filepath_.find('{') > slash) {
+    const std::string why = soma::internal::check_writable_location(filepath_);
+    if (!why.empty()) fail("ModelCheckpoint", "cannot save to '", filepath_, "': ", why);
+  }
   best_ = maximise_ ? -std::numeric_limits<double>::infinity()
                     : std::numeric_limits<double>::infinity();
 }
@@ -219,14 +228,27 @@ CSVLogger::CSVLogger(std::string filename, char separator, bool append)
   if (filename_.empty()) fail("CSVLogger", "filename must not be empty");
 }
 
+// The file is small, and rewritten whole at each epoch's end through the atomic write
+// (internal/atomic_file.hpp): a full disk or a kill leaves the rows of the epochs before, never a
+// torn row or an empty file, and a failure throws at once naming the file. The file on disk is
+// the state between epochs; file_ (never opened) only marks a run in progress.
+namespace {
+std::string read_text(const std::string& path) {
+  std::ifstream is(path, std::ios::binary);
+  if (!is) return {};
+  std::ostringstream ss;
+  ss << is.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
 void CSVLogger::on_train_begin(Logs&) {
-  // Appending to a file that already has rows: its header is already there.
-  bool has_content = append_ && std::filesystem::exists(filename_) &&
-                     std::filesystem::file_size(filename_) > 0;
-  file_ = std::make_shared<std::ofstream>(
-      filename_, append_ ? std::ios::out | std::ios::app : std::ios::out | std::ios::trunc);
-  if (!*file_) fail("CSVLogger", "cannot open '", filename_, "' for writing");
-  header_written_ = has_content;
+  // Written now (empty, or as it is when appending) so a bad location fails before the first
+  // epoch. Appending to a file that already has rows: its header is already there.
+  std::string text = append_ ? read_text(filename_) : std::string();
+  soma::internal::write_file_atomically(filename_, text, "CSVLogger");
+  file_ = std::make_shared<std::ofstream>();
+  header_written_ = !text.empty();
   keys_.clear();
 }
 
@@ -234,22 +256,25 @@ void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
   if (!file_) return;
   if (keys_.empty())
     for (auto& [k, v] : logs) keys_.push_back(k);
-  if (!header_written_) {
-    *file_ << "epoch";
-    for (auto& k : keys_) *file_ << sep_ << k;
-    *file_ << "\n";
-    header_written_ = true;
+  std::string text = read_text(filename_);
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  if (!header_written_ || text.empty()) {
+    text += "epoch";
+    for (auto& k : keys_) (text += sep_) += k;
+    text += '\n';
   }
-  *file_ << epoch;
+  text += std::to_string(epoch);
   for (auto& k : keys_) {
-    *file_ << sep_;
+    text += sep_;
     auto it = logs.find(k);
     if (it == logs.end()) continue;  // empty field, as Keras writes "NA"-less gaps
     char buf[64];
     auto [end, ec] = std::to_chars(buf, buf + sizeof buf, it->second);  // shortest round-trip
-    file_->write(buf, end - buf);
+    text.append(buf, end);
   }
-  *file_ << "\n" << std::flush;
+  text += '\n';
+  soma::internal::write_file_atomically(filename_, text, "CSVLogger");
+  header_written_ = true;
 }
 
 void CSVLogger::on_train_end(Logs&) { file_.reset(); }

@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "internal/atomic_file.hpp"
 #include "model/checkpoint_internal.hpp"
 #include "model/serialization_internal.hpp"
 #include "soma/error.hpp"
@@ -900,21 +901,6 @@ std::uint32_t crc_of(const char* p, std::size_t n) {
   return std::uint32_t(c);
 }
 
-void write_all(int fd, const char* p, std::size_t n, const std::string& tmp) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("save", "writing '", tmp, "' failed: ", std::strerror(e));
-    }
-    p += w;
-    n -= std::size_t(w);
-  }
-}
-
 }  // namespace
 
 // ---- public: container ----------------------------------------------------------------------
@@ -940,32 +926,11 @@ void write_file(const std::string& path, const FileContents& f) {
   put<std::uint64_t>(header, payload.size());
   put<std::uint32_t>(header, crc_of(payload.data(), payload.size()));
 
-  // Atomic replace: a crash leaves either the old file or the new one, never half of one.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("save", "cannot open '", tmp, "' for writing: ", std::strerror(errno));
-  write_all(fd, header.data(), header.size(), tmp);
-  write_all(fd, payload.data(), payload.size(), tmp);
-  if (::fsync(fd) != 0) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    fail("save", "fsync of '", tmp, "' failed: ", std::strerror(e));
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    fail("save", "cannot rename '", tmp, "' to '", path, "': ", std::strerror(e));
-  }
-  // Make the rename itself durable.
-  std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
-  if (dir.empty()) dir = path.find('/') == 0 ? "/" : ".";
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  // Atomic, durable replace (internal/atomic_file.hpp): a crash leaves the old file or the new one.
+  soma::internal::AtomicFile file(path, "save");
+  file.write(header);
+  file.write(payload);
+  file.commit();
 }
 
 FileContents read_file(const std::string& path) {

@@ -15,6 +15,7 @@
 #include <set>
 #include <utility>
 
+#include "internal/atomic_file.hpp"
 #include "soma/error.hpp"
 #include "soma/model/model.hpp"
 
@@ -98,13 +99,14 @@ bool available() {
 
 struct EventFileWriter::Impl {
   std::string path;
-  std::ofstream file;
+  // Appended over the run, as TensorFlow's EventsWriter does: every write is checked, flush()
+  // syncs to the disk, and a failure (ENOSPC, EIO) throws at once naming the file. A crash can
+  // cut the last record short; TensorBoard's reader stops there (the record's CRC).
+  soma::internal::AppendFile file;
 
   void write_record(const std::string& data) {
     if (!file.is_open()) fail("EventFileWriter", "'", path, "' is closed");
-    std::string rec = tfrecord(data);
-    file.write(rec.data(), std::streamsize(rec.size()));
-    if (!file) fail("EventFileWriter", "cannot write to '", path, "'");
+    file.write(tfrecord(data));
   }
 
 #ifdef SOMA_HAVE_PROTOBUF
@@ -141,9 +143,7 @@ EventFileWriter::EventFileWriter(const std::string& logdir, const std::string& f
 
   impl_ = std::make_unique<Impl>();
   impl_->path = (fs::path(logdir) / name).string();
-  impl_->file.open(impl_->path, std::ios::binary | std::ios::trunc);
-  if (!impl_->file)
-    fail("EventFileWriter", "cannot open '", impl_->path, "' for writing: ", std::strerror(errno));
+  impl_->file.open(impl_->path, "EventFileWriter");
 
   pb::Event first = Impl::event_at(0);
   first.set_file_version("brain.Event:2");
@@ -227,14 +227,12 @@ void EventFileWriter::add_histogram(const std::string& tag, const Tensor& values
 
 void EventFileWriter::flush() {
   if (!impl_ || !impl_->file.is_open()) return;
-  impl_->file.flush();
-  if (!impl_->file) fail("EventFileWriter", "cannot write to '", impl_->path, "'");
+  impl_->file.sync();
 }
 
 void EventFileWriter::close() {
   if (!impl_ || !impl_->file.is_open()) return;
-  flush();
-  impl_->file.close();
+  impl_->file.close();  // syncs; throws on failure
 }
 
 bool EventFileWriter::is_open() const { return impl_ && impl_->file.is_open(); }

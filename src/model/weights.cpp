@@ -2,9 +2,9 @@
 
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 
+#include "internal/atomic_file.hpp"
 #include "soma/model/serialization.hpp"
 #include "soma/ops.hpp"
 
@@ -14,8 +14,8 @@ namespace {
 constexpr char kMagic[8] = {'S', 'O', 'M', 'A', 'W', 'T', 'S', '1'};
 
 template <class T>
-void put(std::ostream& os, T v) {
-  os.write(reinterpret_cast<const char*>(&v), sizeof v);
+void put(soma::internal::AtomicFile& os, T v) {
+  os.write(&v, sizeof v);
 }
 
 template <class T>
@@ -28,29 +28,21 @@ T get(std::istream& is, const std::string& path) {
 }  // namespace
 
 void write_weights_file(const std::string& path, const std::map<std::string, Tensor>& tensors) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-    if (!os) fail("save_weights", "cannot open '", tmp, "' for writing");
-    os.write(kMagic, sizeof kMagic);
-    put<std::uint64_t>(os, tensors.size());
-    for (auto& [name, t0] : tensors) {
-      Tensor t = t0.device().is_cpu() ? t0.contiguous() : t0.to(Device::cpu()).contiguous();
-      put<std::uint32_t>(os, std::uint32_t(name.size()));
-      os.write(name.data(), std::streamsize(name.size()));
-      put<std::uint8_t>(os, std::uint8_t(t.dtype()));
-      put<std::uint32_t>(os, std::uint32_t(t.rank()));
-      for (auto d : t.shape()) put<std::int64_t>(os, d);
-      const std::uint64_t nbytes = std::uint64_t(t.numel()) * dtype_size(t.dtype());
-      put<std::uint64_t>(os, nbytes);
-      if (nbytes) os.write(static_cast<const char*>(t.raw_data()), std::streamsize(nbytes));
-    }
-    os.flush();
-    if (!os) fail("save_weights", "writing '", tmp, "' failed");
+  soma::internal::AtomicFile os(path, "save_weights");  // atomic, durable replace
+  os.write(kMagic, sizeof kMagic);
+  put<std::uint64_t>(os, tensors.size());
+  for (auto& [name, t0] : tensors) {
+    Tensor t = t0.device().is_cpu() ? t0.contiguous() : t0.to(Device::cpu()).contiguous();
+    put<std::uint32_t>(os, std::uint32_t(name.size()));
+    os.write(name.data(), name.size());
+    put<std::uint8_t>(os, std::uint8_t(t.dtype()));
+    put<std::uint32_t>(os, std::uint32_t(t.rank()));
+    for (auto d : t.shape()) put<std::int64_t>(os, d);
+    const std::uint64_t nbytes = std::uint64_t(t.numel()) * dtype_size(t.dtype());
+    put<std::uint64_t>(os, nbytes);
+    if (nbytes) os.write(t.raw_data(), nbytes);
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);  // atomic replace on POSIX
-  if (ec) fail("save_weights", "cannot rename '", tmp, "' to '", path, "': ", ec.message());
+  os.commit();
 }
 
 std::map<std::string, Tensor> read_weights_file(const std::string& path) {

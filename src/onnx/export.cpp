@@ -16,6 +16,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "internal/atomic_file.hpp"
 #include "onnx/proto_util.hpp"
 #include "soma/autograd.hpp"
 #include "soma/model/merge.hpp"
@@ -748,12 +749,8 @@ std::string export_to_bytes(nn::Model& model, const ExportOptions& options) {
 }
 
 void export_model(nn::Model& model, const std::string& path, const ExportOptions& options) {
-  std::string bytes = export_to_bytes(model, options);
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) fail(kWho, "cannot open '", path, "' for writing");
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-  f.close();
-  if (!f) fail(kWho, "could not write '", path, "'");
+  // Atomic, durable replace (internal/atomic_file.hpp): a full disk or a kill keeps the old file.
+  soma::internal::write_file_atomically(path, export_to_bytes(model, options), kWho);
 }
 
 #endif  // SOMA_HAS_ONNX

@@ -225,6 +225,36 @@ case $case_name in
     run export "$dir/mlp.soma" "$out/x.onnx" --opset 12
     expect_status 2
     ;;
+  output_paths_are_checked_before_training)
+    # A missing (or read-only, or full) directory for --out or --csv fails before the data is
+    # loaded, naming the option and the path, instead of after the whole training run.
+    run train --model mlp --epochs 1 --data idx:"$dir" --out /nonexistent/dir/model.soma --csv "$out/log.csv"
+    expect_status 1
+    grep -qF -- "--out '/nonexistent/dir/model.soma'" "$out/stderr" || fail "the error does not name --out and the path"
+    grep -q 'No such file or directory' "$out/stderr" || fail "the error does not say why"
+    grep -q 'Epoch' "$out/stdout" && fail "it trained before checking --out"
+    run train --model mlp --epochs 1 --data idx:"$dir" --out "$out/m.soma" --csv /nonexistent/dir/log.csv
+    expect_status 1
+    grep -qF -- "--csv '/nonexistent/dir/log.csv'" "$out/stderr" || fail "the error does not name --csv and the path"
+    grep -q 'Epoch' "$out/stdout" && fail "it trained before checking --csv"
+    ;;
+  export_onto_a_full_disk_keeps_the_old_file)
+    # A 64 KiB tmpfs (root only; exit status 77 = skipped) holding a 20 KB file: the export does
+    # not fit, and the old file must stay whole, byte for byte.
+    disk="$out/disk"
+    mkdir -p "$disk"
+    mount -t tmpfs -o size=64k tmpfs "$disk" 2>/dev/null || { echo "cannot mount a tmpfs here: skipped"; exit 77; }
+    trap 'umount "$disk"; rm -rf "$out"' EXIT
+    head -c 20000 /dev/urandom >"$out/good.onnx"
+    cp "$out/good.onnx" "$disk/m.onnx"
+    run export "$dir/mlp.soma" "$disk/m.onnx"
+    if grep -q 'no ONNX support' "$out/stderr"; then exit 77; fi
+    expect_status 1
+    grep -qF "'$disk/m.onnx'" "$out/stderr" || fail "the error does not name the file"
+    grep -q 'No space left on device' "$out/stderr" || fail "the error does not say why"
+    cmp -s "$disk/m.onnx" "$out/good.onnx" || fail "the old file was overwritten"
+    [ "$(ls -A "$disk")" = m.onnx ] || fail "files left behind: $(ls -A "$disk")"
+    ;;
   *)
     fail "unknown test case"
     ;;

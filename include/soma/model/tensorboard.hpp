@@ -40,8 +40,9 @@ bool available();
 
 // Writes one event file, `<logdir>/events.out.tfevents.<unix time>.<hostname>.<pid>.<n><suffix>`
 // (TensorFlow's naming; pid and a per-process counter keep two writers opened in the same
-// second apart). The first record holds file_version "brain.Event:2". Records go through an
-// std::ofstream; flush() (or close()) makes them visible to a running TensorBoard.
+// second apart). The first record holds file_version "brain.Event:2". Records are appended with
+// every write checked; flush() (or close()) writes them out and fsyncs the file, as TensorFlow's
+// EventsWriter does, and a failure (a full disk) throws soma::Error naming the file.
 class EventFileWriter {
  public:
   // Creates logdir (and its parents) if needed.

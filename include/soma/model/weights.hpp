@@ -2,7 +2,8 @@
 // A simple weights file (until the io issue brings the checkpoint format):
 //   "SOMAWTS1" (8 bytes), u64 count, then per tensor: u32 name length, name bytes, u8 dtype,
 //   u32 rank, i64 extents[rank], u64 byte count, raw little-endian data (row-major).
-// Written to "<path>.tmp" and renamed over the target, so a crash never leaves half a file.
+// Written atomically (a temporary in the same directory, fsync, rename), so a crash or a full disk
+// never leaves half a file.
 // Model::save_weights now writes the model-file container (docs/model-format.md);
 // read_weights_file reads both and returns the saving model's state_dict keys.
 #include <map>
