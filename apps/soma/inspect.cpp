@@ -119,9 +119,8 @@ int cmd_predict(int argc, char** argv) {
   ArgParser p("soma predict", "MODEL IMAGE... [options]",
               "Classifies PNG images with a model file and prints the top classes with their\n"
               "probabilities (the model's outputs when it ends with a softmax or sigmoid, else\n"
-              "their softmax). Images of any size and\n"
-              "colour are resized to the model's input; grey models invert light-background\n"
-              "photos, as Fashion-MNIST was made.");
+              "their softmax). Images of any size and colour are resized to the model's input;\n"
+              "grey models invert light-background photos, as Fashion-MNIST was made.");
   p.positional("MODEL IMAGE...", "a model file, then one or more PNG files", 2, 1 << 20)
       .option("top", "K", "how many classes to show per image (default 3)")
       .option("classes", "NAME",
