@@ -61,6 +61,9 @@ std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
 bool model_files_available();
 void save_model_file(nn::Model& model, const std::string& path);
 std::shared_ptr<nn::Model> load_model_file(const std::string& path);
+// soma::check_weights on a loaded model: prints one "<who>: warning: '<path>': layer ...,
+// variable ...: 3 NaN of 7840 values" line per problem on stderr; true when there was any.
+bool warn_invalid_weights(const nn::Model& model, const std::string& path, const std::string& who);
 // The per-sample input shape a loaded model expects, when it knows it.
 std::optional<Shape> model_input_shape(nn::Model& model);
 

@@ -38,9 +38,14 @@ int cmd_eval(int argc, char** argv) {
   ArgParser p("soma eval", "MODEL [options]",
               "Evaluates a model file on a data set's test split: loss, accuracy, per-class\n"
               "accuracy and the confusion matrix. The last line printed is\n"
-              "`test_loss=<x> test_accuracy=<y>`.");
+              "`test_loss=<x> test_accuracy=<y>`. A model whose weights hold NaN or inf, or a\n"
+              "batch-norm moving variance below zero, is refused (exit status 1) after one\n"
+              "warning per weight on stderr, unless --allow-invalid-weights is given.");
   p.positional("MODEL", "a model file written by soma train or model.save()", 1, 1)
       .option("data", "SPEC", kDataHelp)
+      .option("allow-invalid-weights", "",
+              "evaluate even when weights hold NaN/inf or a negative batch-norm variance\n"
+              "(the warnings are still printed)")
       .option("batch-size", "N", "samples per forward pass (default 256)")
       .option("threads", "N", "CPU threads (default: all cores)");
   Args a;
@@ -50,6 +55,10 @@ int cmd_eval(int argc, char** argv) {
   if (auto t = a.opt_integer("threads", 1, 4096)) set_num_threads(static_cast<int>(*t));
 
   auto model = load_model_file(a.positional[0]);
+  if (warn_invalid_weights(*model, a.positional[0], "soma eval") && !a.has("allow-invalid-weights"))
+    throw Error("'" + a.positional[0] +
+                "' has invalid weights (listed above): its predictions would be meaningless; "
+                "pass --allow-invalid-weights to evaluate it anyway");
   Dataset d = load_dataset(data_spec);
   const Tensor x = fit_to_model(d.x_test, *model);
   const Tensor logits = cast(model->predict(x, {.batch_size = batch_size}), DType::f32);
@@ -109,9 +118,9 @@ int cmd_eval(int argc, char** argv) {
 int cmd_predict(int argc, char** argv) {
   ArgParser p("soma predict", "MODEL IMAGE... [options]",
               "Classifies PNG images with a model file and prints the top classes with their\n"
-              "probabilities (the softmax of the model's outputs). Images of any size and\n"
-              "colour are resized to the model's input; grey models invert light-background\n"
-              "photos, as Fashion-MNIST was made.");
+              "probabilities (the model's outputs when it ends with a softmax or sigmoid, else\n"
+              "their softmax). Images of any size and colour are resized to the model's input;\n"
+              "grey models invert light-background photos, as Fashion-MNIST was made.");
   p.positional("MODEL IMAGE...", "a model file, then one or more PNG files", 2, 1 << 20)
       .option("top", "K", "how many classes to show per image (default 3)")
       .option("classes", "NAME",
@@ -122,6 +131,10 @@ int cmd_predict(int argc, char** argv) {
   const std::int64_t top = a.integer("top", 3, 1);
 
   auto model = load_model_file(a.positional[0]);
+  warn_invalid_weights(*model, a.positional[0], "soma predict");
+  // Outputs that are probabilities already (a softmax or sigmoid last layer) are shown as they
+  // are; logits go through a softmax.
+  const bool probabilities = nn::outputs_probabilities(*model);
   auto shape = model_input_shape(*model).value_or(Shape{1, 28, 28});
   const bool colour = shape.size() == 3 && shape[0] == 3;
   if (shape.size() < 2)
@@ -151,7 +164,8 @@ int cmd_predict(int argc, char** argv) {
       x = image::load_model_input(path, {.height = h, .width = w,
                                          .channel_axis = shape.size() == 3});
     }
-    const Tensor probs = softmax(cast(model->predict(x), DType::f32), -1);
+    const Tensor out = cast(model->predict(x), DType::f32);
+    const Tensor probs = probabilities ? out : softmax(out, -1);
     const auto pv = probs.to_vector<float>();
     std::vector<std::int64_t> order(pv.size());
     std::iota(order.begin(), order.end(), 0);
@@ -168,12 +182,16 @@ int cmd_predict(int argc, char** argv) {
 }
 
 int cmd_summary(int argc, char** argv) {
-  ArgParser p("soma summary", "MODEL", "Prints the layer table of a model file (Keras' summary).");
+  ArgParser p("soma summary", "MODEL",
+              "Prints the layer table of a model file (Keras' summary). Weights holding NaN or\n"
+              "inf, or a batch-norm moving variance below zero, get one warning each on stderr.");
   p.positional("MODEL", "a model file written by soma train or model.save()", 1, 1);
   Args a;
   if (parse_or_help(p, argc, argv, a)) return 0;
   auto model = load_model_file(a.positional[0]);
   model->summary(std::cout);
+  std::cout.flush();
+  warn_invalid_weights(*model, a.positional[0], "soma summary");
   return 0;
 }
 

@@ -1,5 +1,7 @@
 // Model files: a thin layer over soma/model/serialization.hpp, so that the subcommands build
 // (and say clearly what is missing) in a tree that does not have model files yet.
+#include <cstdio>
+
 #include "common.hpp"
 
 #if __has_include(<soma/model/serialization.hpp>)
@@ -34,6 +36,13 @@ std::shared_ptr<nn::Model> load_model_file(const std::string&) {
 }
 
 #endif
+
+bool warn_invalid_weights(const nn::Model& model, const std::string& path, const std::string& who) {
+  const auto problems = soma::check_weights(model);
+  for (const auto& p : problems)
+    std::fprintf(stderr, "%s: warning: '%s': %s\n", who.c_str(), path.c_str(), p.message.c_str());
+  return !problems.empty();
+}
 
 std::optional<Shape> model_input_shape(nn::Model& model) {
   if (auto* seq = dynamic_cast<nn::Sequential*>(&model)) {

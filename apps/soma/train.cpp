@@ -106,8 +106,10 @@ int cmd_train(int argc, char** argv) {
       a.has("config") ? model_from_config(a.str("config"), input_shape)
                       : builtin_model(model_name, input_shape, d.num_classes);
   adapt_normalization_layers(*model, d.x_train);
+  // A config may end with a softmax (or sigmoid): its outputs are probabilities already, and a
+  // loss on logits would apply the softmax a second time (nn::outputs_probabilities).
   model->compile(make_optimizer(opt_name, lr),
-                 nn::SparseCategoricalCrossentropy({.from_logits = true}),
+                 nn::SparseCategoricalCrossentropy({.from_logits = !nn::outputs_probabilities(*model)}),
                  {metrics::Accuracy()}, {.mixed_precision = a.has("precision") ? a.str("precision") : ""});
   if (verbose > 0 && main_rank) model->summary();
 

@@ -75,6 +75,10 @@ class MeanMetricWrapper : public MeanBase {
 class LossMean : public MeanMetricWrapper {
  public:
   explicit LossMean(nn::LossRef loss, std::string name = "");
+  const nn::LossRef& loss() const { return loss_; }
+
+ private:
+  nn::LossRef loss_;
 };
 
 // ---- accuracies ------------------------------------------------------------------------------
@@ -100,6 +104,7 @@ class Accuracy : public MeanBase {
   std::string name() const override { return o_.name; }
   // Auto until the first update (or a resolve_for_loss) decides.
   AccuracyMode mode() const { return mode_; }
+  const AccuracyOptions& options() const { return o_; }
   // binary_crossentropy -> Binary, categorical_crossentropy -> Categorical,
   // sparse_categorical_crossentropy -> SparseCategorical; other losses leave the mode alone.
   // Only an Auto metric is changed.
@@ -120,6 +125,7 @@ class BinaryAccuracy : public MeanBase {
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor()) override;
   std::string name() const override { return o_.name; }
+  const BinaryAccuracyOptions& options() const { return o_; }
 
  private:
   BinaryAccuracyOptions o_;
@@ -168,6 +174,7 @@ class TopKCategoricalAccuracy : public MeanBase {
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor()) override;
   std::string name() const override { return o_.name; }
+  const TopKCategoricalAccuracyOptions& options() const { return o_; }
 
  private:
   TopKCategoricalAccuracyOptions o_;
@@ -183,6 +190,7 @@ class SparseTopKCategoricalAccuracy : public MeanBase {
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor()) override;
   std::string name() const override { return o_.name; }
+  const SparseTopKCategoricalAccuracyOptions& options() const { return o_; }
 
  private:
   SparseTopKCategoricalAccuracyOptions o_;
@@ -210,6 +218,8 @@ class ConfusionCounts : public Metric {
   double true_positives() const { return tp_; }
   double false_positives() const { return fp_; }
   double false_negatives() const { return fn_; }
+  double threshold() const { return threshold_; }
+  std::optional<std::int64_t> class_id() const { return class_id_; }
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor()) override;
 
@@ -261,9 +271,38 @@ class MeanSquaredError : public MeanBase {
   MeanSquaredErrorOptions o_;
 };
 
-// Keras' string identifiers: "accuracy"/"acc", "binary_accuracy", "categorical_accuracy",
-// "sparse_categorical_accuracy", "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy",
-// "precision", "recall", "mse"/"mean_squared_error".
+// Mean over the last axis of |y_true - y_pred| per sample, then the weighted mean over samples
+// (keras.metrics.MeanAbsoluteError).
+struct MeanAbsoluteErrorOptions {
+  std::string name = "mean_absolute_error";
+};
+class MeanAbsoluteError : public MeanBase {
+ public:
+  explicit MeanAbsoluteError(MeanAbsoluteErrorOptions o = {}) : o_(std::move(o)) {}
+  void update_state(const Tensor& y_true, const Tensor& y_pred,
+                    const Tensor& sample_weight = Tensor()) override;
+  std::string name() const override { return o_.name; }
+
+ private:
+  MeanAbsoluteErrorOptions o_;
+};
+
+// Keras' string identifiers and aliases, with default options: "accuracy"/"acc",
+// "binary_accuracy", "categorical_accuracy", "sparse_categorical_accuracy",
+// "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy", "precision", "recall",
+// "mean_squared_error"/"mse"/"MSE", "mean_absolute_error"/"mae"/"MAE", "mean", the loss means
+// "binary_crossentropy"/"bce", "categorical_crossentropy", "sparse_categorical_crossentropy",
+// "huber_loss"/"huber", "crossentropy"/"ce", and the class names ("Accuracy",
+// "MeanAbsoluteError", ...). The metric keeps the name it was asked by ("acc" logs as "acc").
+// With `loss` (what compile() pairs it with), "accuracy"/"acc" and "crossentropy"/"ce" pick the
+// variant that goes with that loss, as Keras' compile() does: binary_crossentropy -> binary,
+// categorical_crossentropy -> categorical, sparse_categorical_crossentropy -> sparse (the
+// cross-entropy metric also takes the loss's from_logits); otherwise accuracy is resolved from
+// the shapes of the first batch. An unknown name is a soma::Error listing metric_names().
+MetricRef metric_from_name(const std::string& name, const nn::Loss* loss = nullptr);
+// Every name metric_from_name accepts, aliases included.
+std::vector<std::string> metric_names();
+// metric_from_name(identifier) (the older spelling).
 MetricRef get(const std::string& identifier);
 
 }  // namespace soma::metrics

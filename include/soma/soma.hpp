@@ -44,6 +44,8 @@
 #include "soma/model/history.hpp"
 #include "soma/model/merge.hpp"
 #include "soma/model/model.hpp"
+#include "soma/model/output_activation.hpp"
+#include "soma/model/weight_checks.hpp"
 #include "soma/model/sequential.hpp"
 #include "soma/model/serialization.hpp"
 #include "soma/model/tensorboard.hpp"

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <typeinfo>
 
 #include "internal/atomic_file.hpp"
 #include "model/checkpoint_internal.hpp"
@@ -674,6 +675,9 @@ json loss_json(const nn::Loss& loss) {
   } else if (n == "sparse_categorical_crossentropy") {
     cls = "SparseCategoricalCrossentropy";
     c["from_logits"] = dynamic_cast<const nn::SparseCategoricalCrossentropy&>(loss).options().from_logits;
+  } else if (n == "crossentropy") {
+    cls = "Crossentropy";
+    c["from_logits"] = dynamic_cast<const nn::Crossentropy&>(loss).options().from_logits;
   } else {
     fail("save", "loss '", n, "' has no config (not a built-in loss)");
   }
@@ -698,7 +702,146 @@ nn::LossRef loss_from_json(const json& j) {
                                         .reduction = r});
   if (n == "SparseCategoricalCrossentropy")
     return nn::SparseCategoricalCrossentropy({.from_logits = c.at("from_logits").get<bool>(), .reduction = r});
+  if (n == "Crossentropy") return nn::Crossentropy({.from_logits = c.at("from_logits").get<bool>(), .reduction = r});
   fail("load_model", "unknown loss '", n, "'");
+}
+
+// ---- metrics --------------------------------------------------------------------------------
+// A compiled metric is written by name when metrics::metric_from_name(name, &loss) rebuilds it
+// exactly (as every file before issue 19 held), else as {"class_name", "config"}.
+std::mutex& metric_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, std::function<metrics::MetricRef()>>& custom_metrics() {
+  static std::map<std::string, std::function<metrics::MetricRef()>> r;
+  return r;
+}
+std::function<metrics::MetricRef()> custom_metric(const std::string& name) {
+  std::lock_guard lock(metric_mutex());
+  auto it = custom_metrics().find(name);
+  return it == custom_metrics().end() ? nullptr : it->second;
+}
+
+const char* accuracy_mode_name(metrics::AccuracyMode m) {
+  switch (m) {
+    case metrics::AccuracyMode::Exact: return "exact";
+    case metrics::AccuracyMode::Binary: return "binary";
+    case metrics::AccuracyMode::Categorical: return "categorical";
+    case metrics::AccuracyMode::SparseCategorical: return "sparse_categorical";
+    default: return "auto";
+  }
+}
+metrics::AccuracyMode accuracy_mode_from(const std::string& s) {
+  if (s == "exact") return metrics::AccuracyMode::Exact;
+  if (s == "binary") return metrics::AccuracyMode::Binary;
+  if (s == "categorical") return metrics::AccuracyMode::Categorical;
+  if (s == "sparse_categorical") return metrics::AccuracyMode::SparseCategorical;
+  if (s == "auto") return metrics::AccuracyMode::Auto;
+  fail("load_model", "unknown accuracy mode '", s, "'");
+}
+
+// {"class_name", "config"} of a built-in metric; null for another (a custom) metric.
+json metric_json(const metrics::Metric& m) {
+  namespace M = metrics;
+  const auto& t = typeid(m);
+  json c{{"name", m.name()}};
+  std::string cls;
+  if (t == typeid(M::Accuracy)) {
+    auto& a = dynamic_cast<const M::Accuracy&>(m);
+    cls = "Accuracy";
+    c["mode"] = accuracy_mode_name(a.mode());
+    c["threshold"] = a.options().threshold;
+  } else if (t == typeid(M::BinaryAccuracy)) {
+    cls = "BinaryAccuracy";
+    c["threshold"] = dynamic_cast<const M::BinaryAccuracy&>(m).options().threshold;
+  } else if (t == typeid(M::CategoricalAccuracy)) {
+    cls = "CategoricalAccuracy";
+  } else if (t == typeid(M::SparseCategoricalAccuracy)) {
+    cls = "SparseCategoricalAccuracy";
+  } else if (t == typeid(M::TopKCategoricalAccuracy)) {
+    cls = "TopKCategoricalAccuracy";
+    c["k"] = dynamic_cast<const M::TopKCategoricalAccuracy&>(m).options().k;
+  } else if (t == typeid(M::SparseTopKCategoricalAccuracy)) {
+    cls = "SparseTopKCategoricalAccuracy";
+    c["k"] = dynamic_cast<const M::SparseTopKCategoricalAccuracy&>(m).options().k;
+  } else if (t == typeid(M::Precision) || t == typeid(M::Recall)) {
+    auto& p = dynamic_cast<const M::ConfusionCounts&>(m);
+    cls = t == typeid(M::Precision) ? "Precision" : "Recall";
+    c["threshold"] = p.threshold();
+    c["class_id"] = opt(p.class_id());
+  } else if (t == typeid(M::MeanSquaredError)) {
+    cls = "MeanSquaredError";
+  } else if (t == typeid(M::MeanAbsoluteError)) {
+    cls = "MeanAbsoluteError";
+  } else if (t == typeid(M::Mean)) {
+    cls = "Mean";
+  } else if (t == typeid(M::LossMean)) {
+    cls = "LossMean";
+    c["loss"] = loss_json(*dynamic_cast<const M::LossMean&>(m).loss());
+  } else {
+    return nullptr;
+  }
+  return json{{"class_name", cls}, {"config", c}};
+}
+
+metrics::MetricRef metric_from_json(const json& j) {
+  namespace M = metrics;
+  const std::string cls = j.at("class_name").get<std::string>();
+  const json& c = j.at("config");
+  const std::string name = c.at("name").get<std::string>();
+  if (cls == "Accuracy")
+    return M::Accuracy({.mode = accuracy_mode_from(c.at("mode").get<std::string>()),
+                        .threshold = c.at("threshold").get<double>(),
+                        .name = name});
+  if (cls == "BinaryAccuracy") return M::BinaryAccuracy({.threshold = c.at("threshold").get<double>(), .name = name});
+  if (cls == "CategoricalAccuracy") return M::CategoricalAccuracy({.name = name});
+  if (cls == "SparseCategoricalAccuracy") return M::SparseCategoricalAccuracy({.name = name});
+  if (cls == "TopKCategoricalAccuracy") return M::TopKCategoricalAccuracy({.k = int_of<int>(c.at("k")), .name = name});
+  if (cls == "SparseTopKCategoricalAccuracy")
+    return M::SparseTopKCategoricalAccuracy({.k = int_of<int>(c.at("k")), .name = name});
+  if (cls == "Precision")
+    return M::Precision({.threshold = c.at("threshold").get<double>(),
+                         .class_id = opt_from<std::int64_t>(c, "class_id"),
+                         .name = name});
+  if (cls == "Recall")
+    return M::Recall({.threshold = c.at("threshold").get<double>(),
+                      .class_id = opt_from<std::int64_t>(c, "class_id"),
+                      .name = name});
+  if (cls == "MeanSquaredError") return M::MeanSquaredError({.name = name});
+  if (cls == "MeanAbsoluteError") return M::MeanAbsoluteError({.name = name});
+  if (cls == "Mean") return M::Mean({.name = name});
+  if (cls == "LossMean") return M::LossMean(loss_from_json(c.at("loss")), name);
+  fail("load_model", "unknown metric class '", cls, "'");
+}
+
+// What a file holds for one compiled metric (paired with `loss` by compile()).
+json metric_entry(const metrics::Metric& m, const nn::Loss& loss) {
+  const std::string n = m.name();
+  json full = metric_json(m);
+  if (full.is_null()) {
+    if (custom_metric(n)) return n;
+    fail("save", "metric '", n, "' is not a built-in metric, so a model file cannot rebuild it; "
+         "register a factory with serialization::register_metric(\"", n, "\", ...) before saving "
+         "(and before load_model)");
+  }
+  try {
+    if (metric_json(*metrics::metric_from_name(n, &loss)) == full) return n;
+  } catch (const Error&) {  // not a known name: written whole
+  }
+  return full;
+}
+
+metrics::MetricRef metric_from_entry(const json& e, const nn::Loss* loss) {
+  if (e.is_object()) return metric_from_json(e);
+  const std::string n = e.get<std::string>();
+  if (auto f = custom_metric(n)) return f();
+  try {
+    return metrics::metric_from_name(n, loss);
+  } catch (const Error&) {
+    fail("load_model", "unknown metric '", n, "' (neither built in nor registered with "
+         "serialization::register_metric)");
+  }
 }
 
 // ---- weights grouped by layer ---------------------------------------------------------------
@@ -1131,6 +1274,19 @@ void register_model(const std::string& class_name, std::function<std::string(con
       [from = std::move(from_config)](const std::string& c) { return nn::ModuleRef(from(c)); });
 }
 
+void register_metric(const std::string& name, std::function<metrics::MetricRef()> factory) {
+  if (!factory) fail("register_metric", "the factory for metric '", name, "' is empty");
+  std::lock_guard lock(metric_mutex());
+  custom_metrics()[name] = std::move(factory);
+}
+
+std::vector<std::string> registered_layers() {
+  std::lock_guard lock(registry_mutex());
+  std::vector<std::string> out;
+  for (auto& [n, _] : registry()) out.push_back(n);
+  return out;
+}
+
 void register_layer(const std::string& class_name, std::function<std::string(const nn::Module&)> to_config,
                     std::function<nn::ModuleRef(const std::string&)> from_config) {
   std::lock_guard lock(registry_mutex());
@@ -1162,9 +1318,12 @@ void Model::save(const std::string& path) const {
     for (auto& l : compiled_losses()) losses.push_back(ser::loss_json(*l));
     c["losses"] = losses;
     json metrics = json::array();
-    for (auto& per_output : compiled_metrics()) {
+    const auto compiled_loss_list = compiled_losses();
+    const auto all_metrics = compiled_metrics();
+    for (std::size_t i = 0; i < all_metrics.size(); ++i) {
       json names = json::array();
-      for (auto& m : per_output) names.push_back(m->name());
+      const nn::Loss& paired = *compiled_loss_list[std::min(i, compiled_loss_list.size() - 1)];
+      for (auto& m : all_metrics[i]) names.push_back(ser::metric_entry(*m, paired));
       metrics.push_back(names);
     }
     c["metrics"] = metrics;
@@ -1230,8 +1389,9 @@ std::shared_ptr<nn::Model> load_model(const std::string& path) {
       for (auto& l : c.at("losses")) losses.push_back(ser::loss_from_json(l));
       std::vector<std::vector<metrics::MetricRef>> ms;
       for (auto& per_output : c.at("metrics")) {
+        const nn::Loss* paired = losses.empty() ? nullptr : losses[std::min(ms.size(), losses.size() - 1)].get();
         ms.emplace_back();
-        for (auto& m : per_output) ms.back().push_back(metrics::get(m.get<std::string>()));
+        for (auto& m : per_output) ms.back().push_back(ser::metric_from_entry(m, paired));
       }
       model->compile(ser::optimizer_from_json(c.at("optimizer")), std::move(losses), std::move(ms),
                      {.loss_weights = c.at("loss_weights").get<std::vector<double>>()});
@@ -1247,6 +1407,12 @@ std::shared_ptr<nn::Model> load_model(const std::string& path) {
     return model;
   } catch (const json::exception& e) {
     fail("load_model", "'", path, "': malformed header (", e.what(), ")");
+  } catch (const Error& e) {
+    // Errors from the decoders (an unknown metric, loss, optimiser, layer) name the file too.
+    const std::string what = e.what();
+    if (what.find("'" + path + "'") != std::string::npos) throw;
+    const std::string prefix = "load_model: ";
+    fail("load_model", "'", path, "': ", what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
   }
 }
 

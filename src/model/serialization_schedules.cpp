@@ -1,6 +1,7 @@
 // Learning-rate schedules in model files: {"class_name", "config"} with Keras' field names, so a
 // reloaded optimiser follows the same schedule. The step count is the optimiser's "iterations",
 // saved with its state.
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -51,6 +52,14 @@ void register_schedule(const std::string& class_name,
   custom_schedules()[class_name] = {
       [to = std::move(to_config)](const optim::LearningRateSchedule& s) { return internal::json::parse(to(s)); },
       [from = std::move(from_config)](const internal::json& c) { return from(c.dump()); }};
+}
+
+std::vector<std::string> registered_schedules() {
+  std::vector<std::string> out = {"CosineDecay", "ExponentialDecay", "PiecewiseConstantDecay", "StepDecay"};
+  std::lock_guard lock(schedule_mutex());
+  for (auto& [n, _] : custom_schedules())
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  return out;
 }
 
 namespace internal {

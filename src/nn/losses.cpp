@@ -244,20 +244,68 @@ Tensor SparseCategoricalCrossentropy::per_sample(const Tensor& y_true, const Ten
   return losses::sparse_categorical_crossentropy(y_true, y_pred, o_.from_logits);
 }
 
-LossRef get_loss(const std::string& id) {
-  if (id == "mse" || id == "mean_squared_error" || id == "MeanSquaredError")
-    return MeanSquaredError();
-  if (id == "mae" || id == "mean_absolute_error" || id == "MeanAbsoluteError")
-    return MeanAbsoluteError();
-  if (id == "huber" || id == "huber_loss" || id == "Huber") return Huber();
-  if (id == "binary_crossentropy" || id == "BinaryCrossentropy") return BinaryCrossentropy();
-  if (id == "categorical_crossentropy" || id == "CategoricalCrossentropy")
-    return CategoricalCrossentropy();
-  if (id == "sparse_categorical_crossentropy" || id == "SparseCategoricalCrossentropy")
-    return SparseCategoricalCrossentropy();
-  fail("get_loss", "unknown loss '", id,
-       "'; expected one of mse, mae, huber, binary_crossentropy, categorical_crossentropy, "
-       "sparse_categorical_crossentropy");
+// Keras' compile() rule for "crossentropy", applied to each call's shapes.
+Tensor Crossentropy::per_sample(const Tensor& y_true, const Tensor& y_pred) const {
+  check_floating_pred(name(), y_pred);
+  if (!y_true.defined()) fail(name(), "y_true is an undefined tensor");
+  if (y_pred.rank() == 0) fail(name(), "y_pred must have a batch axis, got a scalar");
+  if (y_pred.rank() == 1 || y_pred.shape().back() == 1)
+    return losses::binary_crossentropy(y_true, y_pred, o_.from_logits);
+  if (y_true.rank() < y_pred.rank() || (y_true.rank() > 0 && y_true.shape().back() == 1))
+    return losses::sparse_categorical_crossentropy(y_true, y_pred, o_.from_logits);
+  return losses::categorical_crossentropy(y_true, y_pred, o_.from_logits);
 }
+
+namespace {
+struct LossName {
+  const char* name;
+  LossRef (*make)(bool from_logits);
+};
+// Class names, function names, then Keras' aliases.
+const LossName kLossNames[] = {
+    {"MeanSquaredError", [](bool) -> LossRef { return MeanSquaredError(); }},
+    {"mean_squared_error", [](bool) -> LossRef { return MeanSquaredError(); }},
+    {"mse", [](bool) -> LossRef { return MeanSquaredError(); }},
+    {"MSE", [](bool) -> LossRef { return MeanSquaredError(); }},
+    {"MeanAbsoluteError", [](bool) -> LossRef { return MeanAbsoluteError(); }},
+    {"mean_absolute_error", [](bool) -> LossRef { return MeanAbsoluteError(); }},
+    {"mae", [](bool) -> LossRef { return MeanAbsoluteError(); }},
+    {"MAE", [](bool) -> LossRef { return MeanAbsoluteError(); }},
+    {"Huber", [](bool) -> LossRef { return Huber(); }},
+    {"huber_loss", [](bool) -> LossRef { return Huber(); }},
+    {"huber", [](bool) -> LossRef { return Huber(); }},
+    {"BinaryCrossentropy", [](bool l) -> LossRef { return BinaryCrossentropy({.from_logits = l}); }},
+    {"binary_crossentropy", [](bool l) -> LossRef { return BinaryCrossentropy({.from_logits = l}); }},
+    {"bce", [](bool l) -> LossRef { return BinaryCrossentropy({.from_logits = l}); }},
+    {"BCE", [](bool l) -> LossRef { return BinaryCrossentropy({.from_logits = l}); }},
+    {"CategoricalCrossentropy",
+     [](bool l) -> LossRef { return CategoricalCrossentropy({.from_logits = l}); }},
+    {"categorical_crossentropy",
+     [](bool l) -> LossRef { return CategoricalCrossentropy({.from_logits = l}); }},
+    {"SparseCategoricalCrossentropy",
+     [](bool l) -> LossRef { return SparseCategoricalCrossentropy({.from_logits = l}); }},
+    {"sparse_categorical_crossentropy",
+     [](bool l) -> LossRef { return SparseCategoricalCrossentropy({.from_logits = l}); }},
+    {"Crossentropy", [](bool l) -> LossRef { return Crossentropy({.from_logits = l}); }},
+    {"crossentropy", [](bool l) -> LossRef { return Crossentropy({.from_logits = l}); }},
+    {"ce", [](bool l) -> LossRef { return Crossentropy({.from_logits = l}); }},
+};
+}  // namespace
+
+LossRef loss_from_name(const std::string& name, bool from_logits) {
+  for (const auto& n : kLossNames)
+    if (name == n.name) return n.make(from_logits);
+  std::string known;
+  for (const auto& n : kLossNames) known += std::string(known.empty() ? "" : ", ") + n.name;
+  fail("loss_from_name", "unknown loss '", name, "'; expected one of ", known);
+}
+
+std::vector<std::string> loss_names() {
+  std::vector<std::string> out;
+  for (const auto& n : kLossNames) out.push_back(n.name);
+  return out;
+}
+
+LossRef get_loss(const std::string& id) { return loss_from_name(id); }
 
 }  // namespace soma::nn

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -236,6 +237,7 @@ LossMean::LossMean(nn::LossRef loss, std::string name)
     : MeanMetricWrapper(
           [loss](const Tensor& y_true, const Tensor& y_pred) { return loss->call(y_true, y_pred); },
           name.empty() ? (loss ? loss->name() : std::string("loss")) : std::move(name)) {
+  loss_ = loss;
   if (!loss) fail("LossMean", "needs a loss, got an empty LossRef");
 }
 
@@ -384,23 +386,136 @@ void MeanSquaredError::update_state(const Tensor& y_true, const Tensor& y_pred,
   accumulate(o_.name, se, out, sample_weight);
 }
 
+void MeanAbsoluteError::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                     const Tensor& sample_weight) {
+  Shape shape = aligned_shape(o_.name, y_true, y_pred);
+  std::vector<double> t = host(y_true), p = host(y_pred);
+  const std::int64_t last = shape.back();
+  Shape out = drop_last(shape);
+  std::vector<double> ae(std::size_t(numel(out)), 0.0);
+  for (std::size_t i = 0; i < p.size(); ++i) ae[i / std::size_t(last)] += std::abs(p[i] - t[i]) / double(last);
+  accumulate(o_.name, ae, out, sample_weight);
+}
+
 // ---- identifiers -------------------------------------------------------------------------------
 
-MetricRef get(const std::string& id) {
-  if (id == "accuracy" || id == "acc") return Accuracy();
-  if (id == "binary_accuracy") return BinaryAccuracy();
-  if (id == "categorical_accuracy") return CategoricalAccuracy();
-  if (id == "sparse_categorical_accuracy") return SparseCategoricalAccuracy();
-  if (id == "top_k_categorical_accuracy") return TopKCategoricalAccuracy();
-  if (id == "sparse_top_k_categorical_accuracy") return SparseTopKCategoricalAccuracy();
-  if (id == "precision") return Precision();
-  if (id == "recall") return Recall();
-  if (id == "mse" || id == "mean_squared_error") return MeanSquaredError();
-  if (id == "mean") return Mean();
-  fail("metrics::get", "unknown metric '", id,
-       "'; expected one of accuracy, binary_accuracy, categorical_accuracy, "
-       "sparse_categorical_accuracy, top_k_categorical_accuracy, "
-       "sparse_top_k_categorical_accuracy, precision, recall, mean_squared_error, mean");
+namespace {
+
+// The cross-entropy variant that goes with `loss` (Keras' compile() pairing), if it is one.
+const char* crossentropy_kind(const nn::Loss* loss) {
+  if (!loss) return nullptr;
+  const std::string n = loss->name();
+  if (n == "binary_crossentropy") return "binary";
+  if (n == "categorical_crossentropy") return "categorical";
+  if (n == "sparse_categorical_crossentropy") return "sparse";
+  return nullptr;
 }
+
+bool loss_from_logits(const nn::Loss* loss) {
+  if (auto* l = dynamic_cast<const nn::BinaryCrossentropy*>(loss)) return l->options().from_logits;
+  if (auto* l = dynamic_cast<const nn::CategoricalCrossentropy*>(loss)) return l->options().from_logits;
+  if (auto* l = dynamic_cast<const nn::SparseCategoricalCrossentropy*>(loss)) return l->options().from_logits;
+  if (auto* l = dynamic_cast<const nn::Crossentropy*>(loss)) return l->options().from_logits;
+  return false;
+}
+
+MetricRef accuracy_for(const nn::Loss* loss) {
+  AccuracyOptions o;
+  if (const char* k = crossentropy_kind(loss))
+    o.mode = k == std::string("binary")        ? AccuracyMode::Binary
+             : k == std::string("categorical") ? AccuracyMode::Categorical
+                                               : AccuracyMode::SparseCategorical;
+  return Accuracy(o);
+}
+
+MetricRef crossentropy_for(const nn::Loss* loss, const std::string& name) {
+  const bool logits = loss_from_logits(loss);
+  const char* k = crossentropy_kind(loss);
+  nn::LossRef l;
+  if (!k) l = nn::Crossentropy({.from_logits = logits});
+  else if (k == std::string("binary")) l = nn::BinaryCrossentropy({.from_logits = logits});
+  else if (k == std::string("categorical")) l = nn::CategoricalCrossentropy({.from_logits = logits});
+  else l = nn::SparseCategoricalCrossentropy({.from_logits = logits});
+  return LossMean(l, name);
+}
+
+// A loss's mean as a metric, named as Keras names it; a cross-entropy takes the paired loss's
+// from_logits when that loss is a cross-entropy too.
+template <class L>
+MetricRef loss_metric(const nn::Loss* loss, const std::string& name) {
+  if constexpr (std::is_same_v<L, nn::MeanSquaredError> || std::is_same_v<L, nn::MeanAbsoluteError> ||
+                std::is_same_v<L, nn::Huber>)
+    return LossMean(L(), name);
+  else
+    return LossMean(L({.from_logits = loss_from_logits(loss)}), name);
+}
+
+struct MetricName {
+  const char* name;
+  MetricRef (*make)(const nn::Loss* loss);
+};
+const MetricName kMetricNames[] = {
+    {"accuracy", [](const nn::Loss* l) { return accuracy_for(l); }},
+    {"acc", [](const nn::Loss* l) { return accuracy_for(l); }},
+    {"Accuracy", [](const nn::Loss* l) { return accuracy_for(l); }},
+    {"binary_accuracy", [](const nn::Loss*) -> MetricRef { return BinaryAccuracy(); }},
+    {"BinaryAccuracy", [](const nn::Loss*) -> MetricRef { return BinaryAccuracy(); }},
+    {"categorical_accuracy", [](const nn::Loss*) -> MetricRef { return CategoricalAccuracy(); }},
+    {"CategoricalAccuracy", [](const nn::Loss*) -> MetricRef { return CategoricalAccuracy(); }},
+    {"sparse_categorical_accuracy", [](const nn::Loss*) -> MetricRef { return SparseCategoricalAccuracy(); }},
+    {"SparseCategoricalAccuracy", [](const nn::Loss*) -> MetricRef { return SparseCategoricalAccuracy(); }},
+    {"top_k_categorical_accuracy", [](const nn::Loss*) -> MetricRef { return TopKCategoricalAccuracy(); }},
+    {"TopKCategoricalAccuracy", [](const nn::Loss*) -> MetricRef { return TopKCategoricalAccuracy(); }},
+    {"sparse_top_k_categorical_accuracy",
+     [](const nn::Loss*) -> MetricRef { return SparseTopKCategoricalAccuracy(); }},
+    {"SparseTopKCategoricalAccuracy",
+     [](const nn::Loss*) -> MetricRef { return SparseTopKCategoricalAccuracy(); }},
+    {"precision", [](const nn::Loss*) -> MetricRef { return Precision(); }},
+    {"Precision", [](const nn::Loss*) -> MetricRef { return Precision(); }},
+    {"recall", [](const nn::Loss*) -> MetricRef { return Recall(); }},
+    {"Recall", [](const nn::Loss*) -> MetricRef { return Recall(); }},
+    {"mean_squared_error", [](const nn::Loss*) -> MetricRef { return MeanSquaredError(); }},
+    {"mse", [](const nn::Loss*) -> MetricRef { return MeanSquaredError(); }},
+    {"MSE", [](const nn::Loss*) -> MetricRef { return MeanSquaredError(); }},
+    {"MeanSquaredError", [](const nn::Loss*) -> MetricRef { return MeanSquaredError(); }},
+    {"mean_absolute_error", [](const nn::Loss*) -> MetricRef { return MeanAbsoluteError(); }},
+    {"mae", [](const nn::Loss*) -> MetricRef { return MeanAbsoluteError(); }},
+    {"MAE", [](const nn::Loss*) -> MetricRef { return MeanAbsoluteError(); }},
+    {"MeanAbsoluteError", [](const nn::Loss*) -> MetricRef { return MeanAbsoluteError(); }},
+    {"mean", [](const nn::Loss*) -> MetricRef { return Mean(); }},
+    {"Mean", [](const nn::Loss*) -> MetricRef { return Mean(); }},
+    {"binary_crossentropy",
+     [](const nn::Loss* l) { return loss_metric<nn::BinaryCrossentropy>(l, "binary_crossentropy"); }},
+    {"bce", [](const nn::Loss* l) { return loss_metric<nn::BinaryCrossentropy>(l, "binary_crossentropy"); }},
+    {"BCE", [](const nn::Loss* l) { return loss_metric<nn::BinaryCrossentropy>(l, "binary_crossentropy"); }},
+    {"categorical_crossentropy",
+     [](const nn::Loss* l) { return loss_metric<nn::CategoricalCrossentropy>(l, "categorical_crossentropy"); }},
+    {"sparse_categorical_crossentropy",
+     [](const nn::Loss* l) {
+       return loss_metric<nn::SparseCategoricalCrossentropy>(l, "sparse_categorical_crossentropy");
+     }},
+    {"huber_loss", [](const nn::Loss* l) { return loss_metric<nn::Huber>(l, "huber_loss"); }},
+    {"huber", [](const nn::Loss* l) { return loss_metric<nn::Huber>(l, "huber_loss"); }},
+    {"crossentropy", [](const nn::Loss* l) { return crossentropy_for(l, "crossentropy"); }},
+    {"ce", [](const nn::Loss* l) { return crossentropy_for(l, "crossentropy"); }},
+};
+
+}  // namespace
+
+MetricRef metric_from_name(const std::string& name, const nn::Loss* loss) {
+  for (const auto& n : kMetricNames)
+    if (name == n.name) return n.make(loss);
+  std::string known;
+  for (const auto& n : kMetricNames) known += std::string(known.empty() ? "" : ", ") + n.name;
+  fail("metric_from_name", "unknown metric '", name, "'; expected one of ", known);
+}
+
+std::vector<std::string> metric_names() {
+  std::vector<std::string> out;
+  for (const auto& n : kMetricNames) out.push_back(n.name);
+  return out;
+}
+
+MetricRef get(const std::string& id) { return metric_from_name(id); }
 
 }  // namespace soma::metrics

@@ -405,4 +405,35 @@ void Adagrad::update(Variable& var, const Tensor& g, Slots& slots) {
   var.assign_sub((g * lr) / sqrt(acc + eps));
 }
 
+// ---- by name (Keras' identifiers) --------------------------------------------------------------
+
+namespace {
+struct OptimizerName {
+  const char* name;
+  OptimizerRef (*make)();
+};
+const OptimizerName kOptimizerNames[] = {
+    {"sgd", []() -> OptimizerRef { return SGD(); }},         {"SGD", []() -> OptimizerRef { return SGD(); }},
+    {"adam", []() -> OptimizerRef { return Adam(); }},       {"Adam", []() -> OptimizerRef { return Adam(); }},
+    {"adamw", []() -> OptimizerRef { return AdamW(); }},     {"AdamW", []() -> OptimizerRef { return AdamW(); }},
+    {"nadam", []() -> OptimizerRef { return Nadam(); }},     {"Nadam", []() -> OptimizerRef { return Nadam(); }},
+    {"rmsprop", []() -> OptimizerRef { return RMSprop(); }}, {"RMSprop", []() -> OptimizerRef { return RMSprop(); }},
+    {"adagrad", []() -> OptimizerRef { return Adagrad(); }}, {"Adagrad", []() -> OptimizerRef { return Adagrad(); }},
+};
+}  // namespace
+
+OptimizerRef optimizer_from_name(const std::string& name) {
+  for (const auto& n : kOptimizerNames)
+    if (name == n.name) return n.make();
+  std::string known;
+  for (const auto& n : kOptimizerNames) known += std::string(known.empty() ? "" : ", ") + n.name;
+  fail("optimizer_from_name", "unknown optimizer '", name, "'; expected one of ", known);
+}
+
+std::vector<std::string> optimizer_names() {
+  std::vector<std::string> out;
+  for (const auto& n : kOptimizerNames) out.push_back(n.name);
+  return out;
+}
+
 }  // namespace soma::optim

@@ -145,6 +145,46 @@ case $case_name in
     [ "$(cat "$out/stderr")" = "soma train: $dir/bad_model.json: layers[1] (Dense): missing \"units\"" ] ||
       fail "unexpected error: $(cat "$out/stderr")"
     ;;
+  train_softmax_config_uses_probabilities)
+    # A config ending with a softmax outputs probabilities: the loss must not take them for
+    # logits (a second softmax), and predict must show them as they are (issue 19).
+    run train --config "$dir/softmax_model.json" --data idx:"$dir" --epochs 3 --seed 1 \
+      --out "$out/s.soma" --verbose 0
+    expect_status 0
+    expect_result_line
+    grep -aq '"class_name":"SparseCategoricalCrossentropy","config":{"from_logits":false' "$out/s.soma" ||
+      fail "the saved loss is not sparse_categorical_crossentropy with from_logits=false"
+    acc=$(tail -n 1 "$out/stdout" | sed 's/.*test_accuracy=//')
+    awk -v a="$acc" 'BEGIN { exit !(a >= 0.8) }' || fail "test accuracy $acc < 0.8"
+    run predict "$out/s.soma" "$dir/shoe.png" --classes mnist
+    expect_status 0
+    # A softmax of probabilities over 10 classes is at most e/(e+9) = 23.2%.
+    top=$(sed -n 2p "$out/stdout" | awk '{ sub("%", "", $2); print $2 }')
+    awk -v t="$top" 'BEGIN { exit !(t > 30) }' || fail "top probability $top% (a softmax applied twice?)"
+    ;;
+  summary_warns_about_invalid_weights)
+    run summary "$dir/nan_model.soma"
+    expect_status 0
+    expect_stdout 'Total params'
+    grep -Eq "^soma summary: warning: '.*nan_model.soma': layer 'dense[_0-9]*', variable 'kernel': 3 NaN, 1 inf of 7840 values$" \
+      "$out/stderr" || fail "no warning naming the layer, the variable and the counts"
+    run summary "$dir/bad_variance.soma"
+    expect_status 0
+    grep -Eq "layer 'batch_normalization[_0-9]*', variable 'moving_variance': 5 negative" "$out/stderr" ||
+      fail "no warning about the negative moving variance"
+    ;;
+  eval_refuses_invalid_weights)
+    run eval "$dir/nan_model.soma" --data idx:"$dir"
+    expect_status 1
+    grep -q "variable 'kernel': 3 NaN, 1 inf of 7840 values" "$out/stderr" || fail "no warning"
+    grep -q "has invalid weights .*--allow-invalid-weights" "$out/stderr" || fail "no refusal"
+    [ ! -s "$out/stdout" ] || fail "eval printed results for a refused model"
+    run eval "$dir/bad_variance.soma" --data idx:"$dir"
+    expect_status 1
+    run eval "$dir/nan_model.soma" --data idx:"$dir" --allow-invalid-weights
+    expect_status 0
+    grep -q "3 NaN" "$out/stderr" || fail "--allow-invalid-weights should still warn"
+    ;;
   model_and_config_exclude_each_other)
     run train --model mlp --config "$dir/my_model.json"
     expect_usage_error "soma train: --model and --config exclude each other (see soma train --help)"

@@ -8,11 +8,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <soma/image.hpp>
+#include <soma/model/sequential.hpp>
+#include <soma/model/serialization.hpp>
+#include <soma/nn/layers.hpp>
+#include <soma/nn/normalization.hpp>
 #include <soma/ops.hpp>
 
 namespace {
@@ -52,6 +57,32 @@ void write_split(const std::string& dir, const std::string& prefix, int n, std::
   }
 }
 
+// Model files whose weights `soma summary` / `soma eval` must report: nan_model.soma (3 NaN and
+// 1 inf in the Dense kernel) and bad_variance.soma (a BatchNormalization with 5 moving
+// variances of -1).
+void write_invalid_models(const std::string& dir) {
+  using namespace soma;
+  {
+    nn::Sequential m{nn::Input({1, 28, 28}), nn::Flatten(), nn::Dense(10)};
+    auto w = m.get_weights();
+    std::vector<float> k = w.at("1.kernel").to_vector<float>();
+    k[0] = k[5] = k[9] = std::numeric_limits<float>::quiet_NaN();
+    k[11] = std::numeric_limits<float>::infinity();
+    w["1.kernel"] = constant(k, w.at("1.kernel").shape());
+    m.set_weights(w);
+    m.save(dir + "/nan_model.soma");
+  }
+  {
+    nn::Sequential m{nn::Input({1, 28, 28}), nn::Flatten(), nn::BatchNormalization(), nn::Dense(10)};
+    auto w = m.get_weights();
+    std::vector<float> v(784, 1.0f);
+    for (int i = 0; i < 5; ++i) v[i] = -1.0f;
+    w["1.moving_variance"] = constant(v, {784});
+    m.set_weights(w);
+    m.save(dir + "/bad_variance.soma");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,5 +111,12 @@ int main(int argc, char** argv) {
       << "\n";
   std::ofstream(dir + "/bad_model.json")
       << R"({"layers": [{"type": "Flatten"}, {"type": "Dense", "unitz": 10}]})" << "\n";
+  // A classifier ending with a softmax: its outputs are probabilities (issue 19).
+  std::ofstream(dir + "/softmax_model.json")
+      << R"({"layers": [{"type": "Flatten"},
+                {"type": "Dense", "units": 32, "activation": "relu"},
+                {"type": "Dense", "units": 10, "activation": "softmax"}]})"
+      << "\n";
+  write_invalid_models(dir);
   return 0;
 }

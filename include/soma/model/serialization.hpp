@@ -12,8 +12,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "soma/model/model.hpp"
+#include "soma/nn/metric.hpp"
 #include "soma/nn/module.hpp"
 #include "soma/optim/optimizer.hpp"
 #include "soma/random_state.hpp"
@@ -66,6 +68,18 @@ void register_model(const std::string& class_name,
 void register_schedule(const std::string& class_name,
                        std::function<std::string(const optim::LearningRateSchedule&)> to_config,
                        std::function<optim::ScheduleRef(const std::string& config_json)> from_config);
+
+// A custom metric (one that is not built in, e.g. a MeanMetricWrapper of your function), so
+// that models compiled with it can be saved: the file holds its name(), and load_model calls
+// `factory` for it. Without registration, save() of such a model throws naming the metric.
+// Built-in metrics need none: they are written by name or as their config.
+void register_metric(const std::string& name, std::function<metrics::MetricRef()> factory);
+
+// The layer class names a model file can hold (built in and registered), and the built-in and
+// registered learning-rate schedules: every one saves and loads (tests/unit/
+// test_model_roundtrip_names.cpp goes through them all).
+std::vector<std::string> registered_layers();
+std::vector<std::string> registered_schedules();
 
 // The container: JSON header + named tensors, magic, version and CRC-32, written atomically
 // (temporary file, fsync, rename). Low-level; Model::save / load_model use it.

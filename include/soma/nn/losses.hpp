@@ -11,6 +11,7 @@
 // shape [batch] counts as [batch, 1] (one value per sample).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "soma/nn/loss.hpp"
 
@@ -144,8 +145,38 @@ class SparseCategoricalCrossentropy : public Loss {
   Options o_;
 };
 
-// Keras' string identifiers ("mse", "mean_squared_error", "mae", "huber", "binary_crossentropy",
-// "categorical_crossentropy", "sparse_categorical_crossentropy", ...) with default options.
+// "crossentropy" (Keras' compile alias): binary, sparse or categorical cross-entropy, chosen
+// per call from the shapes as Keras' compile() does: y_pred [..., 1] -> binary; y_true with
+// fewer axes than y_pred, or a last axis of 1 -> sparse; else categorical (one-hot targets).
+struct CrossentropyOptions {
+  bool from_logits = false;
+  Reduction reduction = Reduction::SumOverBatchSize;
+};
+class Crossentropy : public Loss {
+ public:
+  using Options = CrossentropyOptions;
+  explicit Crossentropy(Options o = {}) : Loss(o.reduction), o_(o) {}
+  std::string name() const override { return "crossentropy"; }
+  const Options& options() const { return o_; }
+
+ protected:
+  Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
+
+ private:
+  Options o_;
+};
+
+// Keras' string identifiers, with default options: the class names ("MeanSquaredError",
+// "SparseCategoricalCrossentropy"), the function names ("mean_squared_error",
+// "sparse_categorical_crossentropy", "huber_loss") and Keras' aliases ("mse", "MSE", "mae",
+// "MAE", "huber", "bce", "BCE", "crossentropy", "ce"). `from_logits` is given to the
+// cross-entropies and ignored by the other losses. An unknown name is a soma::Error listing
+// loss_names(). (For a model, nn::loss_for_model in soma/model/output_activation.hpp chooses
+// from_logits from the model's last activation.)
+LossRef loss_from_name(const std::string& name, bool from_logits = false);
+// Every name loss_from_name accepts, aliases included.
+std::vector<std::string> loss_names();
+// loss_from_name(identifier) (the older spelling).
 LossRef get_loss(const std::string& identifier);
 
 }  // namespace soma::nn

@@ -6,6 +6,7 @@
 //   optim::Adam({.learning_rate = 1e-3, .amsgrad = true})
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "soma/optim/optimizer.hpp"
 
@@ -171,5 +172,12 @@ class Adagrad : public Optimizer {
  private:
   AdagradOptions o_;
 };
+
+// Keras' string identifiers, with default options: "sgd", "adam", "adamw", "nadam", "rmsprop",
+// "adagrad" and the class names ("SGD", "Adam", "AdamW", "Nadam", "RMSprop", "Adagrad"). An
+// unknown name is a soma::Error listing optimizer_names().
+OptimizerRef optimizer_from_name(const std::string& name);
+// Every name optimizer_from_name accepts.
+std::vector<std::string> optimizer_names();
 
 }  // namespace soma::optim
