@@ -145,6 +145,36 @@ case $case_name in
     [ "$(cat "$out/stderr")" = "soma train: $dir/bad_model.json: layers[1] (Dense): missing \"units\"" ] ||
       fail "unexpected error: $(cat "$out/stderr")"
     ;;
+  train_stops_on_nan_data)
+    # Training images holding a NaN make the loss NaN: soma train stops with exit status 1 and a
+    # message saying where and that no model was saved; it never saves a NaN model.
+    run train --model mlp --epochs 2 --data idx:"$dir/nan_data" --out "$out/nan.soma" \
+      --threads 1 --verbose 0
+    expect_status 1
+    grep -Eq '^soma train: the training loss became nan in epoch 1 \(batch [0-9]+\); training stopped\. No epoch ended with a finite loss, so no model was saved \(.*nan\.soma was not written\)' \
+      "$out/stderr" || fail "the error does not say that the loss became NaN and nothing was saved"
+    [ ! -e "$out/nan.soma" ] || fail "a model was saved"
+    grep -q 'test_loss=' "$out/stdout" && fail "a result line was printed"
+    ;;
+  train_stops_when_the_loss_diverges)
+    # So high a learning rate makes the loss overflow. Whatever epoch that happens in, soma train
+    # fails, and the model file is the last epoch that ended with a finite loss (eval gives
+    # finite numbers) or is not written at all, as the message says.
+    echo keep >"$out/div.soma"
+    run train --model mlp --optimizer sgd --lr 1000000 --epochs 3 --data idx:"$dir" \
+      --out "$out/div.soma" --threads 1 --verbose 0
+    expect_status 1
+    grep -Eq '^soma train: the training loss became (nan|inf|-inf) in epoch [1-3] \(batch [0-9]+\); training stopped\.' \
+      "$out/stderr" || fail "the error does not say that the loss diverged"
+    if grep -q 'Saved the model of epoch' "$out/stderr"; then
+      run eval "$out/div.soma" --data idx:"$dir"
+      expect_status 0
+      expect_result_line
+    else
+      grep -q 'no model was saved' "$out/stderr" || fail "the error does not say what was saved"
+      [ "$(cat "$out/div.soma")" = keep ] || fail "the model file was overwritten"
+    fi
+    ;;
   model_and_config_exclude_each_other)
     run train --model mlp --config "$dir/my_model.json"
     expect_usage_error "soma train: --model and --config exclude each other (see soma train --help)"
