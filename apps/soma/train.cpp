@@ -140,7 +140,8 @@ int cmd_train(int argc, char** argv) {
       msg << "Saved the model of epoch " << nan_stop->last_good_epoch() + 1
           << ", the last with a finite loss, to " << out;
     } else {
-      msg << "No epoch ended with a finite loss, so no model was saved (" << out
+      msg << "No epoch ended with a finite loss and finite weights, so no model was saved ("
+          << out
           << " was not written)";
     }
     msg << ". Try a lower --lr, or check the data for NaN or infinite values.";
