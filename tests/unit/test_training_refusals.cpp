@@ -375,6 +375,19 @@ TEST(OptimizerRefusals, SetLearningRateRefusesNaNAndNegativeRates) {
   EXPECT_DOUBLE_EQ(adam.learning_rate(), 0.001);
 }
 
+TEST(OptimizerRefusals, LoadStateDictRefusesANaNLearningRateAndChangesNothing) {
+  Variable w(soma::ones({2}), "w");
+  optim::SGD sgd({.learning_rate = 0.1});
+  sgd.apply_gradients({soma::ones({2})}, {w});
+  auto state = sgd.state_dict({w});
+  state["learning_rate"] = soma::scalar(kNaN, DType::f64);
+  state["iterations"] = soma::scalar(7.0, DType::i64);
+  const std::string e = error_of([&] { sgd.load_state_dict(state, {w}); });
+  EXPECT_TRUE(has(e, "SGD.load_state_dict: the state's learning_rate is nan")) << e;
+  EXPECT_EQ(sgd.iterations(), 1);
+  EXPECT_DOUBLE_EQ(sgd.learning_rate(), 0.1);
+}
+
 TEST(OptimizerRefusals, ALearningRateSchedulerCallbackGivingANegativeRateStopsFit) {
   Data d;
   auto model = small_model();
