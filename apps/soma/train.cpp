@@ -1,8 +1,10 @@
 // soma train: builds a model (by name or from a JSON config), trains it on a data set with the
 // Keras progress bar and per-epoch validation, saves the model and a CSV of the metrics, and
 // ends with the machine-readable line `test_loss=<x> test_accuracy=<y>`.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 
 #include "common.hpp"
 
@@ -122,7 +124,37 @@ int cmd_train(int argc, char** argv) {
   else
     fit.validation_data = nn::ValidationData(d.x_test, d.y_test);
   if (!csv.empty()) fit.callbacks.push_back(callbacks::CSVLogger(csv));
+  // A NaN or infinite loss stops training; the model of the last epoch that ended well (weights
+  // and optimiser state) is put back, saved, and the command fails. A NaN model is never saved.
+  auto nan_stop = std::make_shared<callbacks::TerminateOnNaN>(
+      callbacks::TerminateOnNaNOptions{.restore_last_good_weights = true, .verbose = 0});
+  fit.callbacks.push_back(nan_stop);
   model->fit(d.x_train, d.y_train, fit);
+  if (nan_stop->terminated()) {
+    if (!main_rank) return kExitFailure;
+    std::ostringstream msg;
+    const double bad = nan_stop->invalid_loss();
+    if (nan_stop->terminated_batch() >= 0)
+      msg << "the training loss became " << (std::isnan(bad) ? "nan" : bad > 0 ? "inf" : "-inf")
+          << " in epoch " << nan_stop->terminated_epoch() + 1 << " (batch "
+          << nan_stop->terminated_batch() + 1 << ")";
+    else
+      msg << "the weights became NaN or infinite in epoch " << nan_stop->terminated_epoch() + 1;
+    msg << "; training stopped. ";
+    if (nan_stop->last_good_epoch() >= 0) {
+      save_model_file(*model, out);
+      msg << "Saved the model of epoch " << nan_stop->last_good_epoch() + 1
+          << ", the last with a finite loss, to " << out;
+    } else {
+      msg << "No epoch ended with a finite loss and finite weights, so no model was saved ("
+          << out
+          << " was not written)";
+    }
+    msg << ". Try a lower --lr, or check the data for NaN or infinite values.";
+    std::cout.flush();
+    std::cerr << "soma train: " << msg.str() << std::endl;
+    return kExitFailure;
+  }
 
   const nn::Logs logs =
       model->evaluate(d.x_test, d.y_test, {.batch_size = std::max<std::int64_t>(batch_size, 256),

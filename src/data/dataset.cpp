@@ -338,7 +338,9 @@ struct BatchNode final : UnaryNode {
     std::optional<Item> next() override {
       if (in_done) return std::nullopt;
       std::vector<Item> items;
-      items.reserve(std::size_t(batch_size));
+      // Reserved up to a bound: a batch size far beyond the data (INT64_MAX means "everything")
+      // must not ask for that much memory up front.
+      items.reserve(std::size_t(std::min<std::int64_t>(batch_size, 4096)));
       while (std::int64_t(items.size()) < batch_size) {
         auto item = in->next();
         if (!item) {
@@ -377,7 +379,8 @@ struct BatchNode final : UnaryNode {
   std::int64_t cardinality() const override {
     const std::int64_t c = input->cardinality();
     if (c < 0) return c;
-    return drop_remainder ? c / batch_size : (c + batch_size - 1) / batch_size;
+    if (drop_remainder) return c / batch_size;
+    return c == 0 ? 0 : 1 + (c - 1) / batch_size;  // no overflow for batch sizes near INT64_MAX
   }
 };
 

@@ -322,12 +322,83 @@ void ReduceLROnPlateau::on_epoch_end(int epoch, Logs& logs) {
 }
 
 // ---- TerminateOnNaN -------------------------------------------------------------------------
+namespace {
+bool finite_values(const std::map<std::string, Tensor>& state) {
+  for (const auto& [k, t] : state) {
+    if (!is_floating(t.dtype())) continue;
+    for (double v : t.cast(DType::f64).to_vector<double>())
+      if (!std::isfinite(v)) return false;
+  }
+  return true;
+}
+}  // namespace
+
+void TerminateOnNaN::on_train_begin(Logs&) {
+  terminated_ = false;
+  terminated_epoch_ = last_good_epoch_ = -1;
+  terminated_batch_ = -1;
+  good_weights_.clear();
+  good_optimizer_.clear();
+}
+
+void TerminateOnNaN::on_epoch_begin(int epoch, Logs&) { epoch_ = epoch; }
+
 void TerminateOnNaN::on_train_batch_end(std::int64_t batch, Logs& logs) {
   auto it = logs.find("loss");
   if (it == logs.end() || std::isfinite(it->second)) return;
-  std::cout << "Batch " << batch << ": Invalid loss, terminating training\n";
+  if (o_.verbose > 0)
+    std::cout << "\nEpoch " << epoch_ + 1 << ", batch " << batch + 1 << ": invalid loss ("
+              << (std::isnan(it->second) ? "nan" : it->second > 0 ? "inf" : "-inf")
+              << "), terminating training" << std::endl;
   terminated_ = true;
+  terminated_epoch_ = epoch_;
+  terminated_batch_ = batch;
+  invalid_loss_ = it->second;
   model().stop_training = true;
+}
+
+void TerminateOnNaN::on_epoch_end(int epoch, Logs& logs) {
+  if (terminated_ || !o_.restore_last_good_weights) {
+    if (!terminated_) last_good_epoch_ = epoch;
+    return;
+  }
+  auto it = logs.find("loss");
+  if (it != logs.end() && !std::isfinite(it->second)) return;
+  nn::Model& m = model();
+  std::map<std::string, Tensor> weights = m.get_weights();  // copies
+  if (!finite_values(weights)) {  // a finite loss, but an update overflowed: as bad as a NaN loss
+    if (o_.verbose > 0)
+      std::cout << "\nEpoch " << epoch + 1
+                << ": the weights hold NaN or infinite values, terminating training" << std::endl;
+    terminated_ = true;
+    terminated_epoch_ = epoch;
+    terminated_batch_ = -1;
+    invalid_loss_ = it != logs.end() ? it->second : 0.0;
+    m.stop_training = true;
+    return;
+  }
+  good_weights_ = std::move(weights);
+  good_optimizer_ = m.compiled() ? m.optimizer().state_dict(m.trainable_parameters())
+                                 : std::map<std::string, Tensor>{};
+  last_good_epoch_ = epoch;
+}
+
+void TerminateOnNaN::on_train_end(Logs&) {
+  if (!terminated_ || !o_.restore_last_good_weights) return;
+  if (good_weights_.empty()) {
+    if (o_.verbose > 0)
+      std::cout << "TerminateOnNaN: no epoch ended with a finite loss; the weights are left as "
+                   "they are"
+                << std::endl;
+    return;
+  }
+  nn::Model& m = model();
+  m.set_weights(good_weights_);
+  if (m.compiled() && !good_optimizer_.empty())
+    m.optimizer().load_state_dict(good_optimizer_, m.trainable_parameters());
+  if (o_.verbose > 0)
+    std::cout << "TerminateOnNaN: restored the weights of epoch " << last_good_epoch_ + 1
+              << ", the last with a finite loss" << std::endl;
 }
 
 }  // namespace soma::callbacks

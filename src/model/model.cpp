@@ -327,8 +327,20 @@ void Model::Compiled::track(double bs, const Tensor& total, const std::vector<Te
     for (auto& m : metrics[i]) m->update_state(y[i], pred[i]);
 }
 
+void Model::check_trainable(const std::vector<Variable>& vars, const char* who) const {
+  if (!vars.empty()) return;
+  const std::size_t weights = parameters(true).size();
+  if (weights == 0)
+    fail(who, "model '", name(), "' has no trainable variables: none of its layers has weights, "
+         "so training would change nothing (a custom layer creates its weights with "
+         "add_weight(), in its constructor or in build())");
+  fail(who, "model '", name(), "' has no trainable variables: its ", weights,
+       " weights are all frozen, so training would change nothing; call set_trainable(true) on "
+       "the model or on the layers to train");
+}
+
 Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
-                       const Tensor& sw) {
+                       const Tensor& sw, const char* who) {
   auto& c = *compiled_;
   if (c.dist && !c.dist->weights_synced) sync_distributed_weights(x);
   // The whole step: the optimiser has no matrix work, so including it changes nothing.
@@ -337,6 +349,7 @@ Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& 
   // a graph traced per batch shape; the optimiser and the trackers run eagerly as below.
   if (c.jit && !c.dist && c.n_outputs > 0) {
     std::vector<Variable> vars = trainable_parameters();
+    check_trainable(vars, who);
     const std::size_t nx = x.size(), ny = y.size(), nv = vars.size(), no = c.n_outputs;
     if (!c.traced)
       c.traced = std::make_shared<Function>(function([this, &c, vars, nx, ny](const std::vector<Tensor>& in) {
@@ -378,6 +391,7 @@ Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& 
   Tensor total = c.loss(y, pred, sw, per_output);
   for (auto& r : regularization_losses()) total = total + r.cast(total.dtype());
   std::vector<Variable> vars = trainable_parameters();
+  check_trainable(vars, who);
   dist::GradientReducer* reducer = c.dist ? distributed_reducer(vars) : nullptr;
   if (reducer) {  // all-reduce buckets of gradients as the backward pass finishes them
     reducer->begin_step(c.dist->weight);
@@ -393,7 +407,7 @@ Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& 
       used_grads.push_back(grads[i]);
     }
   if (!vars.empty() && used_vars.empty())
-    fail("fit", "no trainable weight of model '", name(),
+    fail(who, "no trainable weight of model '", name(),
          "' receives a gradient from the loss; check that the outputs depend on the weights");
   if (!used_vars.empty()) optimizer_->apply_gradients(used_grads, used_vars);
   c.track(double(batch_of(x)), total, per_output, y, pred);
@@ -438,6 +452,23 @@ std::int64_t check_xy(const char* who, const std::vector<Tensor>& x, const std::
            " and y", y.size() > 1 ? soma::detail::cat("[", i, "]") : std::string(),
            " has shape ", shape_str(y[i].shape()), " (axis 0 is the batch)");
   return n;
+}
+
+// Refuses data without samples: `what` is "no training data", "no data", ...
+void check_not_empty(const char* who, const char* what, const std::vector<Tensor>& x,
+                     std::int64_t n) {
+  if (n == 0)
+    fail(who, what, ": x has 0 samples (shape ", shape_str(x[0].shape()), ")");
+}
+
+// The batch size used for n samples: at most n (so that start + batch_size cannot overflow; a
+// batch size beyond the data is one batch of everything, as in Keras), and the number of
+// batches, computed without overflow.
+std::int64_t effective_batch(std::int64_t batch_size, std::int64_t n) {
+  return std::max<std::int64_t>(1, std::min(batch_size, n));
+}
+std::int64_t batch_count(std::int64_t n, std::int64_t batch_size) {
+  return n <= 0 ? 0 : 1 + (n - 1) / batch_size;
 }
 
 std::vector<Tensor> rows(const std::vector<Tensor>& ts, std::int64_t start, std::int64_t stop) {
@@ -593,6 +624,7 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
                    const FitOptions& o) {
   check_compiled("fit");
   const std::int64_t n_all = check_xy("fit", x_all, y_all, true);
+  check_not_empty("fit", "no training data", x_all, n_all);
   if (o.epochs < 0) fail("fit", "epochs must be >= 0, got ", o.epochs);
   if (o.batch_size <= 0) fail("fit", "batch_size must be positive, got ", o.batch_size);
   if (!(o.validation_split >= 0.0 && o.validation_split < 1.0))
@@ -611,7 +643,8 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
       fail("fit", "validation_data is a Dataset; it needs fit(Dataset) (or give tensors here)");
     xv = o.validation_data->x;
     yv = o.validation_data->y;
-    check_xy("fit (validation_data)", xv, yv, true);
+    check_not_empty("fit", "validation_data is empty",  xv,
+                    check_xy("fit (validation_data)", xv, yv, true));
   } else if (o.validation_split > 0.0) {
     n = std::int64_t(std::floor(double(n_all) * (1.0 - o.validation_split)));
     if (n <= 0 || n >= n_all)
@@ -623,9 +656,9 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
     y = rows(y_all, 0, n);
     if (sw.defined()) sw = sw.slice(0, 0, n);
   }
-  const std::int64_t bs = o.batch_size;
-  const std::int64_t steps = (n + bs - 1) / bs;
-  const std::int64_t val_bs = o.validation_batch_size > 0 ? o.validation_batch_size : bs;
+  const std::int64_t bs = effective_batch(o.batch_size, n);
+  const std::int64_t steps = batch_count(n, bs);
+  const std::int64_t val_bs = o.validation_batch_size > 0 ? o.validation_batch_size : o.batch_size;
 
   if (o.distributed) begin_distributed(o);
   ScopeExit end_dist{[&] { if (o.distributed) end_distributed(); }};
@@ -658,7 +691,7 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
       perm = random_shuffle(arange(double(n), DType::i64), seed);
     }
     for (std::int64_t step = 0; step < steps; ++step) {
-      std::int64_t start = step * bs, stop = std::min(n, start + bs);
+      std::int64_t start = step * bs, stop = start + std::min(bs, n - start);
       if (o.distributed) {  // this rank's rows of the global batch
         if (stop - start < n_ranks) break;  // a last batch too small to share out is skipped
         if (epoch == o.initial_epoch && step == 0)
@@ -683,7 +716,7 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
       }
       Logs batch_logs;
       all.on_train_batch_begin(step, batch_logs);
-      train_step(xb, yb, swb);
+      train_step(xb, yb, swb, "fit");
       batch_logs = collect_logs(true);
       all.on_train_batch_end(step, batch_logs);
       if (stop_training) break;
@@ -758,6 +791,7 @@ History Model::fit(const data::Dataset& train_data, const FitOptions& o) {
   Logs logs;
   all.on_train_begin(logs);
   std::optional<data::Dataset::Iterator> it;
+  std::int64_t batches_taken = 0;
   for (int epoch = o.initial_epoch; epoch < o.epochs; ++epoch) {
     reset_metrics();
     train(true);
@@ -771,6 +805,7 @@ History Model::fit(const data::Dataset& train_data, const FitOptions& o) {
         e = it->next();
       }
       if (!e) break;
+      ++batches_taken;
       std::vector<Tensor> xb, yb;
       Tensor swb;
       split_element("fit", *e, xb, yb, swb);
@@ -787,20 +822,23 @@ History Model::fit(const data::Dataset& train_data, const FitOptions& o) {
       }
       Logs batch_logs;
       all.on_train_batch_begin(step, batch_logs);
-      train_step(xb, yb, swb);
+      train_step(xb, yb, swb, "fit");
       batch_logs = collect_logs(true);
       all.on_train_batch_end(step, batch_logs);
       if (stop_training) break;
     }
+    if (batches_taken == 0 && !stop_training)
+      fail("fit", "no training data: the dataset gave no batch (cardinality ", card, ")");
     if (o.steps_per_epoch == 0) it.reset();  // stops prefetch threads before validation
     epoch_logs = collect_logs(true);
     if (o.validation_data) {
       const ValidationData& vd = *o.validation_data;
       Logs val;
       if (vd.dataset) {
-        val = evaluate_dataset_impl(*vd.dataset, user);
+        val = evaluate_dataset_impl(*vd.dataset, user, "fit: validation_data is empty");
       } else {
-        check_xy("fit (validation_data)", vd.x, vd.y, true);
+        check_not_empty("fit", "validation_data is empty", vd.x,
+                        check_xy("fit (validation_data)", vd.x, vd.y, true));
         const std::int64_t val_bs =
             o.validation_batch_size > 0 ? o.validation_batch_size : o.batch_size;
         if (val_bs <= 0) fail("fit", "validation batch size must be positive, got ", val_bs);
@@ -818,7 +856,8 @@ History Model::fit(const data::Dataset& train_data, const FitOptions& o) {
   return history;
 }
 
-Logs Model::evaluate_dataset_impl(const data::Dataset& data, callbacks::CallbackList& cbs) {
+Logs Model::evaluate_dataset_impl(const data::Dataset& data, callbacks::CallbackList& cbs,
+                                  const char* empty_error) {
   reset_metrics();
   ModeGuard mode(*this, false);
   Logs logs;
@@ -826,7 +865,10 @@ Logs Model::evaluate_dataset_impl(const data::Dataset& data, callbacks::Callback
   auto it = data.iterator();
   for (std::int64_t step = 0;; ++step) {
     std::optional<data::Element> e = it.next();
-    if (!e) break;
+    if (!e) {
+      if (step == 0) throw Error(std::string(empty_error) + ": the dataset gave no batch");
+      break;
+    }
     std::vector<Tensor> xb, yb;
     Tensor swb;
     split_element("evaluate", *e, xb, yb, swb);
@@ -861,7 +903,7 @@ Logs Model::evaluate(const data::Dataset& data, const EvaluateOptions& o) {
     cbs.add(bar);
   }
   cbs.set_model(this);
-  return evaluate_dataset_impl(data, cbs);
+  return evaluate_dataset_impl(data, cbs, "evaluate: no data");
 }
 
 // ---- evaluate / predict ---------------------------------------------------------------------
@@ -878,13 +920,14 @@ Logs Model::evaluate_impl(const std::vector<Tensor>& x_all, const std::vector<Te
     if (sw.defined()) sw = sw_all.slice(0, lo, hi);
   }
   const std::int64_t n = x[0].shape()[0];
-  const std::int64_t steps = (n + bs - 1) / bs;
+  bs = effective_batch(bs, n);
+  const std::int64_t steps = batch_count(n, bs);
   reset_metrics();
   ModeGuard mode(*this, false);
   Logs logs;
   cbs.on_test_begin(logs);
   for (std::int64_t step = 0; step < steps; ++step) {
-    const std::int64_t start = step * bs, stop = std::min(n, start + bs);
+    const std::int64_t start = step * bs, stop = start + std::min(bs, n - start);
     Logs batch_logs;
     cbs.on_test_batch_begin(step, batch_logs);
     test_step(rows(x, start, stop), rows(y, start, stop),
@@ -905,6 +948,7 @@ Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
                      const EvaluateOptions& o) {
   check_compiled("evaluate");
   const std::int64_t n = check_xy("evaluate", x, y, true);
+  check_not_empty("evaluate", "no data", x, n);
   if (o.batch_size <= 0) fail("evaluate", "batch_size must be positive, got ", o.batch_size);
   Tensor sw;
   if (o.sample_weight.defined()) sw = sample_weights({}, o.sample_weight, y, n);
@@ -912,7 +956,7 @@ Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
   if (o.verbose > 0) {
     auto bar = std::make_shared<callbacks::ProgbarLogger>(
         out_stream(o.output), terminal_flag(o.output, o.is_terminal), o.verbose);
-    bar->set_test_steps((n + o.batch_size - 1) / o.batch_size);
+    bar->set_test_steps(batch_count(n, effective_batch(o.batch_size, n)));
     cbs.add(bar);
   }
   cbs.set_model(this);
@@ -930,7 +974,8 @@ Tensor Model::predict(const Tensor& x, const PredictOptions& options) {
 std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOptions& o) {
   const std::int64_t n = check_xy("predict", x, {}, false);
   if (o.batch_size <= 0) fail("predict", "batch_size must be positive, got ", o.batch_size);
-  const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
+  const std::int64_t bs = effective_batch(o.batch_size, n);
+  const std::int64_t steps = batch_count(n, bs);
   callbacks::CallbackList cbs(o.callbacks);
   if (o.verbose > 0) {
     auto bar = std::make_shared<callbacks::ProgbarLogger>(
@@ -946,13 +991,24 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOp
   Logs logs;
   cbs.on_predict_begin(logs);
   for (std::int64_t step = 0; step < steps; ++step) {
-    const std::int64_t start = step * o.batch_size, stop = std::min(n, start + o.batch_size);
+    const std::int64_t start = step * bs, stop = start + std::min(bs, n - start);
     Logs batch_logs;
     cbs.on_predict_batch_begin(step, batch_logs);
     std::vector<Tensor> out = call(rows(x, start, stop));
     if (parts.empty()) parts.resize(out.size());
     for (std::size_t i = 0; i < out.size(); ++i) parts[i].push_back(out[i]);
     cbs.on_predict_batch_end(step, batch_logs);
+  }
+  if (n == 0) {
+    // No samples: zero rows of each output (as Keras gives). The per-sample output shapes come
+    // from one sample of zeros.
+    std::vector<Tensor> probe;
+    for (const Tensor& t : x) {
+      Shape s = t.shape();
+      s[0] = 1;
+      probe.push_back(zeros(s, t.dtype()));
+    }
+    for (const Tensor& out : call(probe)) parts.push_back({out.slice(0, 0, 0)});
   }
   cbs.on_predict_end(logs);
   std::vector<Tensor> result;
@@ -991,10 +1047,11 @@ Logs Model::train_on_batch(const std::vector<Tensor>& x, const std::vector<Tenso
                            const Tensor& sample_weight) {
   check_compiled("train_on_batch");
   const std::int64_t n = check_xy("train_on_batch", x, y, true);
+  check_not_empty("train_on_batch", "no data", x, n);
   Tensor sw = sample_weight.defined() ? sample_weights({}, sample_weight, y, n) : Tensor();
   reset_metrics();
   ModeGuard mode(*this, true);
-  train_step(x, y, sw);
+  train_step(x, y, sw, "train_on_batch");
   return collect_logs();
 }
 
@@ -1002,6 +1059,7 @@ Logs Model::test_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample
   check_compiled("test_on_batch");
   std::vector<Tensor> xs{x}, ys{y};
   const std::int64_t n = check_xy("test_on_batch", xs, ys, true);
+  check_not_empty("test_on_batch", "no data", xs, n);
   Tensor sw = sample_weight.defined() ? sample_weights({}, sample_weight, ys, n) : Tensor();
   reset_metrics();
   ModeGuard mode(*this, false);

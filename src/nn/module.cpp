@@ -48,10 +48,11 @@ void reset_layer_name_counters() {
 
 Module::Module() = default;
 
-// A copy carries the configuration only: it is unbuilt (its own weights appear on its first
-// call), takes a fresh automatic name unless the source was named explicitly, and keeps the
-// submodules registered at construction (shared handles; those registered by build() are
-// dropped, since the copy's build() registers its own).
+// A copy is unbuilt (the weights build() makes appear on its first call), takes a fresh
+// automatic name unless the source was named explicitly, and keeps what the constructor
+// registered: submodules and weights (shared handles, as the Variable and ModuleRef members a
+// derived class copies along are), and their regularisers. What build() registered is dropped,
+// since the copy's build() registers its own.
 Module::Module(const Module& other)
     : name_(other.name_explicit_ ? other.name_ : std::string()),
       name_explicit_(other.name_explicit_),
@@ -61,6 +62,17 @@ Module::Module(const Module& other)
     if (!other.child_from_build_[i]) {
       children_.push_back(other.children_[i]);
       child_from_build_.push_back(false);
+    }
+  for (std::size_t i = 0; i < other.params_.size(); ++i)
+    if (!other.param_from_build_[i]) {
+      params_.push_back(other.params_[i]);
+      created_trainable_.push_back(other.created_trainable_[i]);
+      param_from_build_.push_back(false);
+    }
+  for (std::size_t i = 0; i < other.regularizers_.size(); ++i)
+    if (!other.regularizer_from_build_[i]) {
+      regularizers_.push_back(other.regularizers_[i]);
+      regularizer_from_build_.push_back(false);
     }
 }
 
@@ -282,6 +294,7 @@ void Module::check_new_param_name(const std::string& pname) const {
 Variable Module::push_weight(const std::string& pname, const Tensor& value, bool trainable) {
   Variable v(value, name() + "/" + pname, trainable);
   created_trainable_.push_back(v.trainable());
+  param_from_build_.push_back(building_);
   if (!trainable_) v.value().impl().trainable = false;  // created inside a frozen module
   params_.emplace_back(pname, v);
   return v;
@@ -311,7 +324,9 @@ Variable Module::add_weight(const std::string& pname, const Tensor& value, bool 
 }
 
 void Module::add_regularizer(const Variable& v, const Regularizer& r) {
-  if (r.active()) regularizers_.emplace_back(v, r);
+  if (!r.active()) return;
+  regularizers_.emplace_back(v, r);
+  regularizer_from_build_.push_back(building_);
 }
 
 ModuleRef Module::register_module(const std::string& cname, ModuleRef m) {

@@ -79,6 +79,8 @@ bool Optimizer::fused_kernels() { return g_fused; }
 double Optimizer::learning_rate() const { return options_.learning_rate.at(iterations_); }
 
 void Optimizer::set_learning_rate(double lr) {
+  if (!(std::isfinite(lr) && lr >= 0.0))
+    fail(name() + ".set_learning_rate", "learning_rate must be a finite number >= 0, got ", lr);
   if (options_.learning_rate.is_schedule())
     fail(name() + ".set_learning_rate", "the learning rate is a schedule (",
          options_.learning_rate.schedule()->name(),
@@ -190,6 +192,13 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
   }
 
   step_lr_ = learning_rate();
+  if (!(std::isfinite(step_lr_) && step_lr_ >= 0.0)) {
+    if (options_.learning_rate.is_schedule())
+      fail(op, "the learning-rate schedule ", options_.learning_rate.schedule()->name(), " gave ",
+           step_lr_, " at step ", iterations_,
+           " (expected a finite number >= 0); no variable was changed");
+    fail(op, "the learning rate is ", step_lr_, " (expected a finite number >= 0)");
+  }
   begin_step();
   for (std::size_t k = 0; k < gs.size(); ++k) {
     Variable var = vars[index[k]];
@@ -250,12 +259,18 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state,
            " but variable ", label(v, idx), " has shape ", shape_str(v.shape()));
     per[idx][key.substr(slash + 1)] = copy(cast(t, v.dtype()));
   }
+  auto lr = state.find("learning_rate");
+  const bool load_lr = lr != state.end() && !options_.learning_rate.is_schedule();
+  if (load_lr) {
+    const double v = lr->second.item<double>();
+    if (!(std::isfinite(v) && v >= 0.0))
+      fail(op, "the state's learning_rate is ", v, " (expected a finite number >= 0)");
+  }
   load_extra_state(state);
 
   iterations_ = iterations;
-  auto lr = state.find("learning_rate");
-  if (lr != state.end() && !options_.learning_rate.is_schedule())
-    options_.learning_rate = LearningRate(lr->second.item<double>());
+  if (load_lr) options_.learning_rate = LearningRate(lr->second.item<double>());
+
   for (std::size_t i = 0; i < vars.size(); ++i) slots_for(vars[i]) = std::move(per[i]);
 }
 

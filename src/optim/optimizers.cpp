@@ -18,6 +18,11 @@ void check_positive(const std::string& who, const char* what, const std::optiona
   if (v && !(*v > 0.0)) fail(who, what, " must be > 0, got ", *v);
 }
 
+// A rate, a decay or an epsilon: finite and >= 0 (NaN, infinities and negatives refused).
+void check_non_negative(const std::string& who, const char* what, double v) {
+  if (!(std::isfinite(v) && v >= 0.0)) fail(who, what, " must be a finite number >= 0, got ", v);
+}
+
 template <class O>
 CommonOptions common_of(const std::string& who, const O& o) {
   if (o.clipnorm && o.global_clipnorm)
@@ -26,7 +31,9 @@ CommonOptions common_of(const std::string& who, const O& o) {
   check_positive(who, "clipnorm", o.clipnorm);
   check_positive(who, "clipvalue", o.clipvalue);
   check_positive(who, "global_clipnorm", o.global_clipnorm);
-  if (!(o.weight_decay >= 0.0)) fail(who, "weight_decay must be >= 0, got ", o.weight_decay);
+  if (!o.learning_rate.is_schedule())
+    check_non_negative(who, "learning_rate", o.learning_rate.at(0));
+  check_non_negative(who, "weight_decay", o.weight_decay);
   CommonOptions c;
   c.learning_rate = o.learning_rate;
   c.weight_decay = o.weight_decay;
@@ -44,7 +51,7 @@ void check_range(const std::string& who, const char* what, double v, double lo, 
 }
 
 void check_epsilon(const std::string& who, double eps) {
-  if (!(eps >= 0.0)) fail(who, "epsilon must be >= 0, got ", eps);
+  check_non_negative(who, "epsilon", eps);
 }
 
 // Calls f(T{}) with T = float or double, the variable's dtype.
@@ -297,7 +304,7 @@ void Nadam::update(Variable& var, const Tensor& g, Slots& slots) {
 
 RMSprop::RMSprop(RMSpropOptions o) : Optimizer(common_of("RMSprop", o)), o_(std::move(o)) {
   check_range("RMSprop", "rho", o_.rho, 0.0, 1.0, false);
-  if (!(o_.momentum >= 0.0)) fail("RMSprop", "momentum must be >= 0, got ", o_.momentum);
+  check_non_negative("RMSprop", "momentum", o_.momentum);
   check_epsilon("RMSprop", o_.epsilon);
 }
 
@@ -369,8 +376,7 @@ void RMSprop::update(Variable& var, const Tensor& g, Slots& slots) {
 // ------------------------------------------------------------------------------------ Adagrad
 
 Adagrad::Adagrad(AdagradOptions o) : Optimizer(common_of("Adagrad", o)), o_(std::move(o)) {
-  if (!(o_.initial_accumulator_value >= 0.0))
-    fail("Adagrad", "initial_accumulator_value must be >= 0, got ", o_.initial_accumulator_value);
+  check_non_negative("Adagrad", "initial_accumulator_value", o_.initial_accumulator_value);
   check_epsilon("Adagrad", o_.epsilon);
 }
 

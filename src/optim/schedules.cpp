@@ -14,6 +14,12 @@ void require(const std::string& who, const char* what, double v) {
   if (std::isnan(v)) fail(who, what, " is required");
 }
 
+// A rate or a factor of one: finite and >= 0 (a NaN, infinite or negative one would give the
+// optimiser such a learning rate).
+void require_non_negative(const std::string& who, const std::string& what, double v) {
+  if (!(std::isfinite(v) && v >= 0.0)) fail(who, what, " must be a finite number >= 0, got ", v);
+}
+
 void require_steps(const std::string& who, const char* what, std::int64_t v) {
   if (v <= 0) fail(who, what, " must be > 0, got ", v);
 }
@@ -28,7 +34,9 @@ void check_step(const std::string& who, std::int64_t step) {
 
 StepDecay::StepDecay(StepDecayOptions o) : o_(o) {
   require("StepDecay", "initial_learning_rate", o_.initial_learning_rate);
+  require_non_negative("StepDecay", "initial_learning_rate", o_.initial_learning_rate);
   require_steps("StepDecay", "step_size", o_.step_size);
+  require_non_negative("StepDecay", "gamma", o_.gamma);
 }
 
 double StepDecay::operator()(std::int64_t step) const {
@@ -48,6 +56,9 @@ PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<std::int64_t> boundar
     if (boundaries_[i] <= boundaries_[i - 1])
       fail("PiecewiseConstantDecay", "boundaries must increase strictly; boundary ", i, " is ",
            boundaries_[i], " after ", boundaries_[i - 1]);
+  for (std::size_t i = 0; i < values_.size(); ++i)
+    require_non_negative("PiecewiseConstantDecay", "values[" + std::to_string(i) + "]",
+                         values_[i]);
 }
 
 double PiecewiseConstantDecay::operator()(std::int64_t step) const {
@@ -60,8 +71,10 @@ double PiecewiseConstantDecay::operator()(std::int64_t step) const {
 
 ExponentialDecay::ExponentialDecay(ExponentialDecayOptions o) : o_(o) {
   require("ExponentialDecay", "initial_learning_rate", o_.initial_learning_rate);
+  require_non_negative("ExponentialDecay", "initial_learning_rate", o_.initial_learning_rate);
   require_steps("ExponentialDecay", "decay_steps", o_.decay_steps);
   require("ExponentialDecay", "decay_rate", o_.decay_rate);
+  require_non_negative("ExponentialDecay", "decay_rate", o_.decay_rate);
 }
 
 double ExponentialDecay::operator()(std::int64_t step) const {
@@ -75,7 +88,10 @@ double ExponentialDecay::operator()(std::int64_t step) const {
 
 CosineDecay::CosineDecay(CosineDecayOptions o) : o_(o) {
   require("CosineDecay", "initial_learning_rate", o_.initial_learning_rate);
+  require_non_negative("CosineDecay", "initial_learning_rate", o_.initial_learning_rate);
   require_steps("CosineDecay", "decay_steps", o_.decay_steps);
+  require_non_negative("CosineDecay", "alpha", o_.alpha);
+  if (o_.warmup_target) require_non_negative("CosineDecay", "warmup_target", *o_.warmup_target);
   if (o_.warmup_steps < 0) fail("CosineDecay", "warmup_steps must be >= 0, got ", o_.warmup_steps);
   if (o_.warmup_steps > 0 && !o_.warmup_target)
     fail("CosineDecay", "warmup_steps is ", o_.warmup_steps, " but warmup_target is not set");
@@ -100,8 +116,10 @@ double CosineDecay::operator()(std::int64_t step) const {
 // -------------------------------------------------------------------------- ReduceLROnPlateau
 
 ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions o) : o_(std::move(o)) {
-  if (!(o_.factor < 1.0))
-    fail("ReduceLROnPlateau", "factor must be < 1, got ", o_.factor);
+  if (!(o_.factor >= 0.0 && o_.factor < 1.0))
+    fail("ReduceLROnPlateau", "factor must be in [0, 1), got ", o_.factor);
+  require_non_negative("ReduceLROnPlateau", "min_lr", o_.min_lr);
+  require_non_negative("ReduceLROnPlateau", "min_delta", o_.min_delta);
   if (o_.patience < 0) fail("ReduceLROnPlateau", "patience must be >= 0, got ", o_.patience);
   if (o_.cooldown < 0) fail("ReduceLROnPlateau", "cooldown must be >= 0, got ", o_.cooldown);
   if (o_.mode != "auto" && o_.mode != "min" && o_.mode != "max")

@@ -185,6 +185,51 @@ case $case_name in
     expect_status 0
     grep -q "3 NaN" "$out/stderr" || fail "--allow-invalid-weights should still warn"
     ;;
+  train_stops_on_nan_data)
+    # Training images holding a NaN make the loss (or, where an op drops the NaN, the weights:
+    # the Normalization adapted on the data) NaN: soma train stops with exit status 1 and a
+    # message saying where and that no model was saved; it never saves a NaN model.
+    run train --model mlp --epochs 2 --data idx:"$dir/nan_data" --out "$out/nan.soma" \
+      --threads 1 --verbose 0
+    expect_status 1
+    grep -Eq '^soma train: the (training loss became nan in epoch 1 \(batch [0-9]+\)|weights became NaN or infinite in epoch 1); training stopped\. No epoch ended with a finite loss and finite weights, so no model was saved \(.*nan\.soma was not written\)' \
+      "$out/stderr" || fail "the error does not say that the loss became NaN and nothing was saved"
+    [ ! -e "$out/nan.soma" ] || fail "a model was saved"
+    grep -q 'test_loss=' "$out/stdout" && fail "a result line was printed"
+    ;;
+  train_stops_when_the_loss_diverges)
+    # So high a learning rate makes the loss overflow. Whatever epoch that happens in, soma train
+    # fails, and the model file is the last epoch that ended with a finite loss (eval gives
+    # finite numbers) or is not written at all, as the message says.
+    echo keep >"$out/div.soma"
+    run train --model mlp --optimizer sgd --lr 1000000 --epochs 3 --data idx:"$dir" \
+      --out "$out/div.soma" --threads 1 --verbose 0
+    expect_status 1
+    grep -Eq '^soma train: the training loss became (nan|inf|-inf) in epoch [1-3] \(batch [0-9]+\); training stopped\.' \
+      "$out/stderr" || fail "the error does not say that the loss diverged"
+    if grep -q 'Saved the model of epoch' "$out/stderr"; then
+      run eval "$out/div.soma" --data idx:"$dir"
+      expect_status 0
+      expect_result_line
+    else
+      grep -q 'no model was saved' "$out/stderr" || fail "the error does not say what was saved"
+      [ "$(cat "$out/div.soma")" = keep ] || fail "the model file was overwritten"
+    fi
+    # A rate that diverges later (epoch 2 here; it depends on the machine's arithmetic): if it
+    # fails, the model file saved is a good earlier epoch's.
+    run train --model mlp --optimizer sgd --lr 0.5 --epochs 6 --data idx:"$dir" \
+      --out "$out/late.soma" --threads 1 --verbose 0
+    if [ "$status" -ne 0 ]; then
+      expect_status 1
+      if grep -Eq 'Saved the model of epoch [0-9]+, the last with a finite loss' "$out/stderr"; then
+        run eval "$out/late.soma" --data idx:"$dir"
+        expect_status 0
+        expect_result_line
+      else
+        [ ! -e "$out/late.soma" ] || fail "a model was saved though the message says none was"
+      fi
+    fi
+    ;;
   model_and_config_exclude_each_other)
     run train --model mlp --config "$dir/my_model.json"
     expect_usage_error "soma train: --model and --config exclude each other (see soma train --help)"

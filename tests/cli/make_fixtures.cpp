@@ -2,11 +2,13 @@
 //   train-images-idx3-ubyte, train-labels-idx1-ubyte (300 samples), t10k-images-idx3-ubyte,
 //   t10k-labels-idx1-ubyte (100), shoe.png (28x28 grey), my_model.json (soma's short config
 //   form), keras_model.json (Keras' model config form) and bad_model.json (a Dense without
-//   units).
+//   units), and nan_data/: an IDX set whose training images are f32 with one NaN pixel.
 // Each class draws a bright 6x6 square at its own place over faint noise, so a network learns
 // the set in one epoch; the point is a fast, deterministic run of the whole tool.
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -83,6 +85,32 @@ void write_invalid_models(const std::string& dir) {
   }
 }
 
+// The same set with f32 training images (IDX type 0x0D, big-endian) and a NaN in one pixel of
+// sample `nan_sample`: training on it must stop rather than save a NaN model.
+void write_nan_split(const std::string& dir, int n, int nan_sample, std::mt19937& rng) {
+  std::ofstream images(dir + "/train-images-idx3-ubyte", std::ios::binary);
+  std::ofstream labels(dir + "/train-labels-idx1-ubyte", std::ios::binary);
+  put_u32(images, 0x00000D03);
+  put_u32(images, n);
+  put_u32(images, 28);
+  put_u32(images, 28);
+  put_u32(labels, 0x00000801);
+  put_u32(labels, n);
+  for (int i = 0; i < n; ++i) {
+    const int label = i % 10;
+    const auto img = draw(label, rng);
+    for (std::size_t k = 0; k < img.size(); ++k) {
+      float v = float(img[k]) / 255.0f;
+      if (i == nan_sample && k == 300) v = std::numeric_limits<float>::quiet_NaN();
+      std::uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      put_u32(images, bits);
+    }
+    const char l = static_cast<char>(label);
+    labels.write(&l, 1);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,5 +146,8 @@ int main(int argc, char** argv) {
                 {"type": "Dense", "units": 10, "activation": "softmax"}]})"
       << "\n";
   write_invalid_models(dir);
+  std::filesystem::create_directories(dir + "/nan_data");
+  write_nan_split(dir + "/nan_data", 60, 17, rng);
+  write_split(dir + "/nan_data", "t10k", 20, rng);
   return 0;
 }

@@ -506,7 +506,7 @@ TEST(Optimizer, InvalidHyperparametersAreRefused) {
   EXPECT_TRUE(contains(error_of([] { optim::AdamW({.beta_2 = -0.5}); }),
                        "AdamW: beta_2 must be in [0, 1), got -0.5"));
   EXPECT_TRUE(contains(error_of([] { optim::RMSprop({.weight_decay = -1.0}); }),
-                       "RMSprop: weight_decay must be >= 0, got -1"));
+                       "RMSprop: weight_decay must be a finite number >= 0, got -1"));
 }
 
 TEST(Optimizer, UpdatesWriteVariablesInPlace) {

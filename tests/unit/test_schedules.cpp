@@ -217,7 +217,7 @@ TEST(ReduceLROnPlateau, ResetForgetsTheBest) {
 
 TEST(ReduceLROnPlateau, BadOptionsAreRefused) {
   EXPECT_TRUE(contains(error_of([] { ReduceLROnPlateau({.factor = 1.0}); }),
-                       "ReduceLROnPlateau: factor must be < 1, got 1"));
+                       "ReduceLROnPlateau: factor must be in [0, 1), got 1"));
   EXPECT_TRUE(contains(error_of([] { ReduceLROnPlateau({.mode = "lowest"}); }),
                        "mode must be \"auto\", \"min\" or \"max\", got \"lowest\""));
 }

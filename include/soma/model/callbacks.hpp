@@ -235,14 +235,43 @@ class ReduceLROnPlateau : public Callback {
 };
 
 // ---- TerminateOnNaN -------------------------------------------------------------------------
-// Stops training after the first batch whose loss is NaN or infinite.
+struct TerminateOnNaNOptions {
+  // On stopping, put back the weights and the optimiser state of the end of the last epoch
+  // whose training loss and weights were finite (kept in memory at each such epoch's end: a
+  // copy of the weights). Nothing is restored when no epoch ended well (last_good_epoch() is
+  // then -1). With this option, weights holding NaN or inf at an epoch's end (an update that
+  // overflowed after a finite loss) also stop training.
+  bool restore_last_good_weights = false;
+  int verbose = 1;  // 1: print a line on stdout when stopping (and when restoring)
+};
+// Stops training after the first batch whose loss is NaN or infinite (Keras' TerminateOnNaN),
+// saying so: "Epoch 2, batch 17: invalid loss (nan), terminating training".
 class TerminateOnNaN : public Callback {
  public:
+  explicit TerminateOnNaN(TerminateOnNaNOptions options = {}) : o_(options) {}
+  void on_train_begin(Logs& logs) override;
+  void on_epoch_begin(int epoch, Logs& logs) override;
   void on_train_batch_end(std::int64_t batch, Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  void on_train_end(Logs& logs) override;
   bool terminated() const { return terminated_; }
+  // Where it stopped: epoch (0-based, as fit() counts) and batch (0-based) of the bad loss;
+  // batch -1 when non-finite weights stopped it at the epoch's end.
+  int terminated_epoch() const { return terminated_epoch_; }
+  std::int64_t terminated_batch() const { return terminated_batch_; }
+  double invalid_loss() const { return invalid_loss_; }
+  // The last epoch (0-based) that ended before the invalid loss; -1 when none. With
+  // restore_last_good_weights, the last whose weights were also all finite: the model holds its
+  // weights after fit().
+  int last_good_epoch() const { return last_good_epoch_; }
 
  private:
+  TerminateOnNaNOptions o_;
   bool terminated_ = false;
+  int epoch_ = 0, terminated_epoch_ = -1, last_good_epoch_ = -1;
+  std::int64_t terminated_batch_ = -1;
+  double invalid_loss_ = 0.0;
+  std::map<std::string, Tensor> good_weights_, good_optimizer_;
 };
 
 }  // namespace soma::callbacks

@@ -194,9 +194,12 @@ class Model : public Module {
   struct Graph;
   struct Compiled;
 
-  // Losses, metrics, progress: the per-batch work shared by fit/evaluate/train_on_batch.
+  // Losses, metrics, progress: the per-batch work shared by fit/evaluate/train_on_batch. `who`
+  // ("fit", "train_on_batch") names the caller in errors.
   Logs train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
-                  const Tensor& sample_weight);
+                  const Tensor& sample_weight, const char* who);
+  // Throws when `vars` (the trainable parameters) is empty: training would change nothing.
+  void check_trainable(const std::vector<Variable>& vars, const char* who) const;
   void test_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
                  const Tensor& sample_weight);
   void reset_metrics();
@@ -205,7 +208,9 @@ class Model : public Module {
   Logs evaluate_impl(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
                      const Tensor& sample_weight, std::int64_t batch_size,
                      callbacks::CallbackList& cbs, bool is_validation);
-  Logs evaluate_dataset_impl(const data::Dataset& data, callbacks::CallbackList& cbs);
+  // `empty_error`: the message prefix when the dataset gives no batch ("evaluate: no data").
+  Logs evaluate_dataset_impl(const data::Dataset& data, callbacks::CallbackList& cbs,
+                             const char* empty_error);
   void check_compiled(const char* what) const;
   // FitOptions::distributed (model.cpp, docs/distributed.md).
   void begin_distributed(const FitOptions& options);

@@ -71,8 +71,11 @@ class Module {
 
  protected:
   Module();
-  // A copy takes the configuration only: it is unbuilt (it builds its own weights on its first
-  // call) and gets a fresh name unless the source was named with set_name().
+  // A copy is unbuilt (it builds its own weights on its first call) and gets a fresh name unless
+  // the source was named with set_name(). Weights and submodules created by build() are left
+  // out; those created in the constructor (add_weight / register_module there, the libtorch
+  // register_parameter idiom) are kept and shared with the source, so that the Variable members
+  // a derived class copies along are the ones the copy trains.
   Module(const Module&);
   Module& operator=(const Module&) = delete;
 
@@ -101,9 +104,11 @@ class Module {
   bool trainable_ = true;
   std::vector<std::pair<std::string, Variable>> params_;
   std::vector<bool> created_trainable_;  // parallel to params_: trainability at creation
+  std::vector<bool> param_from_build_;   // parallel to params_: created inside build()
   std::vector<std::pair<std::string, ModuleRef>> children_;
   std::vector<bool> child_from_build_;  // parallel to children_: registered inside build()
   std::vector<std::pair<Variable, Regularizer>> regularizers_;
+  std::vector<bool> regularizer_from_build_;  // parallel to regularizers_
 };
 
 // "Dense" -> "dense", then "dense_1", "dense_2", ... (process-wide counters, like Keras).
