@@ -93,7 +93,7 @@ __device__ __forceinline__ C unary_apply(UnaryOp op, C x, double alpha) {
       case UnaryOp::erf: return erf(x);
       case UnaryOp::sigmoid:  // never exponentiates a large positive number
         return x >= 0 ? C(1) / (C(1) + exp(-x)) : exp(x) / (C(1) + exp(x));
-      case UnaryOp::relu: return x > C(0) ? x : C(0);
+      case UnaryOp::relu: return x <= C(0) ? C(0) : x;  // NaN propagates
       case UnaryOp::softplus: return log1p(exp(-fabs(x))) + (x > 0 ? x : C(0));
       case UnaryOp::round: return rint(x);
       case UnaryOp::ceil: return ceil(x);
@@ -110,7 +110,7 @@ __device__ __forceinline__ C unary_apply(UnaryOp op, C x, double alpha) {
       case UnaryOp::negative: return C(-x);
       case UnaryOp::sign: return C((x > 0) - (x < 0));
       case UnaryOp::square: return C(x * x);
-      case UnaryOp::relu: return x > 0 ? x : C(0);
+      case UnaryOp::relu: return x <= 0 ? C(0) : x;
       default: return x;
     }
   }
