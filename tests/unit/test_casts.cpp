@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "soma/soma.hpp"
@@ -160,6 +161,26 @@ TEST(FloatToIntCast, IntegerToIntegerNarrowingWrapsAsNumPy) {
 TEST(FloatToIntCast, NaNToBoolIsTrueAsNumPy) {
   const std::vector<bool> b = cast(constant<double>({kNaN, 0.0, -0.0, 0.25}), DType::boolean).to_vector<bool>();
   EXPECT_EQ(b, (std::vector<bool>{true, false, false, true}));
+}
+
+// A data path that converted a float to an index: rotating by a NaN or infinite angle gave NaN
+// source coordinates and converted them to int64 (undefined behaviour). Now a clear error.
+TEST(FloatToIntCast, RotationByANonFiniteAngleIsAnError) {
+  namespace aug = data::augment;
+  const Tensor img = ones({3, 3, 1});
+  for (double deg : {kNaN, kInf, -kInf}) {
+    for (auto interp : {aug::Interpolation::nearest, aug::Interpolation::bilinear}) {
+      try {
+        aug::rotate(img, deg, interp);
+        ADD_FAILURE() << "no error for " << deg << " degrees";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("rotate: the angle must be finite"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  EXPECT_THROW(aug::random_rotation(img, {.max_degrees = kInf}), Error);
+  EXPECT_THROW(aug::random_rotation(img, {.max_degrees = kNaN}), Error);
 }
 
 }  // namespace
