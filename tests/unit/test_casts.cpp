@@ -61,7 +61,9 @@ std::vector<double> values_of(const std::vector<Case>& cs) {
 }
 
 // The tensor's elements read as i64 (exact for every integer dtype).
-std::vector<std::int64_t> ints_of(const Tensor& t) { return cast(t, DType::i64).to_vector<std::int64_t>(); }
+std::vector<std::int64_t> ints_of(const Tensor& t) {
+  return cast(t, DType::i64).to_vector<std::int64_t>();
+}
 
 TEST(FloatToIntCast, CastOpSaturatesAndMapsNaNToZero) {
   for (const Target& tg : kTargets)
@@ -85,7 +87,8 @@ TEST(FloatToIntCast, StridedCastGivesTheSameAsPacked) {
       EXPECT_EQ(ints_of(cast(noncontiguous(x), tg.dtype)), ints_of(cast(x, tg.dtype)))
           << dtype_name(src) << " -> " << dtype_name(tg.dtype);
       // Broadcast into a [3, n] view: the general copy loop.
-      const Tensor b = broadcast_to(reshape(x, {1, std::int64_t(cs.size())}), {3, std::int64_t(cs.size())});
+      const std::int64_t n = std::int64_t(cs.size());
+      const Tensor b = broadcast_to(reshape(x, {1, n}), {3, n});
       const std::vector<std::int64_t> rows = ints_of(cast(b, tg.dtype));
       for (std::size_t i = 0; i < cs.size(); ++i)
         EXPECT_EQ(rows[2 * cs.size() + i], cs[i].expected) << dtype_name(src);
@@ -129,7 +132,8 @@ TEST(FloatToIntCast, CreationFromADoubleSaturates) {
   EXPECT_EQ(ints_of(scalar(-kInf, DType::i32)), (std::vector<std::int64_t>{kI32Min}));
   EXPECT_EQ(ints_of(scalar(1000.0, DType::u8)), (std::vector<std::int64_t>{255}));
   EXPECT_EQ(ints_of(scalar(-5.0, DType::u8)), (std::vector<std::int64_t>{0}));
-  EXPECT_EQ(ints_of(full_like(zeros({2}, DType::i64), 1e300)), (std::vector<std::int64_t>{kI64Max, kI64Max}));
+  EXPECT_EQ(ints_of(full_like(zeros({2}, DType::i64), 1e300)),
+            (std::vector<std::int64_t>{kI64Max, kI64Max}));
   EXPECT_EQ(ints_of(constant(kNaN, DType::i32)), (std::vector<std::int64_t>{0}));
 }
 
@@ -138,7 +142,8 @@ TEST(FloatToIntCast, RangeBoundariesAreExact) {
   const Tensor d32 = constant<double>({2147483647.9, 2147483648.0, -2147483648.9, -2147483649.0});
   EXPECT_EQ(ints_of(cast(d32, DType::i32)),
             (std::vector<std::int64_t>{kI32Max, kI32Max, kI32Min, kI32Min}));
-  const Tensor f32 = constant<float>({2147483520.0f, 2147483648.0f, -2147483648.0f, -2147483904.0f});
+  const Tensor f32 =
+      constant<float>({2147483520.0f, 2147483648.0f, -2147483648.0f, -2147483904.0f});
   EXPECT_EQ(ints_of(cast(f32, DType::i32)),
             (std::vector<std::int64_t>{2147483520, kI32Max, kI32Min, kI32Min}));
   const Tensor d64 = constant<double>({9223372036854774784.0, 9223372036854775808.0,
@@ -159,7 +164,8 @@ TEST(FloatToIntCast, IntegerToIntegerNarrowingWrapsAsNumPy) {
 }
 
 TEST(FloatToIntCast, NaNToBoolIsTrueAsNumPy) {
-  const std::vector<bool> b = cast(constant<double>({kNaN, 0.0, -0.0, 0.25}), DType::boolean).to_vector<bool>();
+  const Tensor x = constant<double>({kNaN, 0.0, -0.0, 0.25});
+  const std::vector<bool> b = cast(x, DType::boolean).to_vector<bool>();
   EXPECT_EQ(b, (std::vector<bool>{true, false, false, true}));
 }
 

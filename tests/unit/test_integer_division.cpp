@@ -22,7 +22,9 @@
 namespace soma {
 namespace {
 
-std::vector<std::int64_t> ints_of(const Tensor& t) { return cast(t, DType::i64).to_vector<std::int64_t>(); }
+std::vector<std::int64_t> ints_of(const Tensor& t) {
+  return cast(t, DType::i64).to_vector<std::int64_t>();
+}
 
 Tensor ints(const std::vector<std::int64_t>& v, DType dt) {
   return cast(constant(v, {std::int64_t(v.size())}), dt);
@@ -32,7 +34,9 @@ Tensor ints(const std::vector<std::int64_t>& v, DType dt) {
 // (same length): packed, scalar divisor, scalar dividend, and a broadcast [n, 1] x [1, n] grid
 // whose diagonal is the answer; plus both operands as strided views.
 using Fn = Tensor (*)(const Tensor&, const Tensor&);
-std::vector<std::int64_t> packed(Fn f, const Tensor& a, const Tensor& b) { return ints_of(f(a, b)); }
+std::vector<std::int64_t> packed(Fn f, const Tensor& a, const Tensor& b) {
+  return ints_of(f(a, b));
+}
 // t's values in a strided [n, 1] view (column 0 of an [n, 2] buffer), exact for i64 (the shared
 // noncontiguous() helper goes through double).
 Tensor strided_view(const Tensor& t) {

@@ -35,7 +35,8 @@ Tensor with_nan(DType dt, std::int64_t pos, std::int64_t n = kLen) {
 }
 
 // NaN exactly at the positions in `nan_at`, a number everywhere else.
-::testing::AssertionResult nan_exactly_at(const Tensor& t, const std::vector<std::int64_t>& nan_at) {
+::testing::AssertionResult nan_exactly_at(const Tensor& t,
+                                          const std::vector<std::int64_t>& nan_at) {
   const std::vector<double> v = t.to_vector<double>();
   for (std::size_t i = 0; i < v.size(); ++i) {
     bool want = false;
@@ -95,7 +96,8 @@ TEST(NanActivations, LeakyReluEluSoftplusSigmoidTanhGeluPropagateNaN) {
 }
 
 TEST(NanActivations, LayerActivationsByNamePropagateNaN) {
-  for (const char* name : {"relu", "elu", "leaky_relu", "gelu", "softplus", "sigmoid", "tanh", "swish"}) {
+  for (const char* name :
+       {"relu", "elu", "leaky_relu", "gelu", "softplus", "sigmoid", "tanh", "swish"}) {
     const nn::Activation act(name);
     EXPECT_TRUE(nan_exactly_at(act(with_nan(DType::f32, 18)), {18})) << name;
   }
@@ -137,7 +139,8 @@ TEST(NanBinary, MaximumAndMinimumAreNaNIfEitherOperandIs) {
         EXPECT_TRUE(nan_exactly_at(r, {pos})) << where_(dt, pos);
       // Against a scalar (the broadcast paths), either side.
       const Tensor zero = scalar(0.0, dt);
-      for (const Tensor& r : {maximum(a, zero), maximum(zero, a), minimum(a, zero), minimum(zero, a)})
+      for (const Tensor& r :
+           {maximum(a, zero), maximum(zero, a), minimum(a, zero), minimum(zero, a)})
         EXPECT_TRUE(nan_exactly_at(r, {pos})) << where_(dt, pos);
       // A NaN scalar makes every element NaN.
       const Tensor nan = scalar(kNaN, dt);
