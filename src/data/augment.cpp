@@ -161,7 +161,11 @@ Tensor rotate_each(const char* who, const Tensor& images, Layout layout, double 
     return in[std::size_t(g.at(n, c, y, x))];
   };
   for (std::int64_t n = 0; n < g.N; ++n) {
-    const double th = degrees_of(n) * M_PI / 180.0;
+    const double deg = degrees_of(n);
+    // A NaN or infinite angle maps every pixel to NaN coordinates, whose conversion to an index
+    // is undefined behaviour: refuse it.
+    if (!std::isfinite(deg)) fail(who, "the angle must be finite, got ", deg, " degrees");
+    const double th = deg * M_PI / 180.0;
     const double cs = std::cos(th), sn = std::sin(th);
     for (std::int64_t y = 0; y < g.H; ++y)
       for (std::int64_t x = 0; x < g.W; ++x) {
@@ -195,7 +199,8 @@ Tensor rotate(const Tensor& images, double degrees, Interpolation interpolation,
 
 Tensor random_rotation(const Tensor& images, const RotationOptions& o) {
   const char* who = "random_rotation";
-  if (!(o.max_degrees >= 0.0)) fail(who, "max_degrees must be >= 0, got ", o.max_degrees);
+  if (!(o.max_degrees >= 0.0) || std::isinf(o.max_degrees))
+    fail(who, "max_degrees must be finite and >= 0, got ", o.max_degrees);
   return rotate_each(who, images, o.layout, o.fill, o.interpolation, [&](std::int64_t n) {
     return (2.0 * uniform(o.seed, n, 0) - 1.0) * o.max_degrees;
   });

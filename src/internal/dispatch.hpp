@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "soma/dtype.hpp"
@@ -54,12 +55,30 @@ inline float round_to_odd_f32(double d) {
   return std::bit_cast<float>(bits | 1u);
 }
 
+// Float -> integer, defined for every input (a plain static_cast is undefined behaviour for NaN
+// and out-of-range values): NaN -> 0, values past the range (infinities included) -> the
+// integer's min or max, anything else truncated toward zero. Branch-free selects, so that loops
+// over it still vectorise.
+template <class I, class F>
+inline I saturate_to_int(F v) {
+  static_assert(std::is_integral_v<I> && std::is_floating_point_v<F>);
+  constexpr F lo = F(std::numeric_limits<I>::min());  // 0 or -2^digits: exact in F
+  constexpr F hi = F(2) * F(I(1) << (std::numeric_limits<I>::digits - 1));  // 2^digits, exact
+  const F in_range = (v >= lo && v < hi) ? v : F(0);  // NaN fails both comparisons
+  I r = static_cast<I>(in_range);
+  r = v >= hi ? std::numeric_limits<I>::max() : r;
+  r = v < lo ? std::numeric_limits<I>::min() : r;
+  return r;
+}
+
 template <class To, class From>
 inline To convert(From v) {
   if constexpr (std::is_same_v<To, bool>) {
     return static_cast<float>(static_cast<compute_t<From>>(v)) != 0.0f;
   } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
-    return static_cast<To>(static_cast<float>(v));
+    return convert<To>(static_cast<float>(v));
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    return saturate_to_int<To>(v);
   } else if constexpr ((std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) &&
                        std::is_same_v<From, double>) {
     return To(round_to_odd_f32(v));

@@ -133,8 +133,9 @@ std::vector<Tensor> relu_grad_grad(G c) {
 std::vector<Tensor> leaky_relu_grad(G c) {
   return {where(c.inputs[0] > 0.0, c.grads[0], c.grads[0] * c.attrs.f("alpha"))};
 }
+// As PyTorch's: the x <= 0 branch only where x <= 0, so g passes where x is NaN.
 std::vector<Tensor> elu_grad(G c) {
-  return {where(c.inputs[0] > 0.0, c.grads[0], c.grads[0] * (c.outputs[0] + c.attrs.f("alpha")))};
+  return {where(c.inputs[0] <= 0.0, c.grads[0] * (c.outputs[0] + c.attrs.f("alpha")), c.grads[0])};
 }
 std::vector<Tensor> softplus_grad(G c) { return {c.grads[0] * sigmoid(c.inputs[0])}; }
 
@@ -181,16 +182,16 @@ Tensor unary(const OpDef& d, const Tensor& t, const Attrs& attrs = {}) {
 
 namespace detail {
 
-// relu's gradient g * [x > 0] as one op: the mask-where-zeros composition below made three
-// passes over memory and two temporaries per activation (8% of a LeNet training step, issue 5).
-// Same values: 0 where x <= 0 or x is NaN, whatever g holds there. The CPU has a kernel for it;
-// other devices keep the composition.
+// relu's gradient as one op: the mask-where-zeros composition below made three passes over
+// memory and two temporaries per activation (8% of a LeNet training step, issue 5). Same values:
+// 0 where x <= 0, whatever g holds there, else g (also where x is NaN: PyTorch's
+// threshold_backward). The CPU has a kernel for it; other devices keep the composition.
 Tensor relu_gradient(const Tensor& x, const Tensor& g) {
   if (x.device().is_cpu() && g.device().is_cpu() && x.dtype() == g.dtype()) {
     static const OpDef& d = get_op("relu_grad");
     return call_op1(d, {x, g});
   }
-  return where(x > 0.0, g, zeros_like(g));
+  return where(x <= 0.0, zeros_like(g), g);
 }
 
 void register_view_ops();

@@ -123,7 +123,7 @@ TEST_P(FusedConv, MatchesTheSeparateOpsAndANaiveConvolution) {
   const Tensor* b = k.bias ? &conv.bias().value() : nullptr;
   EXPECT_TRUE(all_close(fused, naive_conv(x, conv.kernel().value(), b, k), 1e-5, 1e-5))
       << name(k);
-  // A NaN in the input: relu maps it to 0 on both paths, linear keeps it.
+  // A NaN in the input: relu and linear keep it, on both paths.
   Tensor xn = x.clone();
   xn.data<float>()[xn.numel() / 2] = std::numeric_limits<float>::quiet_NaN();
   const auto [fused_nan, ops_nan] = fused_and_ops([&] { return conv(xn); });
@@ -153,14 +153,15 @@ class FusedConvBehaviour : public ::testing::Test, OneDnnOn {
   const Case lenet2{1, 32, 14, 14, 64, 5, 1, "same", 1, 1, true, true};
 };
 
-TEST_F(FusedConvBehaviour, NanInputsGiveZeroAfterReluAsTheSeparateOpsDo) {
+TEST_F(FusedConvBehaviour, NanInputsStayNaNAfterReluAsTheSeparateOpsDo) {
   nn::Conv2D conv = seeded_conv(lenet2);
   Tensor x = cast(rand_tensor({1, 32, 14, 14}, 6), DType::f32);
   x.data<float>()[100] = std::numeric_limits<float>::quiet_NaN();
   NoGradScope no_grad;
   const auto [fused, ops] = fused_and_ops([&] { return conv(x); });
   EXPECT_TRUE(same_with_nan(fused, ops));
-  // Without the activation the NaNs stay, on both paths.
+  EXPECT_TRUE(std::isnan(sum(fused).item<double>()));  // relu keeps NaN (issue 19)
+  // Without the activation the NaNs stay too, on both paths.
   Case linear = lenet2;
   linear.relu = false;
   nn::Conv2D conv2 = seeded_conv(linear);

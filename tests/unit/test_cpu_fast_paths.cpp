@@ -186,13 +186,14 @@ INSTANTIATE_TEST_SUITE_P(
                       DenseCase{8, 33, 129, false, false}, DenseCase{1, 1, 1, true, true},
                       DenseCase{64, 784, 128, true, true}));  // too many rows: the generic ops
 
-TEST(FusedDense, NanInputsGiveZeroAfterReluAsTheGenericOpsDo) {
+TEST(FusedDense, NanInputsStayNaNAfterReluAsTheGenericOpsDo) {
   nn::Dense d = seeded_dense(20, true, true);
   Tensor x = cast(rand_tensor({1, 30}, 6), DType::f32);
   x.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
   NoGradScope no_grad;
   const auto [fast, generic] = fast_and_generic([&] { return d(x); });
   EXPECT_TRUE(same_with_nan(fast, generic));
+  EXPECT_TRUE(std::isnan(sum(fast).item<double>()));  // NaN propagates through relu (issue 19)
 }
 
 TEST(FusedDense, UnderARecordingTapeTheOpsRunAndGradientsFlow) {

@@ -299,7 +299,7 @@ TEST(GraphFusion, RegisterChainsAndStreamedOutputsAreBitIdenticalToUnfused) {
   Tensor y = g.placeholder(DType::f32, {-1}, "y");
   std::vector<Tensor> chains = {
       relu(negative(abs(x)) + y),               // abs, neg, add (array), relu
-      relu(negative(x)),                        // relu of -0 is +0, of NaN 0
+      relu(negative(x)),                        // relu of -0 is +0, of NaN NaN
       sqrt(x * y) / y,                          // mul, sqrt, div (array)
       reciprocal(square(x)) - 3.0,              // square, reciprocal, sub (scalar)
       2.0 / (3.0 - x),                          // scalar on the left of sub and div

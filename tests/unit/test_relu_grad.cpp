@@ -1,6 +1,7 @@
-// relu's gradient as one op, `relu_grad(x, g)` = g where x > 0, else 0 (issue 5: it replaced a
-// greater + zeros_like + where composition). Checked against a naive loop, against the old
-// composition bit for bit, through first and second derivatives, in graph mode, and for errors.
+// relu's gradient as one op, `relu_grad(x, g)` = 0 where x <= 0, else g (so g passes where x is
+// NaN, as PyTorch's threshold_backward; issue 19). Issue 5: it replaced a greater + zeros_like +
+// where composition. Checked against a naive loop, against the composition bit for bit, through
+// first and second derivatives, in graph mode, and for errors.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -33,7 +34,7 @@ TEST(ReluGrad, MatchesANaiveLoopForEveryFloatingDtype) {
     const Tensor x64 = cast(x, DType::f64), g64 = cast(g, DType::f64);
     std::vector<double> want(std::size_t(x.numel()));
     for (std::int64_t i = 0; i < x.numel(); ++i)
-      want[std::size_t(i)] = x64.data<double>()[i] > 0 ? g64.data<double>()[i] : 0.0;
+      want[std::size_t(i)] = x64.data<double>()[i] <= 0 ? 0.0 : g64.data<double>()[i];
     EXPECT_TRUE(all_close(cast(out, DType::f64), want, 0, 0)) << dtype_name(dt);
   }
 }
@@ -44,23 +45,23 @@ TEST(ReluGrad, IsBitIdenticalToTheWhereCompositionIncludingNaNsAndZeros) {
   const Tensor x = constant<float>({1.0f, 0.0f, -0.0f, -2.0f, nan, inf, -inf, 3.0f, 1e-30f, -1e-30f});
   const Tensor g = constant<float>({-1.5f, nan, inf, nan, 7.0f, -0.0f, 2.0f, nan, -0.0f, -4.0f});
   const Tensor got = relu_grad_call(x, g);
-  const Tensor old = where(x > 0.0, g, zeros_like(g));
+  const Tensor old = where(x <= 0.0, zeros_like(g), g);
   EXPECT_TRUE(same_bits(got, old));
   const std::vector<float> v = got.to_vector<float>();
   EXPECT_EQ(v[0], -1.5f);
   EXPECT_EQ(v[1], 0.0f);
   EXPECT_FALSE(std::signbit(v[1]));   // masked: +0 even where g is NaN
   EXPECT_FALSE(std::signbit(v[3]));   // masked NaN in g
-  EXPECT_EQ(v[4], 0.0f);              // x NaN: masked
+  EXPECT_EQ(v[4], 7.0f);              // x NaN: g passes (PyTorch's threshold_backward)
   EXPECT_TRUE(std::signbit(v[5]));    // passes g = -0 through
   EXPECT_TRUE(std::isnan(v[7]));      // x > 0 passes g's NaN
   // Large, odd-sized, non-contiguous and broadcast operands through the strided loop too.
   const Tensor xb = rand_tensor({3, 1031}, 3, -1.0, 1.0, DType::f32), gb = rand_tensor({3, 1031}, 4, -1.0, 1.0, DType::f32);
-  EXPECT_TRUE(same_bits(relu_grad_call(xb, gb), where(xb > 0.0, gb, zeros_like(gb))));
+  EXPECT_TRUE(same_bits(relu_grad_call(xb, gb), where(xb <= 0.0, zeros_like(gb), gb)));
   const Tensor xn = noncontiguous(xb), gn = noncontiguous(gb);
-  EXPECT_TRUE(same_bits(relu_grad_call(xn, gn), where(xn > 0.0, gn, zeros_like(gn))));
+  EXPECT_TRUE(same_bits(relu_grad_call(xn, gn), where(xn <= 0.0, zeros_like(gn), gn)));
   EXPECT_TRUE(same_bits(relu_grad_call(xb.transpose(), gb.transpose()),
-                        where(xb.transpose() > 0.0, gb.transpose(), zeros_like(gb.transpose()))));
+                        where(xb.transpose() <= 0.0, zeros_like(gb.transpose()), gb.transpose())));
 }
 
 TEST(ReluGrad, ReluBackwardUsesItAndMatchesFiniteDifferences) {

@@ -109,15 +109,6 @@ void binary_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
   const Op op(attrs);
   dispatch_dtype(in[0].dtype(), [&]<class T>() {
     if constexpr (Op::template supports<T>()) {
-      if constexpr (Op::integer_divisor && std::is_integral_v<T>) {
-        // Integer division by zero is undefined behaviour in C++: refuse it up front.
-        Tensor b = in[1].contiguous();
-        const T* pb = b.template data<T>();
-        for (std::int64_t i = 0; i < b.numel(); ++i)
-          if (pb[i] == 0)
-            fail(Op::name, "integer division by zero (divisor of shape ", shape_str(b.shape()),
-                 " holds a 0)");
-      }
       binary_loop<T, out_t<T, Predicate>>(in[0], in[1], out[0], op);
     } else {
       fail(Op::name, "dtype ", dtype_name(in[0].dtype()), " is not supported");
@@ -141,22 +132,18 @@ template <class T> constexpr bool is_float_v = std::is_floating_point_v<T> || st
 
 // Functor families: which storage types each supports.
 struct NumericOp {
-  static constexpr bool integer_divisor = false;
   explicit NumericOp(const Attrs&) {}
   template <class T> static constexpr bool supports() { return !std::is_same_v<T, bool>; }
 };
 struct FloatOp {
-  static constexpr bool integer_divisor = false;
   explicit FloatOp(const Attrs&) {}
   template <class T> static constexpr bool supports() { return is_float_v<T>; }
 };
 struct AnyOp {
-  static constexpr bool integer_divisor = false;
   explicit AnyOp(const Attrs&) {}
   template <class T> static constexpr bool supports() { return true; }
 };
 struct BoolOp {
-  static constexpr bool integer_divisor = false;
   explicit BoolOp(const Attrs&) {}
   template <class T> static constexpr bool supports() { return std::is_same_v<T, bool>; }
 };
@@ -180,14 +167,23 @@ struct BoolOp {
     template <class C> C operator()(C x) const { return EXPR; }           \
   };
 
+// Integer floor_div / mod are defined for every operand (C++'s / and % are not, and x86's idiv
+// traps): a zero divisor gives 0 for both (NumPy's result, without its warning), and
+// INT_MIN / -1 wraps to INT_MIN with remainder 0 (as NumPy). The divisor is replaced by 1 in
+// those cases so that the hardware division never sees them; the results are then selected.
 template <class C> C floor_div_impl(C a, C b) {
   if constexpr (std::is_floating_point_v<C>) {
     return std::floor(a / b);
   } else if constexpr (std::is_unsigned_v<C>) {
-    return C(a / b);
+    return b == 0 ? C(0) : C(a / b);
   } else {
-    C q = C(a / b);
-    return (a % b != 0 && ((a < 0) != (b < 0))) ? C(q - 1) : q;
+    using U = std::make_unsigned_t<C>;
+    const bool zero = b == 0, minus_one = b == C(-1);
+    const C d = (zero || minus_one) ? C(1) : b;
+    C q = C(a / d);
+    q = (a % d != 0 && ((a < 0) != (d < 0))) ? C(q - 1) : q;
+    q = minus_one ? C(U(0) - U(a)) : q;  // -a, wrapping for INT_MIN
+    return zero ? C(0) : q;
   }
 }
 template <class C> C mod_impl(C a, C b) {
@@ -195,10 +191,13 @@ template <class C> C mod_impl(C a, C b) {
     C r = std::fmod(a, b);
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
   } else if constexpr (std::is_unsigned_v<C>) {
-    return C(a % b);
+    return b == 0 ? C(0) : C(a % b);
   } else {
-    C r = C(a % b);
-    return (r != 0 && ((r < 0) != (b < 0))) ? C(r + b) : r;
+    const bool zero_rem = b == 0 || b == C(-1);  // x % -1 is 0; x % 0 is defined as 0
+    const C d = zero_rem ? C(1) : b;
+    C r = C(a % d);
+    r = (r != 0 && ((r < 0) != (d < 0))) ? C(r + d) : r;
+    return zero_rem ? C(0) : r;
   }
 }
 template <class C> C pow_impl(C a, C b) {
@@ -225,17 +224,15 @@ SOMA_BINARY(add, NumericOp, C(a + b))
 SOMA_BINARY(subtract, NumericOp, C(a - b))
 SOMA_BINARY(multiply, NumericOp, C(a * b))
 SOMA_BINARY(divide, FloatOp, a / b)
-struct IntDivOp : NumericOp {
-  static constexpr bool integer_divisor = true;
-  using NumericOp::NumericOp;
-};
-SOMA_BINARY(floor_div, IntDivOp, floor_div_impl<C>(a, b))
-SOMA_BINARY(mod, IntDivOp, mod_impl<C>(a, b))
+SOMA_BINARY(floor_div, NumericOp, floor_div_impl<C>(a, b))
+SOMA_BINARY(mod, NumericOp, mod_impl<C>(a, b))
 SOMA_BINARY(pow, NumericOp, pow_impl<C>(a, b))
 SOMA_BINARY(maximum, NumericOp, (a >= b || a != a) ? a : b)
 SOMA_BINARY(minimum, NumericOp, (a <= b || a != a) ? a : b)
 SOMA_BINARY(squared_difference, NumericOp, C((a - b) * (a - b)))
-SOMA_BINARY(relu_grad, NumericOp, a > C(0) ? b : C(0))  // (x, g): relu's gradient, one pass
+// (x, g): relu's gradient in one pass, PyTorch's threshold_backward: 0 where x <= 0, else g (so
+// g passes where x is NaN).
+SOMA_BINARY(relu_grad, NumericOp, a <= C(0) ? C(0) : b)
 SOMA_PREDICATE(equal, AnyOp, a == b)
 SOMA_PREDICATE(not_equal, AnyOp, a != b)
 SOMA_PREDICATE(less, AnyOp, a < b)
@@ -272,7 +269,8 @@ SOMA_UNARY(tanh, FloatOp, std::tanh(x))
 SOMA_UNARY(erf, FloatOp, std::erf(x))
 // Stable for large |x|: never exponentiates a large positive number.
 SOMA_UNARY(sigmoid, FloatOp, x >= 0 ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x)))
-SOMA_UNARY(relu, NumericOp, x > C(0) ? x : C(0))
+// NaN propagates (as PyTorch's relu): NaN <= 0 is false. relu(-0) is +0.
+SOMA_UNARY(relu, NumericOp, x <= C(0) ? C(0) : x)
 SOMA_UNARY(softplus, FloatOp, std::log1p(std::exp(-std::abs(x))) + (x > 0 ? x : C(0)))
 SOMA_UNARY(round, FloatOp, std::nearbyint(x))
 SOMA_UNARY(ceil, FloatOp, std::ceil(x))

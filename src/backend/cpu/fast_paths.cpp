@@ -40,7 +40,8 @@ void dense_block(const float* x, const float* w, const float* bias, float* y, st
   for (int v = 0; v < B; ++v) {
     const __mmask16 mk = v == B - 1 ? tail : __mmask16(0xFFFF);
     __m512 r = acc[v];
-    if (relu) r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, zero, _CMP_GT_OQ), r);
+    // relu as soma's: +0 where r <= 0, r elsewhere (NaN too: "not less or equal", unordered)
+    if (relu) r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, zero, _CMP_NLE_UQ), r);
     _mm512_mask_storeu_ps(y + j0 + 16 * v, mk, r);
   }
 }
@@ -74,7 +75,7 @@ void dense_row(const float* x, const float* w, const float* bias, float* y, std:
     for (std::int64_t j = 0; j < n; ++j) y[j] += xv * wr[j];
   }
   if (relu)
-    for (std::int64_t j = 0; j < n; ++j) y[j] = y[j] > 0.0f ? y[j] : 0.0f;
+    for (std::int64_t j = 0; j < n; ++j) y[j] = y[j] <= 0.0f ? 0.0f : y[j];
 }
 #endif
 

@@ -40,7 +40,7 @@ void fused_block_op(FusedCode code, float* __restrict dst, const float* a, float
     case FusedCode::Neg: for (std::int64_t i = 0; i < n; ++i) dst[i] = -a[i]; break;
     case FusedCode::Square: for (std::int64_t i = 0; i < n; ++i) dst[i] = a[i] * a[i]; break;
     case FusedCode::Sqrt: for (std::int64_t i = 0; i < n; ++i) dst[i] = std::sqrt(a[i]); break;
-    case FusedCode::Relu: for (std::int64_t i = 0; i < n; ++i) dst[i] = a[i] > 0.0f ? a[i] : 0.0f; break;
+    case FusedCode::Relu: for (std::int64_t i = 0; i < n; ++i) dst[i] = a[i] <= 0.0f ? 0.0f : a[i]; break;
     case FusedCode::Recip: for (std::int64_t i = 0; i < n; ++i) dst[i] = 1.0f / a[i]; break;
     case FusedCode::Kernel: break;
   }
@@ -59,7 +59,7 @@ inline float scalar_op(FusedCode code, float x, float y) {
     case FusedCode::Neg: return -x;
     case FusedCode::Square: return x * x;
     case FusedCode::Sqrt: return std::sqrt(x);
-    case FusedCode::Relu: return x > 0.0f ? x : 0.0f;
+    case FusedCode::Relu: return x <= 0.0f ? 0.0f : x;
     case FusedCode::Recip: return 1.0f / x;
     case FusedCode::Kernel: break;
   }
@@ -82,7 +82,8 @@ void scalar_chain(const FusedInstr* prog, int nprog, float* dst, std::int64_t b,
 }
 
 // Vector registers of one ISA: the same IEEE operations as the scalar loops (abs and negation
-// clear or flip the sign bit, relu keeps x where x > 0 and gives +0 elsewhere, NaN included).
+// clear or flip the sign bit, relu gives +0 where x <= 0 and keeps x elsewhere, NaN included:
+// the compare is "not less or equal, unordered", true for NaN).
 #if defined(__AVX512F__)
 #define SOMA_FUSED_REGISTERS 1
 struct Vec {
@@ -107,7 +108,7 @@ struct Vec {
         _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(std::int32_t(0x80000000u))));
   }
   static V relu(V a) {
-    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_GT_OQ), a);
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_NLE_UQ), a);
   }
 };
 #elif defined(__AVX__)
@@ -126,7 +127,7 @@ struct Vec {
   static V sqrt(V a) { return _mm256_sqrt_ps(a); }
   static V abs(V a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
   static V neg(V a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
-  static V relu(V a) { return _mm256_and_ps(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_GT_OQ), a); }
+  static V relu(V a) { return _mm256_and_ps(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_NLE_UQ), a); }
 };
 #endif
 

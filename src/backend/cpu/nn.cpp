@@ -324,7 +324,7 @@ void conv2d_bias_act_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
                      T* row = py + r * hw;
                      for (std::int64_t j = 0; j < hw; ++j) {
                        const T v = T(C(row[j]) + bias);
-                       row[j] = relu ? (C(v) > C(0) ? v : T(C(0))) : v;
+                       row[j] = relu ? (C(v) <= C(0) ? T(C(0)) : v) : v;  // NaN stays
                      }
                    }
                  });

@@ -20,6 +20,7 @@
 #include "soma/tensor.hpp"      // Storage (the fused path's weight identity)
 
 #include <atomic>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 
@@ -307,7 +308,35 @@ struct FusedEntry {
   const float* w_ptr = nullptr;
   std::uint64_t w_version = 0;
   bool relu_after = false;  // ReLU not in the primitive: applied to the output afterwards
+  // Whether the weights last checked (same identity triple as above) were all finite.
+  std::weak_ptr<Storage> wf_owner;
+  const float* wf_ptr = nullptr;
+  std::uint64_t wf_version = 0;
+  bool wf_finite = false;
 };
+
+// No NaN or infinity in p[0, n): the largest magnitude's bits stay below the exponent all-ones
+// (an unsigned max over the bits, which vectorises).
+bool all_finite(const float* p, std::int64_t n) {
+  std::uint32_t m = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t b = std::bit_cast<std::uint32_t>(p[i]) & 0x7fffffffu;
+    m = b > m ? b : m;
+  }
+  return m < 0x7f800000u;
+}
+
+bool weights_finite(FusedEntry& e, const ConvGeometry& g, const float* w,
+                    const std::shared_ptr<Storage>& w_storage) {
+  const std::uint64_t version = w_storage ? w_storage->version.load() : 0;
+  if (w_storage && e.wf_ptr == w && e.wf_version == version && e.wf_owner.lock() == w_storage)
+    return e.wf_finite;
+  e.wf_finite = all_finite(w, g.o * (g.c / g.groups) * g.kh * g.kw);
+  e.wf_owner = w_storage;
+  e.wf_ptr = w;
+  e.wf_version = version;
+  return e.wf_finite;
+}
 
 using FusedKey = std::array<std::int64_t, 21>;
 
@@ -316,7 +345,8 @@ std::unique_ptr<FusedEntry> build_fused(const ConvGeometry& g, bool has_bias, bo
   dnnl::primitive_attr attr = scratchpad_attr();
   if (relu) {
     // alpha = 0: oneDNN's JIT kernels then compute max(x, 0) with the 0 as the second operand,
-    // which maps NaN to 0 as soma's relu does (tested).
+    // which maps NaN to 0 where soma's relu keeps NaN: onednn_conv_forward_fused uses this
+    // primitive only when no NaN can arise (finite operands).
     dnnl::post_ops po;
     po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     attr.set_post_ops(po);
@@ -351,9 +381,8 @@ std::unique_ptr<FusedEntry> build_fused(const ConvGeometry& g, bool has_bias, bo
     }
   }
   if (!pd) pd = make_pd(d.src_any, d.dst_any);
-  // Only the JIT kernels' ReLU maps NaN to 0; the GEMM-based one (grouped, dilated cases) keeps
-  // NaN, so there the primitive runs without the post-op and onednn_conv_forward_fused applies
-  // soma's rule to the output.
+  // The GEMM-based kernel (grouped, dilated cases) gains nothing from the post-op: there the
+  // primitive runs without it and onednn_conv_forward_fused applies soma's relu to the output.
   const char* impl = pd->impl_info_str();
   if (relu && std::strncmp(impl, "jit", 3) != 0 && std::strncmp(impl, "brg", 3) != 0) {
     attr = scratchpad_attr();
@@ -396,6 +425,18 @@ bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const floa
   if (conv_impl() == ConvImpl::im2col) return false;
   FusedEntry* e = lookup_fused(g, bias != nullptr, relu);
   if (!e) return false;
+  // The JIT kernels' ReLU post-op is max(v, 0), which maps NaN to 0; soma's relu keeps NaN. A
+  // NaN output needs a NaN or infinite input, weight or bias (finite operands give NaN only
+  // through an overflow to inf - inf), so with any of those the primitive without the post-op
+  // runs and the ReLU is applied afterwards. The weights' check is cached like their reorder.
+  bool relu_after = e->relu_after;
+  if (relu && !relu_after &&
+      !(all_finite(x, g.n * g.c * g.h * g.w) && weights_finite(*e, g, w, w_storage) &&
+        (!bias || all_finite(bias, g.o)))) {
+    e = lookup_fused(g, bias != nullptr, false);
+    if (!e) return false;
+    relu_after = true;
+  }
   auto& s = cpu_stream();
   e->src->bind(x);
   e->dst->bind(y);
@@ -418,9 +459,9 @@ bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const floa
   execute(e->prim, s, e->args.data(), int(e->args.size()));
   e->dst->run_reorder(s);
   s.wait();
-  if (e->relu_after) {
+  if (relu_after) {  // soma's relu: 0 where v <= 0, NaN stays
     const std::int64_t size = g.n * g.o * g.oh * g.ow;
-    for (std::int64_t i = 0; i < size; ++i) y[i] = y[i] > 0.0f ? y[i] : 0.0f;  // NaN -> 0
+    for (std::int64_t i = 0; i < size; ++i) y[i] = y[i] <= 0.0f ? 0.0f : y[i];
   }
   ++t_fused_calls;
   return true;

@@ -43,11 +43,12 @@ bool onednn_conv_backward_weights(const ConvGeometry& g, const float* x, const f
                                   float* dw);
 
 // Inference forward y = act(conv(x, w) + bias) in one oneDNN primitive: the bias as the
-// primitive's bias argument (nullptr: none) and ReLU (relu = true; NaN -> 0 as soma's relu) as
-// an eltwise post-op. The weights reordered into the primitive's layout are kept between calls
-// and reused while `w_storage` (the weight tensor's storage: identity, and its version counter
-// of in-place writes) and `w` are the same, so a weight changed by an optimiser step, a
-// Variable::assign or load_weights is reordered again. False as for onednn_conv_forward (the
+// primitive's bias argument (nullptr: none) and ReLU (relu = true) as an eltwise post-op when
+// the operands are finite (else after the primitive, so that NaN propagates as in soma's relu).
+// The weights reordered into the primitive's layout are kept between calls and reused while
+// `w_storage` (the weight tensor's storage: identity, and its version counter of in-place
+// writes) and `w` are the same, so a weight changed by an optimiser step, a Variable::assign or
+// load_weights is reordered again. False as for onednn_conv_forward (the
 // caller then runs the separate ops).
 bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const float* w,
                                const std::shared_ptr<Storage>& w_storage, const float* bias,

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "backend/cuda/launch.hpp"
@@ -43,6 +44,16 @@ __device__ __forceinline__ To convert(From v) {
   } else if constexpr (std::is_same_v<To, bf16>) {
     if constexpr (std::is_same_v<From, float>) return __float2bfloat16_rn(v);
     else return __double2bfloat16(static_cast<double>(v));
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    // As the CPU's convert (src/internal/dispatch.hpp): NaN -> 0, values past the range -> the
+    // integer's min or max, else truncation (spelled out rather than left to cvt's behaviour).
+    constexpr From lo = From(std::numeric_limits<To>::min());
+    constexpr From hi = From(2) * From(To(1) << (std::numeric_limits<To>::digits - 1));
+    const From in_range = (v >= lo && v < hi) ? v : From(0);
+    To r = static_cast<To>(in_range);
+    r = v >= hi ? std::numeric_limits<To>::max() : r;
+    r = v < lo ? std::numeric_limits<To>::min() : r;
+    return r;
   } else {
     return static_cast<To>(v);
   }
@@ -93,7 +104,7 @@ __device__ __forceinline__ C unary_apply(UnaryOp op, C x, double alpha) {
       case UnaryOp::erf: return erf(x);
       case UnaryOp::sigmoid:  // never exponentiates a large positive number
         return x >= 0 ? C(1) / (C(1) + exp(-x)) : exp(x) / (C(1) + exp(x));
-      case UnaryOp::relu: return x > C(0) ? x : C(0);
+      case UnaryOp::relu: return x <= C(0) ? C(0) : x;  // NaN propagates
       case UnaryOp::softplus: return log1p(exp(-fabs(x))) + (x > 0 ? x : C(0));
       case UnaryOp::round: return rint(x);
       case UnaryOp::ceil: return ceil(x);
@@ -110,7 +121,7 @@ __device__ __forceinline__ C unary_apply(UnaryOp op, C x, double alpha) {
       case UnaryOp::negative: return C(-x);
       case UnaryOp::sign: return C((x > 0) - (x < 0));
       case UnaryOp::square: return C(x * x);
-      case UnaryOp::relu: return x > 0 ? x : C(0);
+      case UnaryOp::relu: return x <= 0 ? C(0) : x;
       default: return x;
     }
   }
