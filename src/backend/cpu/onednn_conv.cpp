@@ -87,7 +87,10 @@ using tag = memory::format_tag;
 using dt = memory::data_type;
 
 dnnl::engine& cpu_engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine eng = [] {
+    limit_onednn_primitive_cache();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return eng;
 }
 

@@ -135,6 +135,7 @@ bool onednn_matmul_bf16(const MatmulGeometry&, const float*, const float*, float
 }
 
 bool onednn_sgemm_built() { return false; }
+void limit_onednn_primitive_cache() {}
 
 bool onednn_sgemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, const float*,
                   std::int64_t, const float*, std::int64_t, float*, std::int64_t) {
@@ -150,7 +151,10 @@ using dt = memory::data_type;
 using tag = memory::format_tag;
 
 dnnl::engine& cpu_engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine eng = [] {
+    limit_onednn_primitive_cache();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return eng;
 }
 
@@ -254,6 +258,16 @@ bool onednn_matmul_bf16(const MatmulGeometry& g, const float* a, const float* b,
 }
 
 bool onednn_sgemm_built() { return true; }
+
+void limit_onednn_primitive_cache() {
+  static const bool done = [] {
+    if (!std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") &&
+        !std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY"))
+      dnnl::set_primitive_cache_capacity(kOnednnPrimitiveCacheCapacity);
+    return true;
+  }();
+  (void)done;
+}
 
 // dnnl_sgemm is row-major like cblas_sgemm and runs oneDNN's own JIT GEMM with no primitive
 // to create or cache, so a call costs what OpenBLAS's does.
