@@ -7,25 +7,44 @@
 // kSpinCount) when the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT.
 //
 // libgomp reads both variables once, in its own constructor, which runs before any constructor of
-// libsoma or of this program (a library's dependencies are initialised first). Functions in the
-// executable's .preinit_array run before every shared library's constructor, so that is where
-// the variable is set. (A shared object cannot have a .preinit_array: programs linking libsoma set
-// the variable in their environment; docs/reliability.md.) SOMA_OMP_DEFAULTS=0 leaves libgomp's
-// own default in force (bench/busy_machine.sh compares the two).
+// libsoma or of this program (a library's dependencies are initialised first), so setting them
+// from soma is too late. Functions in the executable's .preinit_array run before every shared
+// library's constructor, but before libc's too: a setenv() there is lost when libc's
+// initialisation sets `environ` to the original environment. So the preinit function execs the
+// program again (/proc/self/exe, same arguments) with the variable added to its environment; that
+// costs one more start of the dynamic linker (measured: a few milliseconds) and happens only when
+// neither variable is set. (A shared object cannot have a .preinit_array: programs linking libsoma
+// set the variable in their environment; docs/reliability.md.) SOMA_OMP_DEFAULTS=0 leaves
+// libgomp's own default in force (bench/busy_machine.sh compares the two).
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 
 namespace {
 
-// Spins before a waiting thread sleeps (libgomp's default is 300000; OMP_WAIT_POLICY=passive is
-// 0). Measured in bench/busy_machine.sh.
-constexpr const char* kSpinCount = "10000";
+// The variable soma adds (libgomp's default spins 300000 times; OMP_WAIT_POLICY=passive sleeps
+// at once). Measured in bench/busy_machine.sh.
+constexpr const char* kDefault = "GOMP_SPINCOUNT=10000";
 
-void soma_omp_defaults(int, char**, char**) {
-  const char* off = std::getenv("SOMA_OMP_DEFAULTS");
-  if (off && std::strcmp(off, "0") == 0) return;
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
-  ::setenv("GOMP_SPINCOUNT", kSpinCount, 0);
+bool starts_with(const char* s, const char* prefix) {
+  return std::strncmp(s, prefix, std::strlen(prefix)) == 0;
+}
+
+void soma_omp_defaults(int, char** argv, char** envp) {
+  if (!argv || !argv[0] || !envp) return;
+  std::size_t n = 0;
+  for (; envp[n]; ++n)
+    if (starts_with(envp[n], "OMP_WAIT_POLICY=") || starts_with(envp[n], "GOMP_SPINCOUNT=") ||
+        std::strcmp(envp[n], "SOMA_OMP_DEFAULTS=0") == 0)
+      return;
+  char** env = static_cast<char**>(std::malloc((n + 2) * sizeof(char*)));
+  if (!env) return;
+  std::memcpy(env, envp, n * sizeof(char*));
+  env[n] = const_cast<char*>(kDefault);
+  env[n + 1] = nullptr;
+  ::execve("/proc/self/exe", argv, env);
+  std::free(env);  // no /proc: libgomp's default stays
 }
 
 }  // namespace
