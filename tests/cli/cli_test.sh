@@ -247,7 +247,7 @@ case $case_name in
     # The soma command's OpenMP spin default (apps/soma/omp_defaults.cpp), unless the user set
     # OMP_WAIT_POLICY or GOMP_SPINCOUNT.
     env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose "$soma" --version >"$out/stdout" 2>"$out/stderr"
-    grep -q "GOMP_SPINCOUNT = '10000'" "$out/stderr" || fail "the default spin count is not in force"
+    grep -q "GOMP_SPINCOUNT = '1000'" "$out/stderr" || fail "the default spin count is not in force"
     env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=7 OMP_DISPLAY_ENV=verbose "$soma" --version >"$out/stdout" 2>"$out/stderr"
     grep -q "GOMP_SPINCOUNT = '7'" "$out/stderr" || fail "the user's GOMP_SPINCOUNT was overridden"
     env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT SOMA_OMP_DEFAULTS=0 OMP_DISPLAY_ENV=verbose "$soma" --version >"$out/stdout" 2>"$out/stderr"
