@@ -3,8 +3,8 @@
 // libgomp's threads spin after a parallel region (300,000 spins by default) before they sleep.
 // On an idle machine that saves a wake-up; on a machine with other work the spinning threads take
 // the cores the other work (and soma's own next region) needs: a 2-thread run next to one busy
-// process was 12-25x slower. So the soma command makes OpenMP threads spin briefly, then sleep
-// (kDefault), when the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT.
+// process was 12-25x slower. So the soma command makes OpenMP threads sleep while they wait
+// (OMP_WAIT_POLICY=passive) when the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT.
 //
 // libgomp reads both variables once, in its own constructor, which runs before any constructor of
 // libsoma or of this program (a library's dependencies are initialised first), so setting them
@@ -23,11 +23,11 @@
 
 namespace {
 
-// The variable soma adds. libgomp's default spins 300000 times; OMP_WAIT_POLICY=passive sleeps
-// at once (a futex wake-up for every parallel region); 1000 spins (tens of microseconds) bridge
-// the gap between back-to-back regions of one step and give the core away soon after. Measured
-// in bench/busy_machine.sh (docs/reliability.md).
-constexpr const char* kDefault = "GOMP_SPINCOUNT=1000";
+// The variable soma adds. Measured with bench/busy_machine.sh (docs/reliability.md): next to
+// other work, libgomp's default (300000 spins) ran 2-thread MLP training 20-50x slower than
+// passive, 10000 spins 4-10x slower, 1000 spins 1.4x slower; passive was the fastest setting both
+// with and without a competing process on the 2-core machine measured.
+constexpr const char* kDefault = "OMP_WAIT_POLICY=passive";
 
 bool starts_with(const char* s, const char* prefix) {
   return std::strncmp(s, prefix, std::strlen(prefix)) == 0;
