@@ -236,7 +236,19 @@ TEST(Budget, AddressSpaceLimitIsAnErrorNotBadAlloc) {
 // ended it (SIGKILL); now it gets a soma::Error naming the cgroup.
 TEST(Budget, TensorOverTheCgroupLimitIsAnErrorNotTheOomKiller) {
   const std::string name = "soma_budget_test_" + std::to_string(::getpid());
+  // Below this process's own cgroup where it can, else at the hierarchy's root.
+  std::string own_v2, own_v1;
+  {
+    std::ifstream cg("/proc/self/cgroup");
+    std::string line;
+    while (std::getline(cg, line)) {
+      if (line.rfind("0::", 0) == 0) own_v2 = line.substr(3);
+      if (line.find(":memory:") != std::string::npos) own_v1 = line.substr(line.rfind(':') + 1);
+    }
+  }
   std::vector<std::pair<fs::path, std::string>> candidates = {
+      {fs::path("/sys/fs/cgroup" + own_v2) / name, "memory.max"},
+      {fs::path("/sys/fs/cgroup/memory" + own_v1) / name, "memory.limit_in_bytes"},
       {fs::path("/sys/fs/cgroup") / name, "memory.max"},
       {fs::path("/sys/fs/cgroup/memory") / name, "memory.limit_in_bytes"}};
   for (auto& [dir, limit_file] : candidates) {
