@@ -133,3 +133,25 @@ TEST_F(Rss, FiftyEpochsThenTenThousandPredictsKeepRssFlat) {
   EXPECT_LE(rss[49] - rss[4], 1 << 20) << "training grew RSS";
   EXPECT_LE(after_predicts - after_warmup, 1 << 20) << "predict in a loop grew RSS";
 }
+
+// A graph Session kept a plan, and pool buffers of every size, for each feed shape it saw: run at
+// 300 batch sizes, it held them all. Past a bound it starts over and drops the idle buffers.
+TEST_F(Rss, SessionAtManyFeedShapesKeepsItsBuffersBounded) {
+  Graph g;
+  Tensor x = g.placeholder(DType::f32, {-1, 256}, "x");
+  Tensor y = relu(x * 2.0f + 1.0f);
+  Session sess(g);
+  const Tensor xv = random_normal({300, 256}, 0.0, 1.0, DType::f32, 3);
+  const std::size_t before = memory_in_use();
+  std::size_t after_ten = 0;
+  for (std::int64_t b = 1; b <= 300; ++b) {
+    Tensor r = sess.run(y, {{x, xv.slice(0, 0, b)}});
+    ASSERT_EQ(r.dim(0), b);
+    if (b == 10) after_ten = memory_in_use() - before;
+  }
+  const std::size_t held = memory_in_use() - before;
+  std::printf("Session buffers after 10 feed shapes %.2f MiB, after 300 %.2f MiB\n",
+              after_ten / kMiB, held / kMiB);
+  // Every batch size 1..300 of a [b, 256] f32 buffer is 44 MiB; sixteen plans' worth is at most 5 MiB.
+  EXPECT_LT(held, std::size_t(8) << 20);
+}
