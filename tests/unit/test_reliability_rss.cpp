@@ -152,6 +152,6 @@ TEST_F(Rss, SessionAtManyFeedShapesKeepsItsBuffersBounded) {
   const std::size_t held = memory_in_use() - before;
   std::printf("Session buffers after 10 feed shapes %.2f MiB, after 300 %.2f MiB\n",
               after_ten / kMiB, held / kMiB);
-  // Every batch size 1..300 of a [b, 256] f32 buffer is 44 MiB; sixteen plans' worth is at most 5 MiB.
+  // A [b, 256] f32 buffer for every b in 1..300 is 44 MiB; sixteen plans' worth at most 5 MiB.
   EXPECT_LT(held, std::size_t(8) << 20);
 }
