@@ -15,7 +15,8 @@
 #include "common.hpp"
 
 namespace soma::detail {
-std::string memory_size_str(std::size_t n);  // libsoma's "5.1 GiB" (src/internal/runtime_checks.hpp)
+// libsoma's "5.1 GiB" (src/internal/runtime_checks.hpp)
+std::string memory_size_str(std::size_t n);
 }
 
 #ifndef SOMA_CLI_VERSION
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
          (argv[1][14] == '\0' || argv[1][14] == '=')) {
     const bool inline_value = argv[1][14] == '=';
     if (!inline_value && argc < 3) {
-      std::fprintf(stderr, "soma: --memory-limit needs a size, e.g. 512M or 2G (see soma --help)\n");
+      std::fprintf(stderr,
+                   "soma: --memory-limit needs a size, e.g. 512M or 2G (see soma --help)\n");
       return kExitUsage;
     }
     const char* value = inline_value ? argv[1] + 15 : argv[2];
