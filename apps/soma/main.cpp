@@ -9,9 +9,15 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 
 #include "common.hpp"
+
+namespace soma::detail {
+// libsoma's "5.1 GiB" (src/internal/runtime_checks.hpp)
+std::string memory_size_str(std::size_t n);
+}
 
 #ifndef SOMA_CLI_VERSION
 #define SOMA_CLI_VERSION "0.0.0"
@@ -44,13 +50,38 @@ void print_help(std::FILE* f) {
   for (const auto& s : kSubcommands) std::fprintf(f, "  %-9s %s\n", s.name, s.summary);
   std::fprintf(f,
                "\noptions:\n  -h, --help     show this help and exit\n"
-               "  --version      print the version and exit\n\n"
+               "  --version      print the version and exit\n"
+               "  --memory-limit SIZE\n"
+               "                 the most memory soma's tensors may hold together, e.g. 512M,\n"
+               "                 2G (default: SOMA_MEMORY_LIMIT, else what the system can give);\n"
+               "                 going over it is an error, not a kill by the OOM killer\n\n"
                "Run 'soma <command> --help' for the options of a command.\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Global options before the command: --memory-limit SIZE (or --memory-limit=SIZE).
+  while (argc >= 2 && std::strncmp(argv[1], "--memory-limit", 14) == 0 &&
+         (argv[1][14] == '\0' || argv[1][14] == '=')) {
+    const bool inline_value = argv[1][14] == '=';
+    if (!inline_value && argc < 3) {
+      std::fprintf(stderr,
+                   "soma: --memory-limit needs a size, e.g. 512M or 2G (see soma --help)\n");
+      return kExitUsage;
+    }
+    const char* value = inline_value ? argv[1] + 15 : argv[2];
+    try {
+      soma::set_memory_limit(soma::parse_memory_size(value));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "soma: --memory-limit: %s\n", e.what());
+      return kExitUsage;
+    }
+    const int used = inline_value ? 1 : 2;
+    argv[used] = argv[0];
+    argv += used;
+    argc -= used;
+  }
   if (argc < 2) {
     print_help(stderr);
     return kExitUsage;
@@ -85,6 +116,18 @@ int main(int argc, char** argv) {
     std::cout.flush();
     std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
     return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    // Memory that ran out outside soma's tensor allocator (a reader's buffer, a library's
+    // workspace): an error message and a failure exit, as for soma::Error.
+    std::cout.flush();
+    const std::size_t limit = soma::memory_limit();
+    std::fprintf(stderr,
+                 "%s: out of memory (std::bad_alloc) with %s in use by tensors%s%s%s\n",
+                 who.c_str(), soma::detail::memory_size_str(soma::memory_in_use()).c_str(),
+                 limit ? "; memory limit " : "",
+                 limit ? soma::detail::memory_size_str(limit).c_str() : "",
+                 limit ? "" : "; --memory-limit SIZE bounds soma's tensors");
+    return kExitFailure;
   } catch (const std::exception& e) {
     std::cout.flush();
     // One rank of a distributed run failing alone would leave the others waiting: end them all.

@@ -99,24 +99,36 @@ std::uint64_t next_tensor_id() {
   return counter.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+// What the tensor being allocated is ("tensor [2, 3] f32"), set by empty_tensor for the
+// allocation's error message; null for storages allocated by themselves.
+thread_local const std::string* t_allocating = nullptr;
+}  // namespace
+
 std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, Device device) {
   if (!device.is_cpu()) return detail::device_storage(nbytes, device);  // core/device_backend
-  detail::check_allocation(nbytes, device);  // larger than the machine: a clear error
+  // Larger than the memory limit or than what the system can still give: a clear error.
+  detail::check_allocation(nbytes, device, t_allocating);
   auto s = std::allocate_shared<Storage>(PoolAllocator<Storage>());
   // 64-byte aligned, from the caching allocator (internal/cpu_allocator.hpp).
   try {
     s->data = detail::cpu_allocate(nbytes);
   } catch (const std::bad_alloc&) {
-    fail("allocate", "out of memory: could not allocate ", nbytes, " bytes on ", device.str());
+    detail::allocation_failed(nbytes, device, t_allocating);
   }
   s->nbytes = nbytes;
   s->device = device;
+  detail::g_cpu_bytes_in_use.fetch_add(nbytes, std::memory_order_relaxed);
   return s;
 }
 
 Storage::~Storage() {
-  if (device.is_cpu()) detail::cpu_free(data, nbytes);
-  else detail::device_free(data, nbytes, device);
+  if (device.is_cpu()) {
+    if (data) detail::g_cpu_bytes_in_use.fetch_sub(nbytes, std::memory_order_relaxed);
+    detail::cpu_free(data, nbytes);
+  } else {
+    detail::device_free(data, nbytes, device);
+  }
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
@@ -131,7 +143,21 @@ Tensor detail::empty_tensor(Shape&& shape, DType dtype, Device device) {
     fail("empty", "tensor of shape ", shape_str(shape), " and dtype ", dtype_name(dtype),
          " is too large to allocate");
   auto impl = new_impl();
-  impl->storage = Storage::allocate(std::size_t(n) * dtype_size(dtype), device);
+  const std::size_t nbytes = std::size_t(n) * dtype_size(dtype);
+  if (nbytes >= (std::size_t(1) << 20) && device.is_cpu()) {
+    // Big enough that a failure is plausible: name the tensor in the error.
+    const std::string what = "tensor " + shape_str(shape) + " " + dtype_name(dtype);
+    t_allocating = &what;
+    try {
+      impl->storage = Storage::allocate(nbytes, device);
+    } catch (...) {
+      t_allocating = nullptr;
+      throw;
+    }
+    t_allocating = nullptr;
+  } else {
+    impl->storage = Storage::allocate(nbytes, device);
+  }
   impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
   impl->dtype = dtype;

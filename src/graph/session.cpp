@@ -113,6 +113,7 @@ std::string shape_mismatch(const Shape& want, const Shape& got) {
 }  // namespace
 
 struct Session::Impl {
+  static constexpr std::size_t kMaxPlans = 16;
   Graph graph;
   SessionConfig config;
   SessionStats stats;
@@ -368,7 +369,17 @@ Plan& Session::Impl::plan_for(const std::vector<Endpoint>& fetches,
   key += "|";
   for (auto& [id, t] : feeds) key += std::to_string(id) + dtype_name(t.dtype()) + shape_str(t.shape());
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, build(fetches, feeds)).first;
+  if (it == plans.end()) {
+    // Feeds whose shapes keep changing (e.g. every batch size) would keep a plan, and the pool
+    // buffers of every size, for each: past kMaxPlans start over, dropping the idle buffers.
+    if (plans.size() >= kMaxPlans) {
+      plans.clear();
+      last = nullptr;
+      std::lock_guard<std::mutex> lock(pool_mu);
+      std::erase_if(pool, [](const std::shared_ptr<Storage>& st) { return st.use_count() == 1; });
+    }
+    it = plans.emplace(key, build(fetches, feeds)).first;
+  }
   return *it->second;
 }
 

@@ -25,8 +25,13 @@ void cpu_cache_release();
 void set_cpu_cache_enabled(bool enabled);
 bool cpu_cache_enabled();
 
-// Blocks above this size are not cached; the cache holds at most kCpuCacheMaxBytes.
+// Blocks above this size are not cached. The cache holds at most twice the high-water mark of the
+// bytes handed out at once, clamped to [kCpuCacheMinBytes, kCpuCacheMaxBytes]; a block that does
+// not fit evicts blocks of other sizes. After kCpuTrimAfterBytes of evictions, malloc_trim(0) returns
+// malloc's free pages to the system (docs/reliability.md: a storm of shapes leaves RSS flat).
 inline constexpr std::size_t kCpuCacheMaxBlock = std::size_t(64) << 20;
 inline constexpr std::size_t kCpuCacheMaxBytes = std::size_t(256) << 20;
+inline constexpr std::size_t kCpuCacheMinBytes = std::size_t(8) << 20;
+inline constexpr std::size_t kCpuTrimAfterBytes = std::size_t(64) << 20;
 
 }  // namespace soma::detail

@@ -340,6 +340,35 @@ case $case_name in
     cmp -s "$disk/m.onnx" "$out/good.onnx" || fail "the old file was overwritten"
     [ "$(ls -A "$disk")" = m.onnx ] || fail "files left behind: $(ls -A "$disk")"
     ;;
+  memory_limit_is_a_clear_error)
+    # --memory-limit (a global option, before the command): a tensor over it is an error naming
+    # the tensor, exit status 1, not a kill.
+    run --memory-limit 1M bench --workload mlp_train --threads 1 --steps 2
+    expect_status 1
+    grep -Eq '^soma bench: allocate: cannot allocate [0-9.]+ MiB for tensor \[[0-9, ]+\] f32 on cpu: .* available \(the memory limit of 1.0 MiB' "$out/stderr" ||
+      fail "stderr does not name the tensor and the limit"
+    run --memory-limit=2G bench --workload mlp_train --threads 1 --steps 2
+    expect_status 0
+    run --memory-limit lots bench
+    expect_status 2
+    run --memory-limit
+    expect_status 2
+    SOMA_MEMORY_LIMIT=1M "$soma" bench --workload mlp_train --threads 1 --steps 2 >"$out/stdout" 2>"$out/stderr"
+    status=$?
+    expect_status 1
+    grep -q 'set with SOMA_MEMORY_LIMIT' "$out/stderr" || fail "stderr does not name SOMA_MEMORY_LIMIT"
+    ;;
+  openmp_threads_sleep_while_waiting_by_default)
+    # The soma command's OpenMP default, OMP_WAIT_POLICY=passive (apps/soma/omp_defaults.cpp;
+    # libgomp shows it as spin count 0), unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT.
+    env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose "$soma" --version >"$out/stdout" 2>"$out/stderr"
+    grep -q "GOMP_SPINCOUNT = '0'" "$out/stderr" || fail "the passive default is not in force"
+    env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=7 OMP_DISPLAY_ENV=verbose "$soma" --version >"$out/stdout" 2>"$out/stderr"
+    grep -q "GOMP_SPINCOUNT = '7'" "$out/stderr" || fail "the user's GOMP_SPINCOUNT was overridden"
+    env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT SOMA_OMP_DEFAULTS=0 OMP_DISPLAY_ENV=verbose "$soma" --version >"$out/stdout" 2>"$out/stderr"
+    grep -q "GOMP_SPINCOUNT = '300000'" "$out/stderr" || fail "SOMA_OMP_DEFAULTS=0 does not leave libgomp's default"
+    expect_stdout '^soma '
+    ;;
   *)
     fail "unknown test case"
     ;;

@@ -2,10 +2,14 @@
 //
 // soma's tensors stay plain NCHW / OIHW. Each primitive is created with "any" memory formats so
 // oneDNN picks its fastest (blocked, e.g. nChw16c) layouts; user buffers are reordered into them
-// and the result back only where the chosen layout differs. Primitives, their reorders, the
-// blocked intermediate buffers and the scratchpad are cached per thread, keyed on the geometry,
-// the operation and the OpenMP thread count (oneDNN's OpenMP runtime sizes its work partition
-// when a primitive is created), so a training step after the first allocates nothing here.
+// and the result back only where the chosen layout differs. Primitives and their reorders are
+// cached per thread, keyed on the geometry, the operation and the OpenMP thread count (oneDNN's
+// OpenMP runtime sizes its work partition when a primitive is created). The blocked intermediate
+// buffers and the scratchpad are taken for each call from soma's caching allocator (so a training
+// step after the first still allocates nothing from malloc), not held by the cache: a program
+// that goes through many shapes (e.g. predict at batch sizes 1..800) would otherwise keep
+// activation-sized buffers for every shape it saw (docs/reliability.md). The cache is an LRU of
+// kMaxEntries entries and kMaxEntryBytes bytes (the fused path's reordered weights).
 // Debian's libdnnl uses the OpenMP runtime (libgomp, like soma), so soma::set_num_threads
 // (omp_set_num_threads) governs its threads too.
 // Under bf16 autocast (soma/autocast.hpp) the primitives take bf16 inputs (the reorders convert
@@ -16,6 +20,7 @@
 // channels allow, and the weights reordered into the primitive's layout only when they changed.
 #include "onednn_conv.hpp"
 
+#include "internal/cpu_allocator.hpp"
 #include "onednn_matmul.hpp"  // cpu_autocast_dtype
 #include "soma/tensor.hpp"      // Storage (the fused path's weight identity)
 
@@ -28,6 +33,7 @@
 #include <omp.h>
 
 #include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -82,7 +88,10 @@ using tag = memory::format_tag;
 using dt = memory::data_type;
 
 dnnl::engine& cpu_engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine eng = [] {
+    limit_onednn_primitive_cache();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return eng;
 }
 
@@ -100,20 +109,43 @@ void execute(const dnnl::primitive& p, dnnl::stream& s, const dnnl_exec_arg_t* a
                           "could not execute a primitive");
 }
 
+// A buffer from soma's caching allocator for one call, bound to a memory object for that call.
+class CallBuffer {
+ public:
+  CallBuffer() = default;
+  void bind(memory& m, std::size_t nbytes) {
+    if (!nbytes) return;
+    n_ = nbytes;
+    p_ = cpu_allocate(nbytes);
+    m.set_data_handle(p_);
+  }
+  ~CallBuffer() { cpu_free(p_, n_); }
+  CallBuffer(const CallBuffer&) = delete;
+  CallBuffer& operator=(const CallBuffer&) = delete;
+
+ private:
+  void* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
 // One tensor argument: the user's plain buffer and, when the primitive wants another layout, a
-// buffer in that layout with the reorder between them.
+// buffer in that layout with the reorder between them. The other layout's buffer is bound for
+// each call (bind_prim), unless `own` asks for one that lives with the argument (the fused path's
+// reordered weights, kept across calls).
 struct Arg {
   memory user, prim;
+  std::size_t prim_bytes = 0;  // the other layout's buffer (0: none, prim is user)
   std::optional<dnnl::reorder> reorder;  // user -> prim for inputs, prim -> user for the output
   std::array<dnnl_exec_arg_t, 2> reorder_args{};
 
-  Arg(const memory::desc& user_md, const memory::desc& prim_md, bool input) {
+  Arg(const memory::desc& user_md, const memory::desc& prim_md, bool input, bool own = false) {
     auto& eng = cpu_engine();
     user = memory(user_md, eng, DNNL_MEMORY_NONE);
     if (user_md == prim_md) {
       prim = user;
     } else {
-      prim = memory(prim_md, eng);
+      prim = own ? memory(prim_md, eng) : memory(prim_md, eng, DNNL_MEMORY_NONE);
+      prim_bytes = own ? 0 : prim_md.get_size();
       reorder = input ? dnnl::reorder(user, prim) : dnnl::reorder(prim, user);
       const memory& from = input ? user : prim;
       const memory& to = input ? prim : user;
@@ -121,6 +153,7 @@ struct Arg {
     }
   }
   void bind(const void* p) { user.set_data_handle(const_cast<void*>(p)); }
+  void bind_prim(CallBuffer& buf) { buf.bind(prim, prim_bytes); }
   // user -> prim (inputs) or prim -> user (the output): the direction fixed at construction.
   void run_reorder(dnnl::stream& s) {
     if (reorder) execute(*reorder, s, reorder_args.data(), 2);
@@ -133,8 +166,10 @@ struct Entry {
   dnnl::primitive prim;
   int a_arg, b_arg, c_arg;
   std::unique_ptr<Arg> a, b, c;
-  memory scratchpad;
+  memory scratchpad;  // bound for each call
+  std::size_t scratchpad_bytes = 0;
   std::array<dnnl_exec_arg_t, 4> args{};  // memory handles: bind() updates what they point to
+  std::size_t held_bytes() const { return 0; }
 };
 
 using Key = std::array<std::int64_t, 21>;
@@ -243,7 +278,8 @@ std::unique_ptr<Entry> build(Pass pass, const ConvGeometry& g, dt lo) {
       break;
     }
   }
-  e->scratchpad = memory(scratch_md, cpu_engine());
+  e->scratchpad = memory(scratch_md, cpu_engine(), DNNL_MEMORY_NONE);
+  e->scratchpad_bytes = scratch_md.get_size();
   e->args = {{{e->a_arg, e->a->prim.get()},
               {e->b_arg, e->b->prim.get()},
               {e->c_arg, e->c->prim.get()},
@@ -251,26 +287,57 @@ std::unique_ptr<Entry> build(Pass pass, const ConvGeometry& g, dt lo) {
   return e;
 }
 
+// An LRU cache of primitives, one per thread (an entry's memory objects are bound to the calling
+// thread's buffers while it runs, so a shared cache would have to lock for the whole call). At most
+// kMaxEntries entries and kMaxEntryBytes bytes held by them; the least recently used go first.
+constexpr std::size_t kMaxEntries = 64;
+constexpr std::size_t kMaxEntryBytes = std::size_t(64) << 20;
+
+template <class Key, class Value>
+struct Lru {
+  struct Slot {
+    std::unique_ptr<Value> value;  // null: oneDNN rejected the case (remembered)
+    std::uint64_t used = 0;
+    std::size_t bytes = 0;
+  };
+  std::map<Key, Slot> slots;
+  std::uint64_t tick = 0;
+  std::size_t bytes = 0;
+  ~Lru() = default;
+};
+
 // cache[key], built on first use; null (remembered) when oneDNN rejects the case, so a rejected
-// case costs one failed attempt only. Each entry holds activation-sized buffers: a program that
-// keeps changing shapes (e.g. many batch sizes) starts over rather than growing without bound.
-template <class Cache, class Build>
-auto* find_or_build(Cache& cache, const typename Cache::key_type& key, Build&& build) {
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second.get();
-  if (cache.size() >= 64) cache.clear();
-  typename Cache::mapped_type e;
-  try {
-    e = build();
-  } catch (const dnnl::error&) {
-    e = nullptr;
+// case costs one failed attempt only.
+template <class Key, class Value, class Build>
+Value* find_or_build(Lru<Key, Value>& cache, const Key& key, Build&& build) {
+  auto it = cache.slots.find(key);
+  if (it != cache.slots.end()) {
+    it->second.used = ++cache.tick;
+    return it->second.value.get();
   }
-  return cache.emplace(key, std::move(e)).first->second.get();
+  typename Lru<Key, Value>::Slot slot;
+  try {
+    slot.value = build();
+  } catch (const dnnl::error&) {
+    slot.value = nullptr;
+  }
+  slot.bytes = slot.value ? slot.value->held_bytes() : 0;
+  slot.used = ++cache.tick;
+  while (!cache.slots.empty() && (cache.slots.size() >= kMaxEntries ||
+                                  cache.bytes + slot.bytes > kMaxEntryBytes)) {
+    auto oldest = cache.slots.begin();
+    for (auto i = cache.slots.begin(); i != cache.slots.end(); ++i)
+      if (i->second.used < oldest->second.used) oldest = i;
+    cache.bytes -= oldest->second.bytes;
+    cache.slots.erase(oldest);
+  }
+  cache.bytes += slot.bytes;
+  return cache.slots.emplace(key, std::move(slot)).first->second.value.get();
 }
 
 // The cached primitive for (pass, geometry), or null when oneDNN rejects the case.
 Entry* lookup(Pass pass, const ConvGeometry& g, dt lo) {
-  thread_local std::map<Key, std::unique_ptr<Entry>> cache;
+  thread_local Lru<Key, Entry> cache;
   return find_or_build(cache, make_key(pass, g, lo), [&] { return build(pass, g, lo); });
 }
 
@@ -284,6 +351,11 @@ bool run(Pass pass, const ConvGeometry& g, const float* a, const float* b, float
   e->a->bind(a);
   e->b->bind(b);
   e->c->bind(c);
+  CallBuffer a_buf, b_buf, c_buf, scratch;
+  e->a->bind_prim(a_buf);
+  e->b->bind_prim(b_buf);
+  e->c->bind_prim(c_buf);
+  scratch.bind(e->scratchpad, e->scratchpad_bytes);
   e->a->run_reorder(s);
   e->b->run_reorder(s);
   execute(e->prim, s, e->args.data(), int(e->args.size()));
@@ -298,7 +370,8 @@ struct FusedEntry {
   dnnl::primitive prim;
   std::unique_ptr<Arg> src, wei, dst;
   memory bias;  // the caller's bias buffer (plain), when there is one
-  memory scratchpad;
+  memory scratchpad;  // bound for each call
+  std::size_t scratchpad_bytes = 0;
   // Built once: memory objects are handles, so bind() on them updates what these pass.
   std::vector<dnnl_exec_arg_t> args;
   // Which weights wei->prim holds now (when the primitive wants them reordered): the storage
@@ -313,6 +386,8 @@ struct FusedEntry {
   const float* wf_ptr = nullptr;
   std::uint64_t wf_version = 0;
   bool wf_finite = false;
+  // The reordered weights live with the entry.
+  std::size_t held_bytes() const { return wei->reorder ? wei->prim.get_desc().get_size() : 0; }
 };
 
 // No NaN or infinity in p[0, n): the largest magnitude's bits stay below the exponent all-ones
@@ -394,9 +469,10 @@ std::unique_ptr<FusedEntry> build_fused(const ConvGeometry& g, bool has_bias, bo
     throw dnnl::error(dnnl_unimplemented, "reference convolution");
   e->prim = fwd(*pd);
   e->src = std::make_unique<Arg>(d.src_user, pd->src_desc(), true);
-  e->wei = std::make_unique<Arg>(d.wei_user, pd->weights_desc(), true);
+  e->wei = std::make_unique<Arg>(d.wei_user, pd->weights_desc(), true, /*own=*/true);
   e->dst = std::make_unique<Arg>(d.dst_user, pd->dst_desc(), false);
-  e->scratchpad = memory(pd->scratchpad_desc(), cpu_engine());
+  e->scratchpad = memory(pd->scratchpad_desc(), cpu_engine(), DNNL_MEMORY_NONE);
+  e->scratchpad_bytes = pd->scratchpad_desc().get_size();
   e->args = {{DNNL_ARG_SRC, e->src->prim.get()},
              {DNNL_ARG_WEIGHTS, e->wei->prim.get()},
              {DNNL_ARG_DST, e->dst->prim.get()},
@@ -409,7 +485,7 @@ std::unique_ptr<FusedEntry> build_fused(const ConvGeometry& g, bool has_bias, bo
 }
 
 FusedEntry* lookup_fused(const ConvGeometry& g, bool has_bias, bool relu) {
-  thread_local std::map<FusedKey, std::unique_ptr<FusedEntry>> cache;
+  thread_local Lru<FusedKey, FusedEntry> cache;
   const FusedKey key{g.n,  g.c,  g.h,  g.w,  g.o,  g.kh, g.kw, g.oh, g.ow,
                      g.sh, g.sw, g.pt, g.pb, g.pl, g.pr, g.dh, g.dw, g.groups,
                      std::int64_t(omp_get_max_threads()), std::int64_t(has_bias),
@@ -440,6 +516,10 @@ bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const floa
   auto& s = cpu_stream();
   e->src->bind(x);
   e->dst->bind(y);
+  CallBuffer src_buf, dst_buf, scratch;
+  e->src->bind_prim(src_buf);
+  e->dst->bind_prim(dst_buf);
+  scratch.bind(e->scratchpad, e->scratchpad_bytes);
   if (bias) e->bias.set_data_handle(const_cast<float*>(bias));
   e->src->run_reorder(s);
   if (e->wei->reorder) {

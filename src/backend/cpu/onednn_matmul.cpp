@@ -6,8 +6,10 @@
 // f32 destination (oneDNN accumulates in f32). soma's f32 operands, in whatever strides the
 // kernel got them (transposed views from the backward pass included), are converted by oneDNN
 // reorders straight into the layouts the primitive chose ("any"), so conversion, transposition
-// and packing are one pass. Primitives, reorders, bf16 buffers and the scratchpad are cached per
-// thread, keyed on the shape, the strides and the OpenMP thread count (as in onednn_conv.cpp).
+// and packing are one pass. Primitives and reorders are cached per thread, keyed on the shape,
+// the strides and the OpenMP thread count (as in onednn_conv.cpp); the bf16 buffers and the
+// scratchpad come from soma's caching allocator for each call, so the cache holds no
+// activation-sized memory.
 // A case for which oneDNN offers only its reference kernel is refused (remembered), and the
 // caller runs f32 OpenBLAS: a reference bf16 kernel is many times slower than f32.
 #include "onednn_matmul.hpp"
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "internal/cpu_allocator.hpp"
 #include "soma/autocast.hpp"
 
 #ifdef SOMA_HAS_ONEDNN
@@ -132,6 +135,7 @@ bool onednn_matmul_bf16(const MatmulGeometry&, const float*, const float*, float
 }
 
 bool onednn_sgemm_built() { return false; }
+void limit_onednn_primitive_cache() {}
 
 bool onednn_sgemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, const float*,
                   std::int64_t, const float*, std::int64_t, float*, std::int64_t) {
@@ -147,7 +151,10 @@ using dt = memory::data_type;
 using tag = memory::format_tag;
 
 dnnl::engine& cpu_engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine eng = [] {
+    limit_onednn_primitive_cache();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return eng;
 }
 
@@ -157,15 +164,30 @@ dnnl::stream& cpu_stream() {
 }
 
 // An input operand: the user's f32 buffer (any strides) and the primitive's bf16 copy.
+// A buffer from soma's caching allocator for one call (the cache holds no activation-sized
+// buffers: a program going through many shapes would keep one per shape otherwise).
+struct CallBuffer {
+  void* p = nullptr;
+  std::size_t n = 0;
+  void bind(memory& m) {
+    n = m.get_desc().get_size();
+    if (!n) return;
+    p = cpu_allocate(n);
+    m.set_data_handle(p);
+  }
+  ~CallBuffer() { cpu_free(p, n); }
+};
+
 struct Operand {
   memory user, prim;
   dnnl::reorder reorder;
   Operand(const memory::desc& user_md, const memory::desc& prim_md)
       : user(user_md, cpu_engine(), DNNL_MEMORY_NONE),
-        prim(prim_md, cpu_engine()),
+        prim(prim_md, cpu_engine(), DNNL_MEMORY_NONE),
         reorder(user, prim) {}
-  void load(const float* p, dnnl::stream& s) {
+  void load(const float* p, CallBuffer& buf, dnnl::stream& s) {
     user.set_data_handle(const_cast<float*>(p));
+    buf.bind(prim);
     reorder.execute(s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, prim}});
   }
 };
@@ -174,7 +196,7 @@ struct Entry {
   dnnl::matmul prim;
   std::unique_ptr<Operand> a, b;
   memory c;
-  memory scratchpad;
+  memory scratchpad;  // bound for each call
 };
 
 using Key = std::array<std::int64_t, 8>;
@@ -197,7 +219,7 @@ std::unique_ptr<Entry> build(const MatmulGeometry& g) {
   e->b = std::make_unique<Operand>(memory::desc(bd, dt::f32, memory::dims{g.b_rs, g.b_cs}),
                                    pd.weights_desc());
   e->c = memory(pd.dst_desc(), eng, DNNL_MEMORY_NONE);
-  e->scratchpad = memory(pd.scratchpad_desc(), eng);
+  e->scratchpad = memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
   return e;
 }
 
@@ -222,8 +244,10 @@ bool onednn_matmul_bf16(const MatmulGeometry& g, const float* a, const float* b,
   Entry* e = lookup(g);
   if (!e) return false;
   auto& s = cpu_stream();
-  e->a->load(a, s);
-  e->b->load(b, s);
+  CallBuffer a_buf, b_buf, scratch;
+  scratch.bind(e->scratchpad);
+  e->a->load(a, a_buf, s);
+  e->b->load(b, b_buf, s);
   e->c.set_data_handle(c);
   e->prim.execute(s, {{DNNL_ARG_SRC, e->a->prim},
                       {DNNL_ARG_WEIGHTS, e->b->prim},
@@ -234,6 +258,16 @@ bool onednn_matmul_bf16(const MatmulGeometry& g, const float* a, const float* b,
 }
 
 bool onednn_sgemm_built() { return true; }
+
+void limit_onednn_primitive_cache() {
+  static const bool done = [] {
+    if (!std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") &&
+        !std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY"))
+      dnnl::set_primitive_cache_capacity(kOnednnPrimitiveCacheCapacity);
+    return true;
+  }();
+  (void)done;
+}
 
 // dnnl_sgemm is row-major like cblas_sgemm and runs oneDNN's own JIT GEMM with no primitive
 // to create or cache, so a call costs what OpenBLAS's does.

@@ -39,6 +39,14 @@ GemmImpl parse_gemm_impl(const char* value);  // null or unknown: automatic
 // True when soma was built with oneDNN.
 bool onednn_sgemm_built();
 
+// oneDNN keeps every primitive it created in a process-wide cache (1024 by default), JIT code
+// included: a program going through many shapes kept ~30 KB per shape. soma caches the primitives
+// it uses itself (onednn_conv.cpp, onednn_matmul.cpp), so oneDNN's cache is limited to
+// kOnednnPrimitiveCacheCapacity unless ONEDNN_PRIMITIVE_CACHE_CAPACITY is set. Called when the
+// engine is created; a no-op without oneDNN.
+inline constexpr int kOnednnPrimitiveCacheCapacity = 64;
+void limit_onednn_primitive_cache();
+
 // Whether an f32 product C[m, n] = A[m, k] @ B[k, n] that BLAS would compute with `threads`
 // threads goes to onednn_sgemm instead, under gemm_impl() (linalg.cpp asks; GEMVs and the
 // batch-threaded small products never do).
