@@ -46,6 +46,19 @@ FileModelScope::FileModelScope(std::string source) : source_(std::move(source)),
 FileModelScope::~FileModelScope() { t_source = previous_; }
 const std::string* file_model_source() { return t_source; }
 
+void check_input_shape(const std::vector<std::int64_t>& shape, const std::string& what) {
+  std::int64_t n = 1;
+  bool overflow = false;
+  std::string dims;
+  for (auto d : shape) {
+    dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    if (d > 0) overflow = overflow || __builtin_mul_overflow(n, d, &n);
+  }
+  if (overflow || n > kMaxElementsFromFile)
+    throw Error(what + ": a sample of shape [" + excerpt(dims) + "] has more than " +
+                std::to_string(kMaxElementsFromFile) + " elements (the limit for a tensor described by a file)");
+}
+
 std::string excerpt(std::string_view text, std::size_t max) {
   if (text.size() <= max) return std::string(text);
   return std::string(text.substr(0, max)) + "... (" + std::to_string(text.size()) + " bytes in all)";

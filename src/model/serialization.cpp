@@ -498,6 +498,7 @@ std::shared_ptr<nn::Sequential> sequential_from(const json& cfg) {
   if (!cfg.at("input_shape").is_null()) {
     Shape in = shape_from(cfg.at("input_shape"));
     if (in.empty()) fail("load_model", "Sequential input_shape must include the batch axis");
+    limits::check_input_shape(Shape(in.begin() + 1, in.end()), "load_model: Sequential input_shape");
     s->add(nn::Input(Shape(in.begin() + 1, in.end())));
   }
   const json& layers = cfg.at("layers");

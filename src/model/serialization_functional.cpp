@@ -142,6 +142,8 @@ std::shared_ptr<nn::Model> functional_from(const json& cfg) {
       const json& c = e.at("config");
       Shape full = shape_from_json(c.at("batch_shape"));
       if (full.empty()) bad("input '", name, "' has an empty batch_shape (it must include the batch axis)");
+      limits::check_input_shape(Shape(full.begin() + 1, full.end()),
+                                "load_model: functional model '" + model_name + "': input '" + name + "'");
       std::optional<std::int64_t> batch;
       if (full[0] > 0) batch = full[0];
       auto t = nn::Input(Shape(full.begin() + 1, full.end()),

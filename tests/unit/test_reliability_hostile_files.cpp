@@ -283,6 +283,16 @@ TEST(HostileSizes, ModestLayersFromAConfigStillBuild) {
   EXPECT_NO_THROW(serialization::model_from_config(cfg));
 }
 
+TEST(HostileSizes, FunctionalInputOf1e12ElementsIsRefusedBeforeBuilding) {
+  const std::string text =
+      R"({"class_name":"Functional","config":{"name":"f","layers":[)"
+      R"({"class_name":"InputLayer","name":"in","config":{"batch_shape":[-1,1000000,1000000],"name":"in"},"inbound_nodes":[]},)"
+      R"({"class_name":"ReLU","name":"r","config":{},"inbound_nodes":[[["in",0,0]]]}],)"
+      R"("input_layers":[["in",0,0]],"output_layers":[["r",0,0]]}})";
+  EXPECT_REFUSED(serialization::model_from_config(text),
+                 "input 'in': a sample of shape [1000000, 1000000] has more than 2147483648 elements");
+}
+
 std::string be32(std::uint32_t v) {
   return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
 }
@@ -423,6 +433,27 @@ TEST(HostileOnnx, DeeplyNestedProtobufIsRefusedByTheRecursionLimit) {
   if (!onnx::available()) GTEST_SKIP() << "built without ONNX support";
   const std::string bytes = nested_onnx(2000);  // 6000 message levels (protobuf stops at 100)
   EXPECT_REFUSED_IN_CHILD(onnx::load_from_bytes(bytes), "protobuf parse failed");
+}
+
+TEST(HostileOnnx, InitializerDeclaring1e12ElementsWithoutDataIsRefusedBeforeAllocating) {
+  if (!onnx::available()) GTEST_SKIP() << "built without ONNX support";
+  // ModelProto{ir_version 8, opset 13, graph{initializer{dims 1000000, dims 1000000, data_type FLOAT, name "w"}}}
+  auto varint = [](std::uint64_t v) {
+    std::string out;
+    do {
+      char b = char(v & 0x7F);
+      v >>= 7;
+      out += v ? char(b | 0x80) : b;
+    } while (v);
+    return out;
+  };
+  auto field = [&](int number, const std::string& bytes) { return char((number << 3) | 2) + varint(bytes.size()) + bytes; };
+  const std::string tensor = char(1 << 3) + varint(1000000) + char(1 << 3) + varint(1000000) + char(2 << 3) +
+                             varint(1) + field(8, "w");
+  const std::string opset = field(8, char(2 << 3) + varint(13));  // opset_import {version 13}
+  const std::string model = char(1 << 3) + varint(8) + opset + field(7, field(5, tensor));
+  EXPECT_REFUSED(onnx::load_from_bytes(model),
+                 "initializer 'w': shape [1000000, 1000000] has more than 2147483648 elements");
 }
 
 }  // namespace

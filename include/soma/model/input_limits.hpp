@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace soma::limits {
 
@@ -46,6 +47,11 @@ const std::string* file_model_source();
 // A model config (a file's, a Keras config, the CLI's --config) may list at most this many layers,
 // and a functional one at most this many layer calls (Keras' largest applications have ~1000).
 inline constexpr std::size_t kMaxLayersFromFile = 10000;
+
+// Throws soma::Error when a per-sample input shape read from a file has more than
+// kMaxElementsFromFile elements (a model is built by running its layers on one such sample).
+// Unknown extents (-1) count as 1.
+void check_input_shape(const std::vector<std::int64_t>& shape, const std::string& what);
 
 // Throws soma::Error("<what>: JSON nests deeper than 256 levels (at byte N) ...") when `text`
 // nests arrays/objects beyond kMaxJsonDepth (brackets inside strings do not count), and when it is
