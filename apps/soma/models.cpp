@@ -238,7 +238,7 @@ std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
   try {
     doc = json::parse(text);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
-    throw Error(path + ": not valid JSON: " + limits::excerpt(e.what()));
+    throw Error(path + ": not valid JSON: " + limits::excerpt(e.what(), limits::kMaxDetailChars));
   }
   // Keras' model.get_config() form wraps the layer list in {"class_name", "config"}.
   const json* root = &doc;

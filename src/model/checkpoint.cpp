@@ -48,7 +48,7 @@ Checkpoint load_checkpoint(const std::string& path, bool restore_rng) {
       state = s;
     }
   } catch (const nlohmann::json::exception& e) {
-    fail(who, "'", path, "': malformed training state (", limits::excerpt(e.what()), ")");
+    fail(who, "'", path, "': malformed training state (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   }
   Checkpoint c{load_model(path), state};
   if (restore_rng && state) set_rng_state(state->rng);

@@ -61,7 +61,7 @@ void check_input_shape(const std::vector<std::int64_t>& shape, const std::string
 
 std::string excerpt(std::string_view text, std::size_t max) {
   if (text.size() <= max) return std::string(text);
-  return std::string(text.substr(0, max)) + "... (" + std::to_string(text.size()) + " bytes in all)";
+  return std::string(text.substr(0, max)) + "...";
 }
 
 }  // namespace soma::limits

@@ -772,7 +772,7 @@ json parse_header(const FileContents& f, const std::string& path, const char* wh
   try {
     return json::parse(f.json);
   } catch (const std::exception& e) {
-    fail(who, "'", path, "': the header is not valid JSON (", limits::excerpt(e.what()), ")");
+    fail(who, "'", path, "': the header is not valid JSON (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   }
 }
 
@@ -1069,7 +1069,7 @@ std::map<std::string, Tensor> read_state_dict(const std::string& path) {
       }
     }
   } catch (const json::exception& e) {
-    fail("load_weights", "'", path, "': malformed header (", limits::excerpt(e.what()), ")");
+    fail("load_weights", "'", path, "': malformed header (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   }
   return out;
 }
@@ -1085,7 +1085,7 @@ auto from_text(const char* who, const std::string& text, F decode) {
   try {
     return decode(json::parse(text));
   } catch (const json::exception& e) {
-    fail(who, "malformed config (", limits::excerpt(e.what()), ")");
+    fail(who, "malformed config (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   }
 }
 }  // namespace
@@ -1253,7 +1253,7 @@ void Model::load_weights(const std::string& path) {
   try {
     ser::assign_weights(*this, doc.at("weights"), f.tensors, path, "load_weights");
   } catch (const json::exception& e) {
-    fail("load_weights", "'", path, "': malformed header (", limits::excerpt(e.what()), ")");
+    fail("load_weights", "'", path, "': malformed header (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   }
 }
 
@@ -1292,7 +1292,7 @@ std::shared_ptr<nn::Model> load_model(const std::string& path) {
     }
     return model;
   } catch (const json::exception& e) {
-    fail("load_model", "'", path, "': malformed header (", limits::excerpt(e.what()), ")");
+    fail("load_model", "'", path, "': malformed header (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   }
 }
 

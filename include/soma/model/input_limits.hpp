@@ -19,8 +19,10 @@ inline constexpr int kMaxJsonDepth = 256;
 // A JSON text read from a file or config beyond this many bytes is refused before parsing.
 inline constexpr std::uint64_t kMaxJsonBytes = std::uint64_t(64) << 20;
 
-// Messages quote at most this many characters of an untrusted value.
+// Messages quote at most this many characters of an untrusted value, and at most
+// kMaxDetailChars of a parser's own message (which may quote a value already cut).
 inline constexpr std::size_t kMaxEchoChars = 200;
+inline constexpr std::size_t kMaxDetailChars = 400;
 
 // A tensor described by a file (a layer's weight built from a config, an image, a data set) may
 // hold at most this many elements (2^31: 8 GiB of f32).
@@ -58,7 +60,7 @@ void check_input_shape(const std::vector<std::int64_t>& shape, const std::string
 // longer than kMaxJsonBytes. A linear scan with no recursion: run it before a JSON parser.
 void check_json_text(std::string_view text, const std::string& what);
 
-// `text` cut to at most `max` characters, with "... (N bytes in all)" appended when cut.
+// `text` cut to at most `max` characters, with "..." appended when cut.
 std::string excerpt(std::string_view text, std::size_t max = kMaxEchoChars);
 
 // A JSON value as text for a message: at most about `max` characters, written without recursing
