@@ -3,7 +3,9 @@
 // the seed corpus parses.
 //
 //   fuzz_replay DIR               each DIR/<target>/* must succeed or throw soma::Error
-//   fuzz_replay --accept DIR      ... and must succeed (seed corpora are valid files)
+//   fuzz_replay --accept DIR      ... and must succeed (seed corpora are valid files), except
+//                                 files named refuse_*, which must be refused with soma::Error
+//                                 (the hostile seeds: deep nesting, huge sizes, INT_MIN values)
 //
 // Any other outcome aborts (a sanitizer build reports memory errors on its own).
 #include <algorithm>
@@ -66,8 +68,18 @@ int main(int argc, char** argv) {
         std::string msg;
         int r = soma::fuzz::run_one(target.fn, bytes.data(), bytes.size(), target.name, &msg);
         refused += r;
-        if (accept && r) {
+        const bool hostile = f.filename().string().rfind("refuse_", 0) == 0;
+        if (accept && r && !hostile) {
           std::fprintf(stderr, "FAIL %s: expected to load, got: %s\n", f.c_str(), msg.c_str());
+          ++failures;
+        }
+        if (accept && !r && hostile) {
+          std::fprintf(stderr, "FAIL %s: expected a soma::Error, but it loaded\n", f.c_str());
+          ++failures;
+        }
+        if (accept && r && hostile && msg.size() > 1000) {
+          std::fprintf(stderr, "FAIL %s: a message of %zu characters (untrusted values must be cut)\n",
+                       f.c_str(), msg.size());
           ++failures;
         }
       }

@@ -1,5 +1,6 @@
 // --data: the data sets `soma train` and `soma eval` read.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "common.hpp"
@@ -59,11 +60,39 @@ data::TrainTestData load_idx_dir(const std::string& dir) {
   return d;
 }
 
-std::int64_t count_classes(const Tensor& y_train, const Tensor& y_test) {
-  auto top = [](const Tensor& y) {
-    return y.numel() ? soma::max(cast(y, DType::i64)).item<std::int64_t>() : 0;
+// The output layer gets one logit per class id up to the largest label, so a label is checked
+// before it sizes the model: a label of 3000000 in a file of 100 samples is an error in the file,
+// not a request for a 3000001-way classifier.
+constexpr std::int64_t kMaxClasses = 65536;
+
+std::int64_t count_classes(const std::string& spec, const Tensor& y_train, const Tensor& y_test) {
+  std::int64_t top = 0;
+  auto scan = [&](const Tensor& y, const char* split) {
+    if (!y.numel()) return;
+    const Tensor yd = cast(y, DType::f64).contiguous();  // exact for every label dtype up to 2^53
+    const double* p = yd.data<double>();
+    for (std::int64_t i = 0; i < yd.numel(); ++i) {
+      const double v = p[i];
+      auto shown = [&] {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.17g", v);
+        return std::string(buf);
+      };
+      if (!(v >= 0))  // NaN too
+        throw Error(spec + ": " + split + " label " + shown() + " at row " + std::to_string(i) +
+                    " is not a class id (class ids are integers >= 0)");
+      if (v >= double(kMaxClasses))
+        throw Error(spec + ": " + split + " label " + shown() + " at row " + std::to_string(i) +
+                    " would size the output layer to " +
+                    (v < 1e18 ? std::to_string(std::int64_t(v) + 1) : std::string("more than 10^18")) +
+                    " classes (limit " + std::to_string(kMaxClasses) + "); class ids must be 0 .. " +
+                    std::to_string(kMaxClasses - 1));
+      top = std::max(top, std::int64_t(v));
+    }
   };
-  return std::max<std::int64_t>(10, std::max(top(y_train), top(y_test)) + 1);
+  scan(y_train, "train");
+  scan(y_test, "test");
+  return std::max<std::int64_t>(10, top + 1);
 }
 
 }  // namespace
@@ -113,7 +142,7 @@ Dataset load_dataset(const std::string& spec) {
   out.x_test = to_model_input(d.x_test);
   out.y_train = d.y_train;
   out.y_test = d.y_test;
-  out.num_classes = count_classes(d.y_train, d.y_test);
+  out.num_classes = count_classes(spec, d.y_train, d.y_test);
   out.class_names = class_names_for(kind, out.num_classes);
   return out;
 }

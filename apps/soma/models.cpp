@@ -3,11 +3,14 @@
 #include <limits>
 #include <sstream>
 #include <type_traits>
+#include <vector>
 
 #include "common.hpp"
 
 #if __has_include(<nlohmann/json.hpp>)
 #include <nlohmann/json.hpp>
+
+#include "soma/model/input_limits.hpp"
 #define SOMA_CLI_HAVE_JSON 1
 #endif
 #if __has_include(<soma/model/serialization.hpp>)
@@ -97,7 +100,7 @@ Size2 size2(const json& v, const std::string& where) {
   if (v.is_number_integer()) return Size2(v.get<std::int64_t>());
   if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer())
     return Size2(v[0].get<std::int64_t>(), v[1].get<std::int64_t>());
-  throw Error(where + ": expected an integer or a pair of integers, got " + v.dump());
+  throw Error(where + ": expected an integer or a pair of integers, got " + limits::json_excerpt(v));
 }
 
 template <class T>
@@ -112,11 +115,11 @@ T get(const json& cfg, const char* key, T fallback, const std::string& where) {
                                   : (v.get<std::int64_t>() < std::int64_t(std::numeric_limits<T>::min()) ||
                                      (v.get<std::int64_t>() > 0 &&
                                       std::uint64_t(v.get<std::int64_t>()) > std::uint64_t(std::numeric_limits<T>::max())))))
-        throw Error(where + ": bad value for \"" + key + "\": expected an integer, got " + v.dump());
+        throw Error(where + ": bad value for \"" + key + "\": expected an integer, got " + limits::json_excerpt(v));
     }
     return cfg[key].get<T>();
   } catch (const json::exception&) {
-    throw Error(where + ": bad value for \"" + key + "\": " + cfg[key].dump());
+    throw Error(where + ": bad value for \"" + key + "\": " + limits::json_excerpt(cfg[key]));
   }
 }
 
@@ -218,13 +221,24 @@ nn::ModuleRef make_layer(const std::string& type, const json& cfg, const std::st
 
 std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
                                                   const Shape& input_shape) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open model config " + path);
+  // Read at most one byte past the limit, then refuse deep nesting before the parser (and every
+  // recursive walk after it) sees the text.
+  std::string text;
+  {
+    std::vector<char> buf(1 << 16);
+    while (in && text.size() <= limits::kMaxJsonBytes) {
+      in.read(buf.data(), std::streamsize(buf.size()));
+      text.append(buf.data(), std::size_t(in.gcount()));
+    }
+  }
+  limits::check_json_text(text, path);
   json doc;
   try {
-    doc = json::parse(in);
+    doc = json::parse(text);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
-    throw Error(path + ": not valid JSON: " + e.what());
+    throw Error(path + ": not valid JSON: " + limits::excerpt(e.what(), limits::kMaxDetailChars));
   }
   // Keras' model.get_config() form wraps the layer list in {"class_name", "config"}.
   const json* root = &doc;
@@ -232,8 +246,12 @@ std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
   if (!root->is_object() || !root->contains("layers") || !(*root)["layers"].is_array())
     throw Error(path + ": expected an object with a \"layers\" array, e.g. {\"layers\": "
                 "[{\"type\": \"Dense\", \"units\": 10}]}");
+  if ((*root)["layers"].size() > limits::kMaxLayersFromFile)
+    throw Error(path + ": the \"layers\" array lists " + std::to_string((*root)["layers"].size()) +
+                " layers, more than the limit of " + std::to_string(limits::kMaxLayersFromFile));
   auto m = std::make_shared<nn::Sequential>();
   m->add(nn::Input(input_shape));
+  limits::FileModelScope scope(path);  // layers are built as they are added: refuse absurd weights
   int i = 0;
   for (const json& entry : (*root)["layers"]) {
     const std::string where = path + ": layers[" + std::to_string(i++) + "]";

@@ -9,6 +9,7 @@
 
 #include "data/input_file.hpp"
 #include "soma/error.hpp"
+#include "soma/model/input_limits.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::data {
@@ -18,6 +19,8 @@ namespace {
 constexpr const char* kOp = "read_csv";
 // Text files larger than this are not what this reader is for (it holds the whole file).
 constexpr std::uint64_t kMaxCsvBytes = std::uint64_t(1) << 34;
+// A row may have at most this many columns (2^20; spreadsheets stop at 16384).
+constexpr std::size_t kMaxCsvColumns = std::size_t(1) << 20;
 
 struct Record {
   std::vector<std::string> fields;
@@ -91,6 +94,9 @@ class CsvParser {
         field.assign(s_.substr(pos_, end - pos_));
         pos_ = end;
       }
+      if (rec.fields.size() >= kMaxCsvColumns)
+        fail(kOp, "'", path_, "' line ", rec.line, " has more than ", kMaxCsvColumns,
+             " columns (the limit for a row)");
       rec.fields.push_back(std::move(field));
       last_quoted_ = last_quoted_ || quoted;
       if (pos_ >= s_.size()) return;
@@ -113,8 +119,11 @@ class CsvParser {
 
 std::string quoted_names(const std::vector<std::string>& names) {
   std::ostringstream os;
-  for (std::size_t i = 0; i < names.size(); ++i) os << (i ? ", " : "") << "'" << names[i] << "'";
-  return os.str();
+  for (std::size_t i = 0; i < names.size() && os.tellp() < std::streamoff(limits::kMaxEchoChars); ++i)
+    os << (i ? ", " : "") << "'" << limits::excerpt(names[i], 40) << "'";
+  std::string s = os.str();
+  if (s.size() >= limits::kMaxEchoChars) s += "... (" + std::to_string(names.size()) + " columns)";
+  return s;
 }
 
 // Parses a whole cell as a number; false when it is anything else (empty included).
@@ -177,7 +186,7 @@ CsvData read_csv(const std::string& path, const CsvOptions& options) {
     for (std::int64_t i = 0; i < cols; ++i)
       if (names[i] == *lc.name()) label = i;
     if (label < 0)
-      fail(kOp, "'", path, "' has no column named '", *lc.name(), "'; its columns are ",
+      fail(kOp, "'", path, "' has no column named '", limits::excerpt(*lc.name()), "'; its columns are ",
            quoted_names(names));
   } else if (lc.index()) {
     std::int64_t i = *lc.index();
@@ -202,8 +211,8 @@ CsvData read_csv(const std::string& path, const CsvOptions& options) {
       if (!parse_number(rec.fields[c], v)) {
         std::string_view cell = CsvParser::trim(rec.fields[c]);
         fail(kOp, "'", path, "' line ", rec.line, ", column ", c + 1,
-             options.header ? " ('" + names[c] + "')" : std::string(), ": ",
-             cell.empty() ? std::string("empty cell") : "'" + std::string(cell) + "'",
+             options.header ? " ('" + limits::excerpt(names[c]) + "')" : std::string(), ": ",
+             cell.empty() ? std::string("empty cell") : "'" + limits::excerpt(cell) + "'",
              " is not a number", c == label ? " (label column)" : "");
       }
       if (c == label) {
@@ -217,6 +226,9 @@ CsvData read_csv(const std::string& path, const CsvOptions& options) {
       }
     }
     ++rows;
+    if (features.size() > std::size_t(limits::kMaxElementsFromFile))
+      fail(kOp, "'", path, "' line ", rec.line, ": more than ", limits::kMaxElementsFromFile,
+           " feature values (the limit for a tensor read from a file)");
   }
 
   CsvData out;

@@ -12,6 +12,7 @@
 
 #include "data/input_file.hpp"
 #include "soma/error.hpp"
+#include "soma/model/input_limits.hpp"
 
 namespace soma::data {
 
@@ -122,6 +123,10 @@ Tensor read_idx(const std::string& path) {
          "-byte header: the file is truncated or its header is corrupted");
   }
 
+  if (need / type.size > std::uint64_t(limits::kMaxElementsFromFile))
+    fail(op, "'", path, "' claims shape ", shape_str(shape), ": ", need / type.size,
+         " elements, more than the ", limits::kMaxElementsFromFile,
+         " (2^31) allowed for a tensor read from a file");
   const std::size_t n = std::size_t(numel(shape));
   Tensor out = Tensor::empty(shape, type.dtype);
   // Elements that load at their own width go straight into the tensor; i8 and i16 widen.

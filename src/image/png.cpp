@@ -102,6 +102,9 @@ void read_header(png_structp png, png_infop info, Header* h) {
   h->channels = png_get_channels(png, info);
 }
 
+// The most bytes one decoded image may take (256 MiB: 8192 x 8192 RGBA, 16384 x 16384 grey).
+constexpr std::int64_t kMaxDecodedBytes = std::int64_t(1) << 28;
+
 std::string where(const std::string& name) { return "'" + name + "'"; }
 
 // Widens/narrows channels after decoding (C in 1..4 -> want in {1, 3, 4}).
@@ -165,6 +168,10 @@ Tensor decode_png(std::span<const std::uint8_t> bytes, const DecodeOptions& opti
   png_set_read_fn(handle.png, &ctx, read_from_memory);
   // libpng refuses larger sides itself, before reading any pixel.
   png_set_user_limits(handle.png, png_uint_32(kMaxSide), png_uint_32(kMaxSide));
+  // Ancillary chunks (text, ICC profiles, compressed or not) may not make libpng allocate more
+  // than 8 MiB each, nor be kept beyond 1000: a hostile file cannot inflate a zTXt/iCCP bomb.
+  png_set_chunk_malloc_max(handle.png, png_alloc_size_t(8) << 20);
+  png_set_chunk_cache_max(handle.png, 1000);
 
   Header h;
   png_structp png = handle.png;
@@ -176,6 +183,17 @@ Tensor decode_png(std::span<const std::uint8_t> bytes, const DecodeOptions& opti
          kMaxPixels, "-pixel limit");
   if (h.channels < 1 || h.channels > 4)
     fail(op, where(name), ": unsupported PNG layout with ", h.channels, " channels");
+  {
+    // A decompression bomb (a small file of a huge image) is refused from the header, before
+    // any pixel is inflated: the decoded bytes, in the larger of the stored and wanted layouts.
+    const std::int64_t want = options.channels ? options.channels : (h.channels == 2 ? 4 : h.channels);
+    const std::int64_t bytes_out =
+        std::int64_t(h.width) * std::int64_t(h.height) * std::max<std::int64_t>(h.channels, want);
+    if (bytes_out > kMaxDecodedBytes)
+      fail(op, where(name), ": image of ", h.width, " x ", h.height, " pixels x ",
+           std::max<std::int64_t>(h.channels, want), " channels would decode to ", bytes_out,
+           " bytes, more than the ", kMaxDecodedBytes, "-byte limit for a decoded image");
+  }
 
   const std::int64_t H = h.height, W = h.width, C = h.channels;
   Tensor img = Tensor::empty({H, W, C}, DType::u8);

@@ -35,6 +35,7 @@ Checkpoint load_checkpoint(const std::string& path, bool restore_rng) {
   const char* who = "load_checkpoint";
   auto file = serialization::read_file(path);
   std::optional<TrainingState> state;
+  limits::check_json_text(file.json, std::string(who) + ": '" + path + "': the header");
   try {
     auto doc = nlohmann::json::parse(file.json);
     if (doc.is_object() && doc.contains("training") && !doc.at("training").is_null()) {
@@ -47,7 +48,7 @@ Checkpoint load_checkpoint(const std::string& path, bool restore_rng) {
       state = s;
     }
   } catch (const nlohmann::json::exception& e) {
-    fail(who, "'", path, "': malformed training state (", e.what(), ")");
+    fail(who, "'", path, "': malformed training state (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   }
   Checkpoint c{load_model(path), state};
   if (restore_rng && state) set_rng_state(state->rng);

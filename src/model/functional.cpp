@@ -1,6 +1,7 @@
 #include "soma/model/functional.hpp"
 
 #include <sstream>
+#include <vector>
 
 #include "soma/autograd.hpp"
 #include "soma/ops.hpp"
@@ -11,6 +12,31 @@ namespace {
 const detail::SymbolicNode& node_of(const std::shared_ptr<detail::SymbolicNode>& n) {
   if (!n) fail("SymbolicTensor", "used before being assigned (default-constructed)");
   return *n;
+}
+
+// A node owns its inputs' nodes, so a chain of n layers would be freed by n nested destructor
+// calls (a stack overflow for a long chain, e.g. one read from a file). The deleter frees nodes
+// one after another instead: a node released while another is being freed waits in a list.
+struct NodeDeleter {
+  void operator()(detail::SymbolicNode* n) const noexcept {
+    thread_local std::vector<detail::SymbolicNode*>* pending = nullptr;
+    if (pending) {
+      pending->push_back(n);
+      return;
+    }
+    std::vector<detail::SymbolicNode*> list{n};
+    pending = &list;
+    while (!list.empty()) {
+      detail::SymbolicNode* p = list.back();
+      list.pop_back();
+      delete p;  // may push its inputs' nodes onto `list`
+    }
+    pending = nullptr;
+  }
+};
+
+std::shared_ptr<detail::SymbolicNode> new_node() {
+  return std::shared_ptr<detail::SymbolicNode>(new detail::SymbolicNode(), NodeDeleter{});
 }
 
 // Shapes for a probe run: unknown extents (-1) become 1.
@@ -57,7 +83,7 @@ SymbolicTensor Input(const Shape& shape, const InputOptions& options) {
       fail("Input", "extents must be positive (or -1 for unknown), got ", shape_str(shape));
   if (options.batch_size && *options.batch_size <= 0)
     fail("Input", "batch_size must be positive, got ", *options.batch_size);
-  auto n = std::make_shared<detail::SymbolicNode>();
+  auto n = new_node();
   Shape full;
   full.push_back(options.batch_size ? *options.batch_size : -1);
   full.insert(full.end(), shape.begin(), shape.end());
@@ -73,7 +99,7 @@ std::vector<SymbolicTensor> call(const ModuleRef& layer, const std::vector<Symbo
   for (std::size_t i = 0; i < xs.size(); ++i)
     if (!xs[i].defined())
       fail("nn::call", "layer '", layer->name(), "': input ", i, " is an unset SymbolicTensor");
-  auto n = std::make_shared<detail::SymbolicNode>();
+  auto n = new_node();
   n->layer = layer;
   n->inputs = xs;
   n->name = layer->name();

@@ -33,12 +33,23 @@ struct Model::Graph {
 namespace {
 using NodePtr = std::shared_ptr<detail::SymbolicNode>;
 
-void topo_visit(const NodePtr& n, std::unordered_set<const detail::SymbolicNode*>& seen,
+void topo_visit(const NodePtr& root, std::unordered_set<const detail::SymbolicNode*>& seen,
                 std::vector<NodePtr>& order) {
-  if (seen.count(n.get())) return;
-  seen.insert(n.get());
-  for (auto& in : n->inputs) topo_visit(in.node(), seen, order);
-  order.push_back(n);
+  if (!seen.insert(root.get()).second) return;
+  // Depth first, each node after its inputs, without recursion (a chain of layers read from a
+  // file may be arbitrarily long).
+  std::vector<std::pair<const NodePtr*, std::size_t>> stack{{&root, 0}};
+  while (!stack.empty()) {
+    const NodePtr& n = *stack.back().first;
+    std::size_t& next = stack.back().second;
+    if (next < n->inputs.size()) {
+      const NodePtr& in = n->inputs[next++].node();
+      if (seen.insert(in.get()).second) stack.push_back({&in, 0});
+    } else {
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
 }
 }  // namespace
 

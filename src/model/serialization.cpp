@@ -21,6 +21,7 @@
 #include "model/serialization_internal.hpp"
 #include "soma/error.hpp"
 #include "soma/metrics.hpp"
+#include "soma/model/input_limits.hpp"
 #include "soma/model/merge.hpp"
 #include "soma/model/sequential.hpp"
 #include "soma/model/weights.hpp"
@@ -499,9 +500,14 @@ std::shared_ptr<nn::Sequential> sequential_from(const json& cfg) {
   if (!cfg.at("input_shape").is_null()) {
     Shape in = shape_from(cfg.at("input_shape"));
     if (in.empty()) fail("load_model", "Sequential input_shape must include the batch axis");
+    limits::check_input_shape(Shape(in.begin() + 1, in.end()), "load_model: Sequential input_shape");
     s->add(nn::Input(Shape(in.begin() + 1, in.end())));
   }
-  for (auto& l : cfg.at("layers")) {
+  const json& layers = cfg.at("layers");
+  if (layers.size() > limits::kMaxLayersFromFile)
+    fail("load_model", "Sequential config lists ", layers.size(), " layers, more than the limit of ",
+         limits::kMaxLayersFromFile);
+  for (auto& l : layers) {
     nn::ModuleRef m = layer_from_json(l);
     s->add(m);
     if (!l.at("config").value("trainable", true)) m->set_trainable(false);
@@ -905,10 +911,12 @@ json weights_index(const std::vector<LayerWeights>& groups, std::map<std::string
 }
 
 json parse_header(const FileContents& f, const std::string& path, const char* who) {
+  // Depth first: a deeply nested header would overflow the stack of any recursive walk of it.
+  limits::check_json_text(f.json, std::string(who) + ": '" + path + "': the header");
   try {
     return json::parse(f.json);
   } catch (const std::exception& e) {
-    fail(who, "'", path, "': the header is not valid JSON (", e.what(), ")");
+    fail(who, "'", path, "': the header is not valid JSON (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   }
 }
 
@@ -1169,7 +1177,7 @@ std::map<std::string, Tensor> read_state_dict(const std::string& path) {
       }
     }
   } catch (const json::exception& e) {
-    fail("load_weights", "'", path, "': malformed header (", e.what(), ")");
+    fail("load_weights", "'", path, "': malformed header (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   }
   return out;
 }
@@ -1180,10 +1188,12 @@ namespace {
 // of the wrong type is a soma::Error, never a json exception escaping the API.
 template <class F>
 auto from_text(const char* who, const std::string& text, F decode) {
+  limits::check_json_text(text, std::string(who) + ": config");
+  limits::FileModelScope scope(std::string("the config given to ") + who);
   try {
     return decode(json::parse(text));
   } catch (const json::exception& e) {
-    fail(who, "malformed config (", e.what(), ")");
+    fail(who, "malformed config (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   }
 }
 }  // namespace
@@ -1367,7 +1377,7 @@ void Model::load_weights(const std::string& path) {
   try {
     ser::assign_weights(*this, doc.at("weights"), f.tensors, path, "load_weights");
   } catch (const json::exception& e) {
-    fail("load_weights", "'", path, "': malformed header (", e.what(), ")");
+    fail("load_weights", "'", path, "': malformed header (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   }
 }
 
@@ -1378,6 +1388,7 @@ std::shared_ptr<nn::Model> load_model(const std::string& path) {
   if (f.kind != "model")
     fail("load_model", "'", path, "' holds weights only (written by save_weights); use load_weights");
   json doc = ser::parse_header(f, path, "load_model");
+  limits::FileModelScope scope("'" + path + "'");
   try {
     auto model = ser::model_from_json(doc.at("model"));
     if (!model->built())
@@ -1406,7 +1417,7 @@ std::shared_ptr<nn::Model> load_model(const std::string& path) {
     }
     return model;
   } catch (const json::exception& e) {
-    fail("load_model", "'", path, "': malformed header (", e.what(), ")");
+    fail("load_model", "'", path, "': malformed header (", limits::excerpt(e.what(), limits::kMaxDetailChars), ")");
   } catch (const Error& e) {
     // Errors from the decoders (an unknown metric, loss, optimiser, layer) name the file too.
     const std::string what = e.what();

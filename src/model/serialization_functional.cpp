@@ -21,11 +21,23 @@ using NodePtr = std::shared_ptr<nn::detail::SymbolicNode>;
 
 // The order Model's constructor uses (depth first from the outputs, inputs before consumers), so
 // "call k of a shared layer" means the same call on both sides of a save.
-void topo_visit(const NodePtr& n, std::unordered_set<const nn::detail::SymbolicNode*>& seen,
+void topo_visit(const NodePtr& root, std::unordered_set<const nn::detail::SymbolicNode*>& seen,
                 std::vector<NodePtr>& order) {
-  if (!seen.insert(n.get()).second) return;
-  for (auto& in : n->inputs) topo_visit(in.node(), seen, order);
-  order.push_back(n);
+  if (!seen.insert(root.get()).second) return;
+  // Depth first, each node after its inputs, without recursion (a chain of layers read from a
+  // file may be arbitrarily long).
+  std::vector<std::pair<const NodePtr*, std::size_t>> stack{{&root, 0}};
+  while (!stack.empty()) {
+    const NodePtr& n = *stack.back().first;
+    std::size_t& next = stack.back().second;
+    if (next < n->inputs.size()) {
+      const NodePtr& in = n->inputs[next++].node();
+      if (seen.insert(in.get()).second) stack.push_back({&in, 0});
+    } else {
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
 }
 
 // A node's layer name now (the layer may have been renamed after it was called).
@@ -117,7 +129,11 @@ std::shared_ptr<nn::Model> functional_from(const json& cfg) {
   std::map<std::string, std::vector<std::vector<nn::SymbolicTensor>>> produced;
   std::map<std::string, std::size_t> expected_calls;
 
-  for (auto& e : cfg.at("layers")) {
+  const json& layer_list = cfg.at("layers");
+  if (layer_list.size() > limits::kMaxLayersFromFile)
+    bad("the config lists ", layer_list.size(), " layers, more than the limit of ", limits::kMaxLayersFromFile);
+  std::size_t total_calls = 0;
+  for (auto& e : layer_list) {
     const std::string cls = e.at("class_name").get<std::string>();
     const std::string name =
         e.contains("name") ? e.at("name").get<std::string>() : e.at("config").at("name").get<std::string>();
@@ -126,6 +142,8 @@ std::shared_ptr<nn::Model> functional_from(const json& cfg) {
       const json& c = e.at("config");
       Shape full = shape_from_json(c.at("batch_shape"));
       if (full.empty()) bad("input '", name, "' has an empty batch_shape (it must include the batch axis)");
+      limits::check_input_shape(Shape(full.begin() + 1, full.end()),
+                                "load_model: functional model '" + model_name + "': input '" + name + "'");
       std::optional<std::int64_t> batch;
       if (full[0] > 0) batch = full[0];
       auto t = nn::Input(Shape(full.begin() + 1, full.end()),
@@ -137,6 +155,9 @@ std::shared_ptr<nn::Model> functional_from(const json& cfg) {
     nn::ModuleRef layer = decode_layer(e);
     layer->set_name(name);
     const json& nodes = e.at("inbound_nodes");
+    total_calls += nodes.size();
+    if (total_calls > limits::kMaxLayersFromFile)
+      bad("the config makes more than ", limits::kMaxLayersFromFile, " layer calls (the limit)");
     expected_calls[name] = nodes.size();
     pending.push_back({name, layer, &nodes, 0, !e.at("config").value("trainable", true)});
   }
@@ -144,7 +165,7 @@ std::shared_ptr<nn::Model> functional_from(const json& cfg) {
   // A reference [layer, call, output]: the tensor if that call was rebuilt already, nullopt if
   // it is still to come; an error if it can never exist.
   auto resolve = [&](const json& r) -> std::optional<nn::SymbolicTensor> {
-    if (!r.is_array() || r.size() < 3) bad("malformed tensor reference ", r.dump());
+    if (!r.is_array() || r.size() < 3) bad("malformed tensor reference ", limits::json_excerpt(r));
     const std::string layer = r.at(0).get<std::string>();
     const auto call = int_of(r.at(1));
     const auto index = int_of(r.at(2));
@@ -160,28 +181,35 @@ std::shared_ptr<nn::Model> functional_from(const json& cfg) {
     return outs[std::size_t(index)];
   };
 
-  // Replays the calls: each layer's calls in their order, each as soon as its inputs exist. The
-  // first pending call in the saved topological order is always ready, so this ends.
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (auto& p : pending) {
-      while (p.next < p.nodes->size()) {
-        std::vector<nn::SymbolicTensor> args;
-        bool ready = true;
-        for (auto& r : p.nodes->at(p.next)) {
-          auto t = resolve(r);
-          if (!t) {
-            ready = false;
-            break;
-          }
-          args.push_back(*t);
+  // Replays the calls: each layer's calls in their order, each as soon as its inputs exist. A call
+  // whose input is not computed yet waits for that one call and is woken when it is made, so the
+  // replay is linear in the number of references whatever order the file lists the layers in.
+  std::map<std::pair<std::string, std::size_t>, std::vector<std::size_t>> waiters;
+  std::vector<std::size_t> queue(pending.size());
+  for (std::size_t i = 0; i < pending.size(); ++i) queue[i] = i;
+  for (std::size_t q = 0; q < queue.size(); ++q) {
+    Pending& p = pending[queue[q]];
+    while (p.next < p.nodes->size()) {
+      std::vector<nn::SymbolicTensor> args;
+      bool ready = true;
+      for (auto& r : p.nodes->at(p.next)) {
+        auto t = resolve(r);
+        if (!t) {  // resolve checked r: [layer, call, output] with a call still to come
+          waiters[{r.at(0).get<std::string>(), std::size_t(int_of(r.at(1)))}].push_back(queue[q]);
+          ready = false;
+          break;
         }
-        if (!ready) break;
-        if (args.empty()) bad("call ", p.next, " of layer '", p.name, "' has no inputs");
-        produced[p.name].push_back(nn::call(p.layer, args));
-        ++p.next;
-        progress = true;
+        args.push_back(*t);
       }
+      if (!ready) break;
+      if (args.empty()) bad("call ", p.next, " of layer '", p.name, "' has no inputs");
+      produced[p.name].push_back(nn::call(p.layer, args));
+      auto w = waiters.find({p.name, p.next});
+      if (w != waiters.end()) {
+        queue.insert(queue.end(), w->second.begin(), w->second.end());
+        waiters.erase(w);
+      }
+      ++p.next;
     }
   }
   for (auto& p : pending)
@@ -192,7 +220,7 @@ std::shared_ptr<nn::Model> functional_from(const json& cfg) {
     std::vector<nn::SymbolicTensor> out;
     for (auto& r : cfg.at(key)) {
       auto t = resolve(r);
-      if (!t) bad(key, " refers to ", r.dump(), ", which is never computed");
+      if (!t) bad(key, " refers to ", limits::json_excerpt(r), ", which is never computed");
       out.push_back(*t);
     }
     return out;

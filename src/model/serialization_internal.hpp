@@ -10,6 +10,7 @@
 #include <type_traits>
 
 
+#include "soma/model/input_limits.hpp"
 #include "soma/model/model.hpp"
 #include "soma/nn/module.hpp"
 #include "soma/optim/schedules.hpp"
@@ -42,7 +43,7 @@ I int_of(const json& j) {
   // A JSON type error, so that each reader wraps it with its own context, as for a string.
   throw json::type_error::create(302,
                                  std::string("expected an integer") + (L::is_signed ? "" : " >= 0") +
-                                     " that fits in " + std::to_string(sizeof(I) * 8) + " bits, got " + j.dump(),
+                                     " that fits in " + std::to_string(sizeof(I) * 8) + " bits, got " + limits::json_excerpt(j),
                                  &j);
 }
 

@@ -7,6 +7,7 @@
 
 #include "internal/tensor_vector_pool.hpp"
 #include "soma/autograd.hpp"
+#include "soma/model/input_limits.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::nn {
@@ -304,6 +305,18 @@ Variable Module::add_weight(const std::string& pname, const Shape& shape, const 
                             Fans fans, bool trainable, DType dtype) {
   check_new_param_name(pname);
   if (!init.fn) fail(type_name(), "layer '", name(), "': weight '", pname, "' has no initializer");
+  if (const std::string* source = limits::file_model_source()) {
+    // A model described by a file: refuse an absurd weight before allocating it.
+    std::int64_t n = 1;
+    bool overflow = false;
+    for (auto d : shape)
+      if (d >= 0) overflow = overflow || __builtin_mul_overflow(n, d, &n);
+    if (overflow || n > limits::kMaxElementsFromFile)
+      fail(type_name(), "layer '", name(), "' from ", *source, ": weight '", pname, "' of shape ",
+           shape_str(shape), " would have ", overflow ? std::string("more than 2^63") : std::to_string(n),
+           " elements; the limit for a tensor described by a file is ", limits::kMaxElementsFromFile,
+           " (2^31)");
+  }
   Tensor value;
   {
     NoGradScope no_grad;

@@ -5,6 +5,7 @@
 
 #include "soma/autograd.hpp"
 #include "soma/error.hpp"
+#include "soma/model/input_limits.hpp"
 
 namespace soma::onnx_detail {
 
@@ -84,15 +85,25 @@ Tensor from_proto(const TP& tp) {
   if (tp.data_location() == TP::EXTERNAL)
     fail("onnx", what, " keeps its data in an external file, which soma cannot read");
   const DType d = soma_dtype(tp.data_type(), what);
+  // The shape is checked against the data the file holds before anything is allocated: dims of
+  // [1000000, 1000000] with no data must not ask for 4 TB.
   Shape shape;
+  std::int64_t n = 1;
+  bool overflow = false;
   for (auto e : tp.dims()) shape.push_back(e);
-  Tensor t = Tensor::empty(shape, d);
-  const std::int64_t n = t.numel();
+  for (auto e : shape) {
+    if (e < 0) fail("onnx", what, ": shape ", shape_str(shape), " has a negative dimension");
+    overflow = overflow || __builtin_mul_overflow(n, e, &n);
+  }
+  if (overflow || n > limits::kMaxElementsFromFile)
+    fail("onnx", what, ": shape ", shape_str(shape), " has more than ", limits::kMaxElementsFromFile,
+         " elements (the limit for a tensor read from a file)");
   const std::size_t bytes = std::size_t(n) * dtype_size(d);
   if (tp.has_raw_data()) {
     if (tp.raw_data().size() != bytes)
       fail("onnx", what, ": raw_data holds ", tp.raw_data().size(), " bytes, but ",
            shape_str(shape), " of ", d, " needs ", bytes);
+    Tensor t = Tensor::empty(shape, d);
     if (bytes) std::memcpy(t.raw_data(), tp.raw_data().data(), bytes);
     return t;
   }
@@ -100,6 +111,18 @@ Tensor from_proto(const TP& tp) {
     if (have != n)
       fail("onnx", what, ": holds ", have, " values, but its shape ", shape_str(shape), " needs ", n);
   };
+  switch (tp.data_type()) {  // the value count first, then the allocation
+    case TP::FLOAT: need(tp.float_data_size()); break;
+    case TP::DOUBLE: need(tp.double_data_size()); break;
+    case TP::INT64: need(tp.int64_data_size()); break;
+    case TP::INT32:
+    case TP::UINT8:
+    case TP::BOOL:
+    case TP::FLOAT16:
+    case TP::BFLOAT16: need(tp.int32_data_size()); break;
+    default: fail("onnx", what, ": unsupported element type");
+  }
+  Tensor t = Tensor::empty(shape, d);
   switch (tp.data_type()) {
     case TP::FLOAT: need(tp.float_data_size()); copy_field(tp.float_data(), t.data<float>(), n); break;
     case TP::DOUBLE: need(tp.double_data_size()); copy_field(tp.double_data(), t.data<double>(), n); break;
