@@ -36,9 +36,9 @@ int main(int argc, char** argv) {
     soma::GradientTape tape;  // records the ops below; trainable variables are watched
     soma::Tensor pred = x * w + b;
     soma::Tensor loss = soma::mean(soma::square(pred - y));
-    auto grads = tape.gradient(loss, std::vector<soma::Variable>{w, b});
-    w.assign_sub(grads[0] * lr);
-    b.assign_sub(grads[1] * lr);
+    auto grads = tape.gradient(loss, {w, b});
+    w -= lr * grads[0];  // in place, not recorded (as assign_sub)
+    b -= lr * grads[1];
     if (step % 20 == 0) std::printf("step %3d  loss %.6f\n", step, loss.item<double>());
   }
   const double wv = w.value().item<double>(), bv = b.value().item<double>();

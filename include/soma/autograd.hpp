@@ -3,6 +3,7 @@
 // trainable Variables) and replays their gradient definitions backwards. Gradient definitions are
 // made of ops themselves, so an outer tape records the inner tape's backward pass: nested tapes
 // give higher derivatives.
+#include <concepts>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -38,16 +39,28 @@ class GradientTape {
   // d target / d source. A source the target does not depend on gets an undefined Tensor
   // (or zeros with UnconnectedGradients::Zero). output_gradient seeds the backward pass
   // (default: ones of the target's shape).
-  Tensor gradient(const Tensor& target, const Tensor& source,
+  // One source, a Tensor or a Variable (a template so that a braced list, even `{w}` of one
+  // element, goes to the list overloads below and returns a vector).
+  template <class S>
+    requires(std::derived_from<S, Tensor> || std::same_as<S, Variable>)
+  Tensor gradient(const Tensor& target, const S& source,
                   UnconnectedGradients unconnected = UnconnectedGradients::None,
-                  const Tensor& output_gradient = Tensor());
+                  const Tensor& output_gradient = Tensor()) {
+    const Tensor& s = source;  // a Variable is its value
+    return gradient(target, std::vector<Tensor>{s}, unconnected, output_gradient)[0];
+  }
   std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources,
                                UnconnectedGradients unconnected = UnconnectedGradients::None,
                                const Tensor& output_gradient = Tensor());
-  Tensor gradient(const Tensor& target, const Variable& source,
-                  UnconnectedGradients unconnected = UnconnectedGradients::None);
-  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources,
-                               UnconnectedGradients unconnected = UnconnectedGradients::None);
+  // A std::vector<Variable> (model.trainable_variables()). A braced list, {w, b} or {x, w},
+  // goes to the std::vector<Tensor> overload above (a Variable is its value there), so that it
+  // is not ambiguous; the gradients come back in the list's order.
+  template <class V>
+    requires std::same_as<V, Variable>
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<V>& sources,
+                               UnconnectedGradients unconnected = UnconnectedGradients::None) {
+    return gradient_of_variables(target, sources, unconnected);
+  }
 
   // Stop recording inside the returned scope's lifetime (like TF's tape.stop_recording()).
   class StopRecording {
@@ -91,6 +104,9 @@ class GradientTape {
       return i < kInlineVersions ? versions[i] : more_versions[i - kInlineVersions];
     }
   };
+  std::vector<Tensor> gradient_of_variables(const Tensor& target,
+                                            const std::vector<Variable>& sources,
+                                            UnconnectedGradients unconnected);
   bool is_watched(const Tensor& t) const;
   // watched_: an open-addressing set of tensor ids (linear probing, 0 marks a free slot, id 0
   // kept in watched_zero_), so that recording an op's output allocates only when it grows.

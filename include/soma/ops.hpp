@@ -58,6 +58,11 @@ Tensor divide(const Tensor& a, const Tensor& b);
 Tensor floor_div(const Tensor& a, const Tensor& b);
 Tensor mod(const Tensor& a, const Tensor& b);  // sign follows the divisor, as in Python
 Tensor pow(const Tensor& a, const Tensor& b);
+// With a C++ number (pow(x, 3), pow(2.0, x)) the number becomes a scalar of the tensor's dtype,
+// as for x * 2.0; an integer tensor with a number that is not whole (pow(i, 0.5)) computes in
+// f32 instead of truncating it. Integer tensors to a negative power give 0 (except 1 and -1).
+Tensor pow(const Tensor& a, double b);
+Tensor pow(double a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor squared_difference(const Tensor& a, const Tensor& b);
@@ -185,6 +190,17 @@ Tensor operator>=(const Tensor& a, double b);
 Tensor operator&&(const Tensor& a, const Tensor& b);
 Tensor operator||(const Tensor& a, const Tensor& b);
 Tensor operator!(const Tensor& a);
+// Compound assignment rebinds the handle to a new tensor, t = t + b (as `t += b` does in
+// TensorFlow): nothing is written in place, other handles to the old value keep it, and a tape
+// records the op. In-place updates are for Variables (variable.hpp: w -= lr * g).
+inline Tensor& operator+=(Tensor& a, const Tensor& b) { return a = a + b; }
+inline Tensor& operator-=(Tensor& a, const Tensor& b) { return a = a - b; }
+inline Tensor& operator*=(Tensor& a, const Tensor& b) { return a = a * b; }
+inline Tensor& operator/=(Tensor& a, const Tensor& b) { return a = a / b; }
+inline Tensor& operator+=(Tensor& a, double b) { return a = a + b; }
+inline Tensor& operator-=(Tensor& a, double b) { return a = a - b; }
+inline Tensor& operator*=(Tensor& a, double b) { return a = a * b; }
+inline Tensor& operator/=(Tensor& a, double b) { return a = a / b; }
 // There is no `@` in C++: `a % b` is not matmul (it is mod); use matmul(a, b) or this helper.
 inline Tensor operator%(const Tensor& a, const Tensor& b) { return mod(a, b); }
 

@@ -8,6 +8,15 @@
 
 namespace soma {
 
+// A type that is not derived from Base can still stand for one when its namespace provides
+// `std::shared_ptr<Base> ref_adapt(std::shared_ptr<T>)`, found by argument-dependent lookup: an
+// adapter that shares the object (callbacks::LambdaCallback, an aggregate so that designated
+// initialisers work, becomes a Callback this way).
+template <class T, class Base>
+concept RefAdaptable = !std::derived_from<T, Base> && requires(std::shared_ptr<T> p) {
+  { ref_adapt(std::move(p)) } -> std::convertible_to<std::shared_ptr<Base>>;
+};
+
 template <class Base>
 class Ref {
  public:
@@ -20,6 +29,13 @@ class Ref {
   template <class D>
     requires std::derived_from<D, Base>
   Ref(std::shared_ptr<D> p) : p_(std::move(p)) {}  // NOLINT
+  template <class D>
+    requires RefAdaptable<std::decay_t<D>, Base>
+  Ref(D&& value)  // NOLINT: implicit by design
+      : p_(ref_adapt(std::make_shared<std::decay_t<D>>(std::forward<D>(value)))) {}
+  template <class D>
+    requires RefAdaptable<D, Base>
+  Ref(std::shared_ptr<D> p) : p_(ref_adapt(std::move(p))) {}  // NOLINT
 
   Base* operator->() const { return p_.get(); }
   Base& operator*() const { return *p_; }

@@ -263,18 +263,9 @@ void GradientTape::replay(std::size_t n, std::unordered_map<std::uint64_t, Tenso
   }
 }
 
-Tensor GradientTape::gradient(const Tensor& target, const Tensor& source,
-                              UnconnectedGradients unconnected, const Tensor& output_gradient) {
-  return gradient(target, std::vector<Tensor>{source}, unconnected, output_gradient)[0];
-}
-
-Tensor GradientTape::gradient(const Tensor& target, const Variable& source,
-                              UnconnectedGradients unconnected) {
-  return gradient(target, std::vector<Tensor>{source.value()}, unconnected)[0];
-}
-
-std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable>& sources,
-                                           UnconnectedGradients unconnected) {
+std::vector<Tensor> GradientTape::gradient_of_variables(const Tensor& target,
+                                                        const std::vector<Variable>& sources,
+                                                        UnconnectedGradients unconnected) {
   std::vector<Tensor> ts;
   ts.reserve(sources.size());
   for (const auto& v : sources) ts.push_back(v.value());

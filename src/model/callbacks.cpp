@@ -21,6 +21,42 @@ nn::Model& Callback::model() const {
 }
 
 // ---- CallbackList ---------------------------------------------------------------------------
+namespace {
+// A LambdaCallback as a Callback: each hook calls the matching function when it is set.
+class LambdaAdapter : public Callback {
+ public:
+  explicit LambdaAdapter(std::shared_ptr<LambdaCallback> f) : f_(std::move(f)) {}
+  void on_train_begin(Logs& l) override { if (f_->on_train_begin_fn) f_->on_train_begin_fn(l); }
+  void on_train_end(Logs& l) override { if (f_->on_train_end_fn) f_->on_train_end_fn(l); }
+  void on_epoch_begin(int e, Logs& l) override {
+    if (f_->on_epoch_begin_fn) f_->on_epoch_begin_fn(e, l);
+  }
+  void on_epoch_end(int e, Logs& l) override { if (f_->on_epoch_end_fn) f_->on_epoch_end_fn(e, l); }
+  void on_train_batch_begin(std::int64_t b, Logs& l) override {
+    if (f_->on_train_batch_begin_fn) f_->on_train_batch_begin_fn(b, l);
+  }
+  void on_train_batch_end(std::int64_t b, Logs& l) override {
+    if (f_->on_train_batch_end_fn) f_->on_train_batch_end_fn(b, l);
+  }
+  void on_test_begin(Logs& l) override { if (f_->on_test_begin_fn) f_->on_test_begin_fn(l); }
+  void on_test_end(Logs& l) override { if (f_->on_test_end_fn) f_->on_test_end_fn(l); }
+  void on_test_batch_begin(std::int64_t b, Logs& l) override {
+    if (f_->on_test_batch_begin_fn) f_->on_test_batch_begin_fn(b, l);
+  }
+  void on_test_batch_end(std::int64_t b, Logs& l) override {
+    if (f_->on_test_batch_end_fn) f_->on_test_batch_end_fn(b, l);
+  }
+
+ private:
+  std::shared_ptr<LambdaCallback> f_;
+};
+}  // namespace
+
+std::shared_ptr<Callback> ref_adapt(std::shared_ptr<LambdaCallback> fns) {
+  if (!fns) return nullptr;
+  return std::make_shared<LambdaAdapter>(std::move(fns));
+}
+
 void CallbackList::set_model(nn::Model* m) {
   for (auto& c : cbs_) c->set_model(m);
 }

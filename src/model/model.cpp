@@ -21,6 +21,8 @@
 #include "model/summary_table.hpp"
 #include "soma/model/weights.hpp"
 #include "soma/ops.hpp"
+#include "soma/optim/optimizers.hpp"
+#include "soma/nn/losses.hpp"
 
 namespace soma::nn {
 
@@ -178,11 +180,45 @@ struct StepPrecision {
 };
 }  // namespace
 
-void Model::compile(optim::OptimizerRef optimizer, LossRef loss,
-                    std::vector<metrics::MetricRef> metrics, CompileOptions options) {
-  std::vector<std::vector<metrics::MetricRef>> m;
-  if (!metrics.empty()) m.push_back(std::move(metrics));
-  compile(std::move(optimizer), std::vector<LossRef>{std::move(loss)}, std::move(m),
+namespace {
+// compile()'s Keras names, with default options. The losses and metrics are those of
+// nn::get_loss and metrics::get (what model loading reads); "accuracy" is pinned to the loss by
+// compile() below (Accuracy::resolve_for_loss).
+optim::OptimizerRef optimizer_named(const std::string& n) {
+  if (n == "sgd" || n == "SGD") return optim::SGD();
+  if (n == "adam" || n == "Adam") return optim::Adam();
+  if (n == "adamw" || n == "AdamW") return optim::AdamW();
+  if (n == "nadam" || n == "Nadam") return optim::Nadam();
+  if (n == "rmsprop" || n == "RMSprop") return optim::RMSprop();
+  if (n == "adagrad" || n == "Adagrad") return optim::Adagrad();
+  fail("compile", "unknown optimizer '", n,
+       "'; expected one of sgd, adam, adamw, nadam, rmsprop, adagrad (or an optim:: object)");
+}
+template <class F>
+auto resolve_named(const char* what, const std::string& n, F make) {
+  try {
+    return make(n);
+  } catch (const Error& e) {
+    fail("compile", "the ", what, " name: ", e.what());
+  }
+}
+}  // namespace
+
+void Model::compile(OptimizerArg optimizer, LossArg loss, MetricArgs metrics,
+                    CompileOptions options) {
+  optim::OptimizerRef opt =
+      optimizer.is_name() ? optimizer_named(optimizer.name()) : optimizer.ref();
+  LossRef l = loss.is_name()
+                  ? resolve_named("loss", loss.name(), [](const std::string& n) { return get_loss(n); })
+                  : loss.ref();
+  std::vector<metrics::MetricRef> ms;
+  for (const auto& m : metrics.list())
+    ms.push_back(m.is_name() ? resolve_named("metric", m.name(),
+                                             [](const std::string& n) { return metrics::get(n); })
+                             : m.ref());
+  std::vector<std::vector<metrics::MetricRef>> per_output;
+  if (!ms.empty()) per_output.push_back(std::move(ms));
+  compile(std::move(opt), std::vector<LossRef>{std::move(l)}, std::move(per_output),
           std::move(options));
 }
 

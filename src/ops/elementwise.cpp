@@ -276,6 +276,24 @@ Tensor divide(const Tensor& a, const Tensor& b) {
 Tensor floor_div(const Tensor& a, const Tensor& b) { return binary(def_of<floor_div_name>(), a, b); }
 Tensor mod(const Tensor& a, const Tensor& b) { return binary(def_of<mod_name>(), a, b); }
 Tensor pow(const Tensor& a, const Tensor& b) { return binary(def_of<pow_name>(), a, b); }
+// A number next to an integer tensor that is not whole would be truncated by like_scalar
+// (pow(i, 0.5) would be i^0): the tensor is taken as f32 then, as divide() does.
+namespace {
+bool fractional_with_integer(double v, const Tensor& t) {
+  return t.defined() && !is_floating(t.dtype()) && t.dtype() != DType::boolean &&
+         v != std::floor(v);
+}
+}  // namespace
+Tensor pow(const Tensor& a, double b) {
+  if (!a.defined()) fail("pow", "an input is an undefined Tensor");
+  if (fractional_with_integer(b, a)) return pow(cast(a, DType::f32), scalar(b, DType::f32));
+  return pow(a, like_scalar(b, a));
+}
+Tensor pow(double a, const Tensor& b) {
+  if (!b.defined()) fail("pow", "an input is an undefined Tensor");
+  if (fractional_with_integer(a, b)) return pow(scalar(a, DType::f32), cast(b, DType::f32));
+  return pow(like_scalar(a, b), b);
+}
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(def_of<maximum_name>(), a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(def_of<minimum_name>(), a, b); }
 Tensor squared_difference(const Tensor& a, const Tensor& b) {

@@ -100,33 +100,22 @@ class CallbackList {
   std::vector<CallbackRef> cbs_;
 };
 
-// User hooks as functions; unset hooks do nothing.
-struct LambdaCallback : Callback {
+// User hooks as functions; unset hooks do nothing. An aggregate, so that designated
+// initialisers work (the fields in this order):
+//   .callbacks = {callbacks::LambdaCallback{.on_epoch_end_fn = [&](int epoch, nn::Logs& logs) {
+//     ...
+//   }}}
+// It is not a Callback itself (an aggregate cannot override virtual functions): a CallbackRef
+// made from it copies it, one made from a std::shared_ptr<LambdaCallback> shares it.
+struct LambdaCallback {
   std::function<void(Logs&)> on_train_begin_fn, on_train_end_fn;
   std::function<void(int, Logs&)> on_epoch_begin_fn, on_epoch_end_fn;
   std::function<void(std::int64_t, Logs&)> on_train_batch_begin_fn, on_train_batch_end_fn;
   std::function<void(Logs&)> on_test_begin_fn, on_test_end_fn;
   std::function<void(std::int64_t, Logs&)> on_test_batch_begin_fn, on_test_batch_end_fn;
-
-  void on_train_begin(Logs& l) override { if (on_train_begin_fn) on_train_begin_fn(l); }
-  void on_train_end(Logs& l) override { if (on_train_end_fn) on_train_end_fn(l); }
-  void on_epoch_begin(int e, Logs& l) override { if (on_epoch_begin_fn) on_epoch_begin_fn(e, l); }
-  void on_epoch_end(int e, Logs& l) override { if (on_epoch_end_fn) on_epoch_end_fn(e, l); }
-  void on_train_batch_begin(std::int64_t b, Logs& l) override {
-    if (on_train_batch_begin_fn) on_train_batch_begin_fn(b, l);
-  }
-  void on_train_batch_end(std::int64_t b, Logs& l) override {
-    if (on_train_batch_end_fn) on_train_batch_end_fn(b, l);
-  }
-  void on_test_begin(Logs& l) override { if (on_test_begin_fn) on_test_begin_fn(l); }
-  void on_test_end(Logs& l) override { if (on_test_end_fn) on_test_end_fn(l); }
-  void on_test_batch_begin(std::int64_t b, Logs& l) override {
-    if (on_test_batch_begin_fn) on_test_batch_begin_fn(b, l);
-  }
-  void on_test_batch_end(std::int64_t b, Logs& l) override {
-    if (on_test_batch_end_fn) on_test_batch_end_fn(b, l);
-  }
 };
+// The Callback that calls a LambdaCallback's functions (used by CallbackRef, see soma/ref.hpp).
+std::shared_ptr<Callback> ref_adapt(std::shared_ptr<LambdaCallback> fns);
 
 // "min", "max" or "auto" (max when the monitor's name contains "acc", "auc", "precision",
 // "recall" or "f1", else min).

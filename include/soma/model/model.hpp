@@ -5,12 +5,15 @@
 //   - the functional API: nn::Model(inputs, outputs) over symbolic tensors (functional.hpp);
 //   - subclassing: derive from nn::Model and override forward() (or call()) and type_name().
 // Model lives in soma::nn next to Module, since a model is also a layer (it can be nested).
+#include <concepts>
 #include <cstdint>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -46,6 +49,47 @@ struct CompileOptions {
   // that dtype with f32 accumulation; weights, losses, gradients and the optimiser stay f32.
   // Empty or "f32": off.
   std::string mixed_precision;
+};
+
+// A compile() argument given as an object or by its Keras name:
+//   model.compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
+//   model.compile(optim::Adam({.learning_rate = 1e-3}), "mse", {"mae"});
+// Names are resolved with default options when compile() runs (an unknown name is a
+// soma::Error listing the known ones); "accuracy" is the variant that goes with the loss.
+template <class R>
+class RefOrName {
+ public:
+  RefOrName(const char* name) : name_(name ? name : ""), by_name_(true) {}  // NOLINT: implicit
+  RefOrName(std::string name) : name_(std::move(name)), by_name_(true) {}   // NOLINT
+  template <class T>
+    requires(std::constructible_from<R, T> && !std::convertible_to<T, std::string> &&
+             !std::is_same_v<std::decay_t<T>, RefOrName>)
+  RefOrName(T&& value) : ref_(std::forward<T>(value)) {}  // NOLINT
+  bool is_name() const { return by_name_; }
+  const R& ref() const { return ref_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  R ref_;
+  std::string name_;
+  bool by_name_ = false;
+};
+using OptimizerArg = RefOrName<optim::OptimizerRef>;
+using LossArg = RefOrName<LossRef>;
+using MetricArg = RefOrName<metrics::MetricRef>;
+// compile()'s metrics: a braced list of objects and names ({"accuracy", metrics::AUC()}), or a
+// std::vector<MetricRef>.
+class MetricArgs {
+ public:
+  MetricArgs() = default;
+  MetricArgs(std::initializer_list<MetricArg> metrics) : list_(metrics) {}  // NOLINT
+  MetricArgs(const std::vector<metrics::MetricRef>& metrics)                // NOLINT
+      : list_(metrics.begin(), metrics.end()) {}
+  MetricArgs(const std::vector<std::string>& names) : list_(names.begin(), names.end()) {}  // NOLINT
+  const std::vector<MetricArg>& list() const { return list_; }
+
+ private:
+  std::vector<MetricArg> list_;
 };
 
 // Validation data for fit(): one input and one target (`{{x_val, y_val}}`), or vectors of them
@@ -121,8 +165,9 @@ class Model : public Module {
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
 
   // ---- training configuration ----
-  void compile(optim::OptimizerRef optimizer, LossRef loss,
-               std::vector<metrics::MetricRef> metrics = {}, CompileOptions options = {});
+  // Each argument an object or a Keras name (see RefOrName above).
+  void compile(OptimizerArg optimizer, LossArg loss, MetricArgs metrics = {},
+               CompileOptions options = {});
   // Several outputs: one loss per output, and for each output its own metric objects.
   void compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
                std::vector<std::vector<metrics::MetricRef>> metrics = {},
