@@ -12,6 +12,7 @@
 #include "soma/error.hpp"
 #include "soma/model/model.hpp"
 #include "soma/model/serialization.hpp"
+#include "soma/model/weight_checks.hpp"
 
 namespace soma::callbacks {
 
@@ -184,6 +185,17 @@ void ModelCheckpoint::on_train_begin(Logs&) {
 
 void ModelCheckpoint::on_epoch_end(int epoch, Logs& logs) {
   const std::string path = format_filepath(filepath_, epoch, logs);
+  // A diverged epoch (NaN/inf loss or weights) never replaces a good checkpoint (issue 19).
+  const auto loss = logs.find("loss");
+  const bool bad_loss = loss != logs.end() && !std::isfinite(loss->second);
+  const auto problems = bad_loss ? std::vector<WeightProblem>{} : check_weights(model());
+  if (bad_loss || !problems.empty()) {
+    std::cerr << "ModelCheckpoint: epoch " << epoch + 1 << ": not saving to " << path << ": "
+              << (bad_loss ? "the loss is " + std::to_string(loss->second)
+                           : "the weights hold NaN or infinite values (" + problems[0].message + ")")
+              << "; the last checkpoint saved is kept\n";
+    return;
+  }
   if (o_.save_best_only) {
     auto v = monitored(logs, o_.monitor, "ModelCheckpoint");
     if (!v) return;

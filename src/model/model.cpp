@@ -15,6 +15,7 @@
 #include "soma/dist/dist.hpp"
 #include "soma/graph/function.hpp"
 #include "soma/metrics.hpp"
+#include "soma/model/output_activation.hpp"
 #include "soma/model/progress.hpp"
 #include "soma/model/tensorboard.hpp"
 #include "internal/tensor_vector_pool.hpp"
@@ -181,19 +182,9 @@ struct StepPrecision {
 }  // namespace
 
 namespace {
-// compile()'s Keras names, with default options. The losses and metrics are those of
-// nn::get_loss and metrics::get (what model loading reads); "accuracy" is pinned to the loss by
-// compile() below (Accuracy::resolve_for_loss).
-optim::OptimizerRef optimizer_named(const std::string& n) {
-  if (n == "sgd" || n == "SGD") return optim::SGD();
-  if (n == "adam" || n == "Adam") return optim::Adam();
-  if (n == "adamw" || n == "AdamW") return optim::AdamW();
-  if (n == "nadam" || n == "Nadam") return optim::Nadam();
-  if (n == "rmsprop" || n == "RMSprop") return optim::RMSprop();
-  if (n == "adagrad" || n == "Adagrad") return optim::Adagrad();
-  fail("compile", "unknown optimizer '", n,
-       "'; expected one of sgd, adam, adamw, nadam, rmsprop, adagrad (or an optim:: object)");
-}
+// compile()'s Keras names go through the same factories as model loading
+// (optim::optimizer_from_name, nn::loss_for_model, metrics::metric_from_name); errors say which
+// argument held the name.
 template <class F>
 auto resolve_named(const char* what, const std::string& n, F make) {
   try {
@@ -207,14 +198,23 @@ auto resolve_named(const char* what, const std::string& n, F make) {
 void Model::compile(OptimizerArg optimizer, LossArg loss, MetricArgs metrics,
                     CompileOptions options) {
   optim::OptimizerRef opt =
-      optimizer.is_name() ? optimizer_named(optimizer.name()) : optimizer.ref();
-  LossRef l = loss.is_name()
-                  ? resolve_named("loss", loss.name(), [](const std::string& n) { return get_loss(n); })
-                  : loss.ref();
+      optimizer.is_name()
+          ? resolve_named("optimizer", optimizer.name(),
+                          [](const std::string& n) { return optim::optimizer_from_name(n); })
+          : optimizer.ref();
+  // A cross-entropy named here takes from_logits from the model's last activation (softmax or
+  // sigmoid: probabilities), the rule soma train follows (model/output_activation.hpp).
+  LossRef l = loss.is_name() ? resolve_named("loss", loss.name(),
+                                             [this](const std::string& n) {
+                                               return nn::loss_for_model(n, *this);
+                                             })
+                             : loss.ref();
   std::vector<metrics::MetricRef> ms;
   for (const auto& m : metrics.list())
     ms.push_back(m.is_name() ? resolve_named("metric", m.name(),
-                                             [](const std::string& n) { return metrics::get(n); })
+                                             [&l](const std::string& n) {
+                                               return metrics::metric_from_name(n, l.get());
+                                             })
                              : m.ref());
   std::vector<std::vector<metrics::MetricRef>> per_output;
   if (!ms.empty()) per_output.push_back(std::move(ms));

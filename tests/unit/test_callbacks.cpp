@@ -255,6 +255,31 @@ TEST(ModelCheckpoint, LoadWeightsRestoresTheSavedModel) {
   fs::remove_all(dir);
 }
 
+// A diverged epoch (weights turned NaN here, as a too-high rate would) never replaces the last
+// good checkpoint: the file keeps epoch 1's weights (issue 19).
+TEST(ModelCheckpoint, ADivergedEpochKeepsTheLastGoodCheckpoint) {
+  auto dir = temp_dir("diverged");
+  auto model = regression_model(0.1);
+  Data d;
+  const std::string path = (dir / "last.soma").string();
+  std::map<std::string, Tensor> good;
+  auto poison = std::make_shared<cb::LambdaCallback>();
+  poison->on_epoch_end_fn = [&](int epoch, nn::Logs&) {
+    if (epoch == 0) {
+      good = model.get_weights();
+      return;
+    }
+    auto w = model.get_weights();
+    for (auto& [k, t] : w) t = soma::full_like(t, std::numeric_limits<double>::quiet_NaN());
+    model.set_weights(w);
+  };
+  auto ckpt = std::make_shared<cb::ModelCheckpoint>(path);
+  model.fit(d.x, d.y, {.epochs = 3, .callbacks = {poison, ckpt}, .verbose = 0});
+  EXPECT_EQ(ckpt->saved_paths().size(), 1u);
+  EXPECT_TRUE(same_weights(nn::read_weights_file(path), good));
+  fs::remove_all(dir);
+}
+
 TEST(ModelCheckpoint, FilepathTakesEpochAndLogFields) {
   EXPECT_EQ(cb::format_filepath("m_{epoch}_{val_loss:.2f}.w", 4, {{"val_loss", 0.12345}}),
             "m_5_0.12.w");

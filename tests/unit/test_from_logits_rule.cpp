@@ -103,4 +103,16 @@ TEST(FromLogitsRule, CompiledLossOfASoftmaxModelIsTheCrossEntropyOfItsProbabilit
   EXPECT_GT(std::abs(twice - want), 1e-2) << "the check cannot tell the two apart";
 }
 
+// compile by Keras names follows the same rule: a cross-entropy named for a softmax model takes
+// its outputs as probabilities, for a linear model as logits.
+TEST(FromLogitsRule, CompileByNameChoosesFromLogitsFromTheLastActivation) {
+  nn::Sequential probs{nn::Input({4}), nn::Dense(3, nn::softmax)};
+  probs.compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
+  ASSERT_EQ(probs.compiled_losses().size(), 1u);
+  EXPECT_FALSE(scce_from_logits(probs.compiled_losses()[0]));
+  nn::Sequential logits{nn::Input({4}), nn::Dense(3)};
+  logits.compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
+  EXPECT_TRUE(scce_from_logits(logits.compiled_losses()[0]));
+}
+
 }  // namespace
