@@ -20,6 +20,7 @@
 #include "soma/model/tensorboard.hpp"
 #include "internal/tensor_vector_pool.hpp"
 #include "model/summary_table.hpp"
+#include "model/topo_order.hpp"
 #include "soma/model/weights.hpp"
 #include "soma/ops.hpp"
 #include "soma/optim/optimizers.hpp"
@@ -32,29 +33,6 @@ struct Model::Graph {
   std::vector<std::shared_ptr<detail::SymbolicNode>> nodes;  // topological order, inputs first
   std::vector<ModuleRef> layers;                             // distinct, first use first
 };
-
-namespace {
-using NodePtr = std::shared_ptr<detail::SymbolicNode>;
-
-void topo_visit(const NodePtr& root, std::unordered_set<const detail::SymbolicNode*>& seen,
-                std::vector<NodePtr>& order) {
-  if (!seen.insert(root.get()).second) return;
-  // Depth first, each node after its inputs, without recursion (a chain of layers read from a
-  // file may be arbitrarily long).
-  std::vector<std::pair<const NodePtr*, std::size_t>> stack{{&root, 0}};
-  while (!stack.empty()) {
-    const NodePtr& n = *stack.back().first;
-    std::size_t& next = stack.back().second;
-    if (next < n->inputs.size()) {
-      const NodePtr& in = n->inputs[next++].node();
-      if (seen.insert(in.get()).second) stack.push_back({&in, 0});
-    } else {
-      order.push_back(n);
-      stack.pop_back();
-    }
-  }
-}
-}  // namespace
 
 Model::Model(const SymbolicTensor& input, const SymbolicTensor& output)
     : Model(std::vector<SymbolicTensor>{input}, std::vector<SymbolicTensor>{output}) {}
@@ -77,7 +55,7 @@ Model::Model(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> out
   std::unordered_set<const detail::SymbolicNode*> seen;
   for (std::size_t i = 0; i < outputs_.size(); ++i) {
     if (!outputs_[i].defined()) fail(who, "output ", i, " is an unset SymbolicTensor");
-    topo_visit(outputs_[i].node(), seen, g->nodes);
+    detail::topo_visit(outputs_[i].node(), seen, g->nodes);
   }
   std::unordered_set<const Module*> layer_seen;
   for (auto& n : g->nodes) {

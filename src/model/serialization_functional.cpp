@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/serialization_internal.hpp"
+#include "model/topo_order.hpp"
 #include "soma/error.hpp"
 #include "soma/model/functional.hpp"
 
@@ -18,27 +19,6 @@ namespace soma::serialization::internal {
 namespace {
 
 using NodePtr = std::shared_ptr<nn::detail::SymbolicNode>;
-
-// The order Model's constructor uses (depth first from the outputs, inputs before consumers), so
-// "call k of a shared layer" means the same call on both sides of a save.
-void topo_visit(const NodePtr& root, std::unordered_set<const nn::detail::SymbolicNode*>& seen,
-                std::vector<NodePtr>& order) {
-  if (!seen.insert(root.get()).second) return;
-  // Depth first, each node after its inputs, without recursion (a chain of layers read from a
-  // file may be arbitrarily long).
-  std::vector<std::pair<const NodePtr*, std::size_t>> stack{{&root, 0}};
-  while (!stack.empty()) {
-    const NodePtr& n = *stack.back().first;
-    std::size_t& next = stack.back().second;
-    if (next < n->inputs.size()) {
-      const NodePtr& in = n->inputs[next++].node();
-      if (seen.insert(in.get()).second) stack.push_back({&in, 0});
-    } else {
-      order.push_back(n);
-      stack.pop_back();
-    }
-  }
-}
 
 // A node's layer name now (the layer may have been renamed after it was called).
 std::string producer_name(const nn::detail::SymbolicNode& n) {
@@ -58,7 +38,7 @@ json functional_config(const nn::Model& model) {
   const auto& outs = model.outputs();
   std::vector<NodePtr> order;
   std::unordered_set<const nn::detail::SymbolicNode*> seen;
-  for (auto& o : outs) topo_visit(o.node(), seen, order);
+  for (auto& o : outs) nn::detail::topo_visit(o.node(), seen, order);
 
   // Files name layers (and the weights' owners) by name, so names must be unique here.
   std::set<std::string> names;

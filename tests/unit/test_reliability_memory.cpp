@@ -8,28 +8,13 @@
 #include <vector>
 
 #include "soma/soma.hpp"
+#include "rss_testing.hpp"
 
 using namespace soma;
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SOMA_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SOMA_UNDER_ASAN 1
-#endif
-#endif
-
 namespace {
 
-// Resident set size in bytes (/proc/self/statm, field 2).
-long rss_bytes() {
-  long pages = 0, resident = 0;
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return -1;
-  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
-  std::fclose(f);
-  return resident * ::sysconf(_SC_PAGESIZE);
-}
+using soma::testing::rss_bytes;
 
 constexpr long kMiB = 1 << 20;
 // Allowed growth. The MLP's weights and optimiser state are ~60 KB and one epoch allocates

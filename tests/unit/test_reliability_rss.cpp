@@ -10,38 +10,17 @@
 #include <vector>
 
 #include "soma/soma.hpp"
+#include "rss_testing.hpp"
 
 using namespace soma;
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SOMA_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SOMA_UNDER_ASAN 1
-#endif
-#endif
-
 namespace {
 
-// Resident set size in bytes (/proc/self/statm, field 2).
-long rss_bytes() {
-  long pages = 0, resident = 0;
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return -1;
-  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
-  std::fclose(f);
-  return resident * ::sysconf(_SC_PAGESIZE);
-}
+using soma::testing::rss_bytes;
 
 constexpr double kMiB = 1 << 20;
 
-bool under_asan() {
-#ifdef SOMA_UNDER_ASAN
-  return true;
-#else
-  return false;
-#endif
-}
+using soma::testing::under_asan;
 
 // One 3x3 convolution with 8 filters on 1x8x8 images, then a classifier.
 nn::Sequential tiny_cnn() {
