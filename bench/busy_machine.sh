@@ -4,7 +4,7 @@
 # wait settings:
 #   libgomp  libgomp's own default (threads spin 300,000 times before sleeping): SOMA_OMP_DEFAULTS=0
 #   passive  OMP_WAIT_POLICY=passive (threads sleep at once)
-#   soma     soma's default (apps/soma/omp_defaults.cpp: passive when the user set neither)
+#   soma     soma's default (src/startup/omp_defaults.cpp: passive when other work competes at start)
 #   spin=N   GOMP_SPINCOUNT=N (with SETTINGS="libgomp passive spin=1000 soma" ...)
 # Each configuration runs RUNS times, the settings alternated within each round; the line per
 # configuration gives the median samples/s (higher is better) and every run's figure.

@@ -359,7 +359,7 @@ case $case_name in
     grep -q 'set with SOMA_MEMORY_LIMIT' "$out/stderr" || fail "stderr does not name SOMA_MEMORY_LIMIT"
     ;;
   openmp_threads_sleep_while_waiting_by_default)
-    # The soma command's OpenMP default (apps/soma/omp_defaults.cpp): OMP_WAIT_POLICY=passive
+    # The soma command's OpenMP default (src/startup/omp_defaults.cpp): OMP_WAIT_POLICY=passive
     # (libgomp shows it as spin count 0) when other work competes for the cores at start, libgomp's
     # spinning default on an idle machine; the user's OMP_WAIT_POLICY / GOMP_SPINCOUNT always win.
     # (Only the busy case is checked: under ctest -j2 the machine is never reliably idle.)
