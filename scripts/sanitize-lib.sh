@@ -91,9 +91,11 @@ soma_run_suites() {
   SOMA_TESTS_SKIPPED=0
   for exe in "$@"; do
     local n log="$dir/$(basename "$exe").$tag.log"
-    n=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' || true)
+    # The last summary line: suites that re-run themselves in a child (a death test, a child
+    # under a resource limit) print the child's summary too.
+    n=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$' || true)
     SOMA_TESTS_PASSED=$((SOMA_TESTS_PASSED + ${n:-0}))
-    n=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$log" | grep -oE '[0-9]+$' || true)
+    n=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$' || true)
     SOMA_TESTS_SKIPPED=$((SOMA_TESTS_SKIPPED + ${n:-0}))
   done
   if [[ -n $SOMA_SUITES_FAILED ]]; then
