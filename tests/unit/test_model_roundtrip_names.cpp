@@ -18,6 +18,7 @@
 #include "soma/model/serialization.hpp"
 #include "soma/soma.hpp"
 #include "error_testing.hpp"
+#include "fast_paths_testing.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -34,11 +35,7 @@ std::string temp_file(const std::string& name) {
   return (dir / name).string();
 }
 
-bool same_bits(const Tensor& a0, const Tensor& b0) {
-  if (a0.shape() != b0.shape() || a0.dtype() != b0.dtype()) return false;
-  Tensor a = a0.contiguous(), b = b0.contiguous();
-  return std::memcmp(a.raw_data(), b.raw_data(), std::size_t(a.numel()) * dtype_size(a.dtype())) == 0;
-}
+using soma::testing::same_bits;
 
 // save -> load_model -> save: the two files hold the same header (architecture, compile config
 // with every metric and loss option, optimiser config) and the same tensors (weights and

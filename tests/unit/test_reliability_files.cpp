@@ -36,6 +36,7 @@
 #include "soma/model/weights.hpp"
 #include "soma/onnx.hpp"
 #include "soma/soma.hpp"
+#include "error_testing.hpp"
 
 namespace fs = std::filesystem;
 using namespace soma;
@@ -62,15 +63,7 @@ std::vector<std::string> temporaries(const fs::path& dir) {
   return out;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const soma::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using soma::testing::error_of;
 
 fs::path fresh_dir(const std::string& name) {
   auto d = fs::temp_directory_path() / ("soma_files_" + name + "_" + std::to_string(::getpid()));
