@@ -63,6 +63,61 @@ using KernelFn = void (*)(const std::vector<Tensor>& inputs, std::vector<Tensor>
 // Returns one gradient per input: an undefined Tensor where the input gets none.
 using GradFn = std::vector<Tensor> (*)(const GradContext&);
 
+// What kind of op this is: read by the graph fuser and planner, the CUDA launcher, the ONNX
+// tables and the registry-driven test suite (tests/ops). A bit set.
+enum OpTag : std::uint32_t {
+  kTagNone = 0,
+  kElementwiseUnary = 1u << 0,   // out[i] = f(x[i]); output shape = input shape
+  kElementwiseBinary = 1u << 1,  // out[i] = f(a[i], b[i]) with NumPy broadcasting
+  kPredicate = 1u << 2,          // an elementwise op whose output is bool
+  kReduction = 1u << 3,          // reduces over attribute "axes" (keepdims)
+  kShapeOnly = 1u << 4,          // moves, reshapes or selects data; no arithmetic
+  kRandom = 1u << 5,             // output depends on the random state
+  kInplace = 1u << 6,            // writes into an input (optimiser updates)
+  kActivation = 1u << 7,         // usable as a layer activation (nn::Activation by name)
+  kFloatOnly = 1u << 8,          // floating dtypes only (f32, f64, f16, bf16)
+  kNoGraph = 1u << 9,            // not recorded in graph mode (internal helper ops)
+};
+constexpr std::uint32_t operator|(OpTag a, OpTag b) { return std::uint32_t(a) | std::uint32_t(b); }
+
+// An attribute the op takes, with its default (the type of the default is the attribute's type).
+struct AttrSpec {
+  std::string name;
+  AttrValue default_value;
+};
+
+// How an op maps to ONNX, read by the import and export tables (src/onnx/). A one-to-one
+// mapping: op_type with attributes renamed and converted by type (int64 <-> INT, double <->
+// FLOAT, bool <-> INT 0/1, int list <-> INTS, DType <-> INT (TensorProto.DataType), string <->
+// STRING). Ops with no one-to-one ONNX op leave op_type empty; the ONNX tables then name a
+// handler for the op (a table entry keyed by this op's name).
+struct OnnxAttr {
+  std::string soma;  // attribute name in soma
+  std::string onnx;  // attribute name in ONNX
+};
+struct OnnxMapping {
+  std::string op_type;        // empty: no one-to-one ONNX op
+  int min_opset = 1;          // first opset with these semantics
+  int max_opset = 0;          // last one (0: still current)
+  std::vector<OnnxAttr> attrs;
+};
+
+// The test table entry: sample inputs and a reference, read by the registry-driven suite
+// (tests/ops/test_op_registry.cpp), which runs for every op with shapes set: forward vs the
+// reference, gradient vs finite differences in f64, graph == eager, ONNX round trip, and
+// CPU == CUDA where a GPU is present. A new op gets all of them by filling this in.
+// Reference: computes the outputs in f64 from f64 inputs, independently of the kernels.
+using ReferenceFn = std::vector<Tensor> (*)(const std::vector<Tensor>& inputs, const Attrs&);
+struct OpTestSpec {
+  std::vector<Shape> shapes;  // one per input; empty: no generated tests
+  double lo = -2.0, hi = 2.0;  // uniform input values in [lo, hi]
+  Attrs attrs;                 // attributes for the sample call
+  ReferenceFn reference = nullptr;
+  bool gradcheck = true;       // false: non-smooth or integer-valued
+  double min_gap = 0.0;        // keep inputs at least this far from kinks at `kinks`
+  std::vector<double> kinks;   // points where the op is not differentiable (e.g. 0 for relu)
+};
+
 struct OpDef {
   std::string name;
   int num_inputs = -1;  // -1: variadic
@@ -70,6 +125,11 @@ struct OpDef {
   GradFn grad = nullptr;  // nullptr: not differentiable (outputs carry no gradient)
   bool view = false;
   KernelFn kernels[kNumDeviceKinds] = {};
+  std::uint32_t tags = kTagNone;  // OpTag bits
+  std::vector<AttrSpec> attrs;    // the attributes it takes (empty: none or not declared)
+  OnnxMapping onnx;
+  OpTestSpec test;
+  bool has(OpTag t) const { return (tags & t) != 0; }
 };
 
 // Adds an op definition; throws if the name is taken.
@@ -79,6 +139,9 @@ void register_kernel(std::string_view op, DeviceKind device, KernelFn fn);
 // The definition of an op by name; throws soma::Error for an unknown name.
 const OpDef& get_op(std::string_view name);
 std::vector<std::string> registered_ops();
+// Every registered definition, sorted by name (the list the ONNX tables, the graph passes and
+// the test suite walk).
+std::vector<const OpDef*> all_ops();
 
 // Runs an op eagerly: checks devices, infers output specs, allocates, runs the kernel for the
 // inputs' device, and records a node on every recording tape that watches an input.

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
@@ -122,6 +123,15 @@ std::vector<std::string> registered_ops() {
   std::vector<std::string> names;
   for (auto& kv : raw_registry().ops) names.push_back(kv.first);
   return names;
+}
+
+std::vector<const OpDef*> all_ops() {
+  ensure_initialized();
+  std::vector<const OpDef*> defs;
+  for (auto& kv : raw_registry().ops) defs.push_back(kv.second.get());
+  std::sort(defs.begin(), defs.end(),
+            [](const OpDef* a, const OpDef* b) { return a->name < b->name; });
+  return defs;
 }
 
 // ---- eager execution --------------------------------------------------------------------------
