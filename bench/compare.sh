@@ -6,6 +6,9 @@
 #   bash bench/compare.sh --reps 3 --threads 1,2 --workloads mlp_train,sgemm
 #   bash bench/compare.sh --reps 3 --compile-time   # quick runs, 3 repetitions, workload 10 too
 #   bash bench/compare.sh --table-only              # print the table again from the last raw.txt
+#   bash bench/compare.sh --reps 7 --threads 1 --before /tmp/base/build-bench
+#       # also runs the `soma` of another build (an earlier revision) alternated with this one
+#       # and prints "now / before" per workload (the "no speed lost" check of a refactor)
 #
 # Builds soma's `soma` program (BUILD_DIR, default build-bench, Release) and the peer programs in
 # bench/libtorch (libtorch twins, OpenBLAS/oneDNN called directly; libtorch is optional and is
@@ -23,6 +26,7 @@ MODE=quick
 REPS=
 COMPILE_TIME=0
 TABLE_ONLY=0
+BEFORE=
 THREADS=1,2
 WORKLOADS=mlp_train,lenet_train,cifar_cnn_train,mlp_infer,cnn_infer,op_overhead,op_overhead_tape,sgemm
 while [[ $# -gt 0 ]]; do
@@ -34,6 +38,7 @@ while [[ $# -gt 0 ]]; do
     --reps) REPS=$2; shift ;;
     --threads) THREADS=$2; shift ;;
     --workloads) WORKLOADS=$2; shift ;;
+    --before) BEFORE=$2; shift ;;
     -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -69,6 +74,12 @@ cmake --build "$PEERS" >"$BUILD_DIR/compare-build.log" 2>&1 ||
   { tail -20 "$BUILD_DIR/compare-build.log" >&2; exit 1; }
 TORCH=$PEERS/bench_torch
 [[ -x $TORCH ]] || { log "libtorch not available: the libtorch column stays empty"; TORCH=; }
+BEFORE_SOMA=
+if [[ -n $BEFORE ]]; then
+  BEFORE_SOMA=$BEFORE/apps/soma/soma
+  [[ -f $BEFORE/CMakeCache.txt ]] && cmake --build "$BEFORE" --target soma_cli >/dev/null 2>&1
+  [[ -x $BEFORE_SOMA ]] || { log "--before: no $BEFORE_SOMA"; exit 2; }
+fi
 
 : >"$RAW"
 
@@ -100,7 +111,11 @@ batches_for() {
 # One process; appends "side bench workload=... value=..." and "side rss workload=... kib=..."
 run_one() {
   local side=$1 w=$2 t=$3 b=$4 s=$5 bin
-  if [[ $side == soma ]]; then bin=("$SOMA" bench); else bin=("$TORCH"); fi
+  case $side in
+    soma) bin=("$SOMA" bench) ;;
+    before) bin=("$BEFORE_SOMA" bench) ;;
+    *) bin=("$TORCH") ;;
+  esac
   local tmp=$OUT/run.out
   # /usr/bin/time (Debian package `time`) gives the peak RSS; without it that row stays empty.
   local timer=()
@@ -126,9 +141,10 @@ for ((r = 1; r <= REPS; ++r)); do
     for t in "${TH[@]}"; do
       for b in $(batches_for "$w"); do
         s=$(steps_for "$w" "$b")
-        if (( r % 2 )); then order="soma torch"; else order="torch soma"; fi
+        if (( r % 2 )); then order="soma before torch"; else order="torch before soma"; fi
         for side in $order; do
           [[ $side == torch && -z $TORCH ]] && continue
+          [[ $side == before && -z $BEFORE_SOMA ]] && continue
           run_one "$side" "$w" "$t" "$b" "$s"
         done
       done
@@ -243,6 +259,19 @@ if peer:
         print(f"| {b} | {t} | {fmt(s)} | {fmt(v)} | {fmt(dn)} | "
               f"{'-' if s is None else f'{s / best:.2f}'} | {fmt(pk)} | "
               f"{'-' if s is None or not pk else f'{s / pk:.2f}'} |")
+
+# Against an earlier build (--before): now / before, > 1 is faster now; a refactor keeps 0.97+.
+if any(k[0] == "before" for k in vals):
+    print()
+    print("| workload | threads | batch | unit | now | spread | before | spread | now / before | within 3% |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for key in sorted({k[1:] for k in vals if k[0] == "before" and k[1] == "bench"}):
+        kind, w, t, b = key
+        s, o = vals.get(("soma",) + key, []), vals.get(("before",) + key, [])
+        ms, mo, u = med(s), med(o), units[key]
+        r = None if not (ms and mo) else (ms / mo if u in higher_better else mo / ms)
+        print(f"| {w} | {t} | {b} | {u} | {fmt(ms)} | {spread(s):.0f}% | {fmt(mo)} | {spread(o):.0f}% | "
+              f"{'-' if r is None else f'{r:.3f}'} | {'-' if r is None else ('yes' if r >= 0.97 else 'NO')} |")
 
 # Thread scaling: every workload should be faster with 2 threads than with 1.
 print()
