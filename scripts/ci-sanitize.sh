@@ -59,7 +59,7 @@ if has_stage asan-tests; then
   soma_asan_env
   export OMP_WAIT_POLICY=PASSIVE
   suites=() notbuilt=()
-  for src in tests/unit/*.cpp; do
+  for src in tests/unit/*.cpp tests/ops/*.cpp; do
     name=$(basename "$src" .cpp)
     [[ " $EXCLUDE " == *" $name "* ]] && continue
     # A suite a CMake option left out (e.g. a backend not found) has no executable.
