@@ -125,10 +125,11 @@ class NodeAttrs {
         std::vector<std::string> names;
         for (auto& k : defs) names.emplace_back(k.name);
         if (mapping)
-          for (auto& m : mapping->attrs) names.push_back(m.onnx);
+          for (auto& m : mapping->attrs)
+            if (!def(m.onnx)) names.push_back(m.onnx);
         fail(kWho, what, ": attribute '", a.name(), "' is not an attribute of ", n.op_type(),
-             op ? " (soma op '" + op->name + "')" : std::string(), " (",
-             names.empty() ? std::string("it takes none") : "allowed: " + join(names), ")");
+             op ? " (soma op '" + op->name + "')" : std::string(), "; ",
+             names.empty() ? std::string("it takes none") : "allowed: " + join(names));
       }
       items_.push_back(&a);
     }
@@ -171,7 +172,7 @@ class NodeAttrs {
  private:
   static std::vector<std::string> quoted(const std::vector<std::string_view>& v) {
     std::vector<std::string> r;
-    for (auto s : v) r.push_back("'" + std::string(s) + "'");
+    for (auto s : v) r.push_back(std::string(1, '\'').append(s).append(1, '\''));
     return r;
   }
   static bool mapped(const std::string& name, const OnnxMapping* m) {
