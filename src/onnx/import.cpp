@@ -20,7 +20,6 @@
 #include <cfloat>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <set>
 #include <sstream>
 #include <string_view>
