@@ -922,7 +922,8 @@ Attrs convert_attrs(const Step& s, const Mapped& m) {
     const std::string what = s.what + " attribute '" + ma.onnx + "'";
     if (auto* a = s.attrs->find(ma.onnx)) {
       out.set(ma.soma, attr_from_onnx(*a, like, what));
-    } else if (const AttrDef* d = s.attrs->def(ma.onnx)) {
+    } else if (const AttrDef* d = s.attrs->def(ma.onnx);
+               d && (d->type == AP::INT || d->type == AP::FLOAT || d->type == AP::STRING)) {
       AttributeProto def;  // ONNX's default, converted as a file's value would be
       def.set_name(ma.onnx);
       def.set_type(d->type);
