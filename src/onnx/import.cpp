@@ -1,23 +1,35 @@
 // ONNX import: an nn::Model that interprets an ONNX graph with soma ops. Every op used is
 // differentiable, so the tape sees the whole graph and the model can be trained; floating-point
 // initialisers are the model's weights.
+//
+// Each node is resolved once, at load, by one lookup of its op_type:
+//  - a handler in onnx_ops() for operators that need more than one soma op or ONNX rules beyond
+//    a one-to-one mapping (opset-dependent inputs, variadic inputs, Conv's layout, ...);
+//  - otherwise the op whose definition maps to it (OpDef::onnx, include/soma/op.hpp): its
+//    attributes are converted by the mapping (onnx_attrs.hpp) and the op is called as it is.
+// onnx_ops() also lists each operator's ONNX attributes with their types and ONNX defaults, so
+// an unknown attribute, a wrong type or an unsupported value fails at load, naming the node.
 #include "soma/onnx.hpp"
 
 #include "soma/error.hpp"
 
 #ifdef SOMA_HAS_ONNX
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <cfloat>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
+#include "onnx/onnx_attrs.hpp"
 #include "onnx/proto_util.hpp"
 #include "soma/autograd.hpp"
 #include "soma/nn_ops.hpp"
+#include "soma/op.hpp"
 #include "soma/ops.hpp"
 #endif
 
@@ -43,49 +55,16 @@ namespace {
 using namespace soma::onnx_detail;
 using ::onnx::AttributeProto;
 using ::onnx::NodeProto;
+using AP = AttributeProto;
 constexpr const char* kWho = "onnx::load";
 
-// The operators the interpreter runs (docs/onnx.md).
-const std::set<std::string>& supported_ops() {
-  static const std::set<std::string> ops{
-      "Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Constant", "ConstantOfShape", "Conv",
-      "ConvTranspose", "Div", "Dropout", "Elu", "Equal", "Erf", "Exp", "Expand", "Flatten", "Gather", "Gemm",
-      "GlobalAveragePool", "GlobalMaxPool", "Greater", "GreaterOrEqual", "GRU", "HardSigmoid", "HardSwish", "Identity",
-      "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "LSTM",
-      "MatMul", "Max", "MaxPool", "Mean", "Min", "Mul", "Neg", "Pad", "Pow", "Reciprocal", "ReduceMean", "ReduceSum",
-      "Relu", "Reshape", "RNN", "Shape", "Sigmoid", "Slice", "Softmax", "Softplus", "Sqrt",
-      "Squeeze", "Sub", "Sum", "Tanh", "Transpose", "Unsqueeze"};
-  return ops;
-}
+// The default ONNX domain is spelled "" or "ai.onnx".
+bool default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
 
 std::string node_desc(const NodeProto& n, int index) {
   std::string s = "node ";
   s += n.name().empty() ? "#" + std::to_string(index) : "'" + n.name() + "'";
   return s + " (" + n.op_type() + ")";
-}
-
-const AttributeProto* find_attr(const NodeProto& n, const std::string& name) {
-  for (auto& a : n.attribute())
-    if (a.name() == name) return &a;
-  return nullptr;
-}
-std::int64_t attr_i(const NodeProto& n, const std::string& name, std::int64_t def) {
-  auto* a = find_attr(n, name);
-  return a ? a->i() : def;
-}
-float attr_f(const NodeProto& n, const std::string& name, float def) {
-  auto* a = find_attr(n, name);
-  return a ? a->f() : def;
-}
-std::string attr_s(const NodeProto& n, const std::string& name, const std::string& def) {
-  auto* a = find_attr(n, name);
-  return a ? a->s() : def;
-}
-std::vector<std::int64_t> attr_ints(const NodeProto& n, const std::string& name,
-                                    std::vector<std::int64_t> def = {}) {
-  auto* a = find_attr(n, name);
-  if (!a) return def;
-  return {a->ints().begin(), a->ints().end()};
 }
 
 std::int64_t norm_axis(std::int64_t a, std::int64_t rank) { return a < 0 ? a + rank : a; }
@@ -95,189 +74,139 @@ std::string lower(std::string s) {
   return s;
 }
 
-Tensor constant_value(const NodeProto& n, const std::string& what);
+template <class C>
+std::string join(const C& items) {
+  std::string s;
+  for (const auto& i : items) (s += s.empty() ? "" : ", ") += i;
+  return s;
+}
 
-class OnnxModel : public nn::Model {
+// ---- the ONNX side of an operator: its attributes ---------------------------------------------
+
+// One attribute of an ONNX operator (the union over opsets), with ONNX's default.
+struct AttrDef {
+  std::string_view name;
+  OnnxAttrType type;
+  double num = 0;                              // INT and FLOAT default
+  std::string_view str = {};                   // STRING default
+  std::vector<std::string_view> allowed = {};  // STRING: the values soma runs (empty: any)
+};
+AttrDef I(std::string_view n, std::int64_t def = 0) { return {n, AP::INT, double(def)}; }
+// Defaults as float: ONNX FLOAT attributes are floats, so a default equals what a file holds.
+AttrDef F(std::string_view n, float def = 0.0f) { return {n, AP::FLOAT, double(def)}; }
+AttrDef S(std::string_view n, std::string_view def = {}, std::vector<std::string_view> ok = {}) {
+  return {n, AP::STRING, 0, def, std::move(ok)};
+}
+AttrDef Is(std::string_view n) { return {n, AP::INTS}; }
+AttrDef Fs(std::string_view n) { return {n, AP::FLOATS}; }
+AttrDef Ss(std::string_view n) { return {n, AP::STRINGS}; }
+AttrDef T(std::string_view n) { return {n, AP::TENSOR}; }
+
+// A node's attributes, checked at load against the operator's AttrDefs (and, for a mapped op,
+// the mapping's names); read by name with ONNX's default where the node leaves one out.
+class NodeAttrs {
  public:
-  OnnxModel(::onnx::ModelProto proto, const LoadOptions& options);
-  std::string type_name() const override { return "OnnxModel"; }
-  std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
-
-  // The graph with each weight's initialiser holding its current value.
-  ::onnx::ModelProto with_current_weights() const {
-    ::onnx::ModelProto m = proto_;
-    std::unordered_map<std::string, Tensor> values;
-    for (auto& [n, v] : named_parameters(false)) values[n] = v.value();
-    for (auto& t : *m.mutable_graph()->mutable_initializer()) {
-      const std::string name = t.name();  // to_proto clears t first
-      auto it = values.find(name);
-      if (it != values.end()) to_proto(it->second, ElemType(t.data_type()), name, t);
+  NodeAttrs(const NodeProto& n, const std::vector<AttrDef>& defs, const OnnxMapping* mapping,
+            const OpDef* op, const std::string& what)
+      : defs_(&defs), what_(what) {
+    for (auto& a : n.attribute()) {
+      const AttrDef* d = def(a.name());
+      const OnnxAttrType have = attr_type_of(a);
+      if (d) {
+        if (have != d->type && have != AP::UNDEFINED)
+          fail(kWho, what, ": attribute '", a.name(), "' has type ", attr_type_name(have),
+               ", expected ", attr_type_name(d->type));
+        if (!d->allowed.empty() &&
+            std::find(d->allowed.begin(), d->allowed.end(), a.s()) == d->allowed.end())
+          fail(kWho, what, ": attribute '", a.name(), "' is '", a.s(), "', soma supports ",
+               join(quoted(d->allowed)));
+      } else if (!mapped(a.name(), mapping)) {
+        std::vector<std::string> names;
+        for (auto& k : defs) names.emplace_back(k.name);
+        if (mapping)
+          for (auto& m : mapping->attrs)
+            if (!def(m.onnx)) names.push_back(m.onnx);
+        fail(kWho, what, ": attribute '", a.name(), "' is not an attribute of ", n.op_type(),
+             op ? " (soma op '" + op->name + "')" : std::string(), "; ",
+             names.empty() ? std::string("it takes none") : "allowed: " + join(names));
+      }
+      items_.push_back(&a);
     }
-    return m;
   }
 
-  void summary(std::ostream& os) const override {
-    os << "Model: \"" << name() << "\" (ONNX graph '" << graph().name() << "', opset " << opset_
-       << ", " << graph().node_size() << " nodes)\n";
-    for (auto& i : inputs_) os << "  input  " << i.name << " " << format_dims(i.shape) << "\n";
-    for (auto& o : output_names_) os << "  output " << o << "\n";
-    print_totals(os);
+  const AttributeProto* find(std::string_view name) const {
+    for (auto* a : items_)
+      if (a->name() == name) return a;
+    return nullptr;
   }
-
- protected:
-  Tensor forward(const Tensor& x) override { return call({x}).at(0); }
+  bool has(std::string_view name) const { return find(name) != nullptr; }
+  std::int64_t i(std::string_view name) const {
+    auto* a = find(name);
+    return a ? a->i() : std::int64_t(known(name).num);
+  }
+  std::int64_t i(std::string_view name, std::int64_t def) const {  // an opset-dependent default
+    auto* a = find(name);
+    return a ? a->i() : def;
+  }
+  double f(std::string_view name) const {
+    auto* a = find(name);
+    return a ? double(a->f()) : known(name).num;
+  }
+  std::string s(std::string_view name) const {
+    auto* a = find(name);
+    return a ? a->s() : std::string(known(name).str);
+  }
+  std::vector<std::int64_t> ints(std::string_view name) const {
+    auto* a = find(name);
+    if (!a) return {};
+    return {a->ints().begin(), a->ints().end()};
+  }
+  // The operator's definition of an attribute (nullptr: not listed).
+  const AttrDef* def(std::string_view name) const {
+    for (auto& d : *defs_)
+      if (d.name == name) return &d;
+    return nullptr;
+  }
 
  private:
-  struct Input {
-    std::string name;
-    Shape shape;  // -1 where symbolic or unknown
-    DType dtype;
-  };
-  const ::onnx::GraphProto& graph() const { return proto_.graph(); }
-  static std::string format_dims(const Shape& s) {
-    std::string r = "[";
-    for (std::size_t i = 0; i < s.size(); ++i)
-      r += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
-    return r + "]";
+  static std::vector<std::string> quoted(const std::vector<std::string_view>& v) {
+    std::vector<std::string> r;
+    for (auto s : v) r.push_back(std::string(1, '\'').append(s).append(1, '\''));
+    return r;
   }
-  using Env = std::unordered_map<std::string, Tensor>;
-  std::vector<Tensor> run_node(const NodeProto& n, int index, const std::vector<Tensor>& in) const;
-  std::vector<Tensor> recurrent(const NodeProto& n, const std::string& what,
-                                const std::vector<Tensor>& in) const;
-
-  ::onnx::ModelProto proto_;
-  std::int64_t opset_ = 0;
-  std::vector<Input> inputs_;
-  std::vector<std::string> output_names_;
-  std::unordered_map<std::string, Tensor> constants_;  // integer initialisers, Constant nodes
+  static bool mapped(const std::string& name, const OnnxMapping* m) {
+    if (m)
+      for (auto& a : m->attrs)
+        if (a.onnx == name) return true;
+    return false;
+  }
+  const AttrDef& known(std::string_view name) const {
+    const AttrDef* d = def(name);
+    if (!d) fail(kWho, what_, ": internal: attribute '", std::string(name), "' is not listed");
+    return *d;
+  }
+  const std::vector<AttrDef>* defs_;
+  std::string what_;
+  std::vector<const AttributeProto*> items_;
 };
 
-OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
-    : proto_(std::move(proto)) {
-  for (auto& os : proto_.opset_import())
-    if (os.domain().empty() || os.domain() == "ai.onnx") opset_ = os.version();
-  if (opset_ == 0) fail(kWho, "the model imports no opset of the default ONNX domain");
-  const auto& g = graph();
-  if (!g.name().empty()) {
-    std::string n;
-    for (char c : g.name()) n += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-    set_name(n);
+// What a handler sees.
+struct Node {
+  const NodeProto& proto;
+  const std::string& what;
+  const NodeAttrs& attr;
+  const std::vector<Tensor>& in;
+  std::int64_t opset;
+  bool training;
+  const Tensor& arg(std::size_t i) const {
+    if (i >= in.size() || !in[i].defined()) fail(kWho, what, ": input ", i, " is missing");
+    return in[i];
   }
-  // Every operator is checked before anything runs, so an unsupported one fails at load.
-  for (int i = 0; i < g.node_size(); ++i) {
-    const auto& n = g.node(i);
-    if (!n.domain().empty() && n.domain() != "ai.onnx")
-      fail(kWho, node_desc(n, i), ": operator '", n.op_type(), "' of domain '", n.domain(),
-           "' is not supported (soma runs operators of the default ONNX domain)");
-    if (!supported_ops().count(n.op_type())) {
-      std::string list;
-      for (auto& o : supported_ops()) list += (list.empty() ? "" : ", ") + o;
-      fail(kWho, node_desc(n, i), ": operator '", n.op_type(), "' is not supported by soma (",
-           "supported: ", list, ")");
-    }
-    for (auto& a : n.attribute())
-      if (a.type() == AttributeProto::GRAPH || a.type() == AttributeProto::GRAPHS)
-        fail(kWho, node_desc(n, i), ": sub-graphs are not supported");
-  }
-  // Constant nodes are evaluated once, here; they are constants, not weights.
-  for (int i = 0; i < g.node_size(); ++i)
-    if (g.node(i).op_type() == "Constant")
-      constants_[g.node(i).output(0)] = constant_value(g.node(i), node_desc(g.node(i), i));
-  // BatchNormalization statistics are weights that training leaves alone.
-  std::set<std::string> statistics;
-  for (auto& n : g.node())
-    if (n.op_type() == "BatchNormalization")
-      for (int k = 3; k < 5 && k < n.input_size(); ++k) statistics.insert(n.input(k));
-
-  std::set<std::string> init_names;
-  for (auto& t : g.initializer()) {
-    if (t.name().empty()) fail(kWho, "an initializer has no name");
-    init_names.insert(t.name());
-    Tensor v = from_proto(t);
-    if (is_floating(v.dtype())) {
-      add_weight(t.name(), v, options.trainable && !statistics.count(t.name()));
-    } else {
-      constants_[t.name()] = v;
-    }
-  }
-  for (auto& vi : g.input()) {
-    if (init_names.count(vi.name())) continue;  // IR < 4 lists initialisers as inputs too
-    if (!vi.type().has_tensor_type())
-      fail(kWho, "graph input '", vi.name(), "' is not a tensor");
-    const auto& tt = vi.type().tensor_type();
-    Input in{vi.name(), {}, soma_dtype(tt.elem_type(), "graph input '" + vi.name() + "'")};
-    if (tt.has_shape())
-      for (auto& d : tt.shape().dim()) in.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
-    else
-      in.shape = {};  // unknown rank
-    inputs_.push_back(in);
-  }
-  for (auto& vo : g.output()) output_names_.push_back(vo.name());
-  if (output_names_.empty()) fail(kWho, "the graph has no outputs");
-}
-
-std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
-  if (inputs.size() != inputs_.size())
-    fail(type_name(), "model '", name(), "' takes ", inputs_.size(), " input(s) (", [&] {
-      std::string s;
-      for (auto& i : inputs_) s += (s.empty() ? "" : ", ") + i.name;
-      return s;
-    }(), "), got ", inputs.size());
-  Env env;
-  for (auto& [n, t] : constants_) env[n] = t;
-  for (auto& [n, v] : named_parameters(false)) env[n] = v.value();
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const Input& want = inputs_[i];
-    Tensor x = inputs[i];
-    if (!x.defined()) fail(type_name(), "input '", want.name, "' is undefined");
-    bool ok = want.shape.empty() || x.rank() == std::int64_t(want.shape.size());
-    for (std::size_t d = 0; ok && d < want.shape.size(); ++d)
-      ok = want.shape[d] < 0 || want.shape[d] == x.shape()[d];
-    if (!ok)
-      fail(type_name(), "model '", name(), "': input '", want.name, "' expects shape ",
-           format_dims(want.shape), ", got ", shape_str(x.shape()));
-    if (x.dtype() != want.dtype) x = cast(x, want.dtype);
-    env[want.name] = x;
-  }
-  const auto& g = graph();
-  for (int i = 0; i < g.node_size(); ++i) {
-    const auto& n = g.node(i);
-    if (n.op_type() == "Constant") continue;
-    std::vector<Tensor> in;
-    for (auto& name : n.input()) {
-      if (name.empty()) {
-        in.emplace_back();  // an omitted optional input
-        continue;
-      }
-      auto it = env.find(name);
-      if (it == env.end())
-        fail(kWho, node_desc(n, i), ": input '", name, "' is not computed before the node "
-             "(the graph is not topologically sorted, or the name is unknown)");
-      in.push_back(it->second);
-    }
-    std::vector<Tensor> out;
-    try {
-      out = run_node(n, i, in);
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      if (msg.rfind(kWho, 0) == 0) throw;
-      fail(kWho, node_desc(n, i), ": ", msg);
-    }
-    for (int k = 0; k < n.output_size(); ++k) {
-      if (n.output(k).empty()) continue;
-      if (std::size_t(k) >= out.size() || !out[std::size_t(k)].defined())
-        fail(kWho, node_desc(n, i), ": output ", k, " ('", n.output(k), "') is not supported");
-      env[n.output(k)] = out[std::size_t(k)];
-    }
-  }
-  std::vector<Tensor> outs;
-  for (auto& o : output_names_) {
-    auto it = env.find(o);
-    if (it == env.end()) fail(kWho, "graph output '", o, "' is never computed");
-    outs.push_back(it->second);
-  }
-  return outs;
-}
+  bool has(std::size_t i) const { return i < in.size() && in[i].defined(); }
+  const Tensor& x() const { return arg(0); }
+  double number(std::size_t i) const { return cast(in[i], DType::f64).item<double>(); }
+};
+using Handler = std::vector<Tensor> (*)(const Node&);
 
 // Reads an integer tensor's values (Reshape's shape, Slice's starts, ...).
 std::vector<std::int64_t> ints_of(const Tensor& t) {
@@ -285,50 +214,427 @@ std::vector<std::int64_t> ints_of(const Tensor& t) {
   return cast(t, DType::i64).to_vector<std::int64_t>();
 }
 
-Padding onnx_padding(const NodeProto& n, const std::string& what) {
-  std::string ap = attr_s(n, "auto_pad", "NOTSET");
-  if (ap == "VALID") return Padding("valid");
-  if (ap == "SAME_UPPER") return Padding("same");  // TensorFlow's rule: the extra at the end
-  if (ap != "NOTSET" && !ap.empty())
-    fail(kWho, what, ": auto_pad ", ap, " is not supported");
-  auto p = attr_ints(n, "pads", {0, 0, 0, 0});
-  if (p.size() != 4) fail(kWho, what, ": only 2-D windows are supported (pads ", p.size(), ")");
+// ---- handlers: operators that need more than one soma op ----------------------------------------
+
+std::vector<Tensor> identity(const Node& n) { return {n.x()}; }
+
+std::vector<Tensor> dropout(const Node& n) {
+  const Tensor& x = n.x();
+  const double ratio = n.has(1) ? n.number(1) : n.attr.f("ratio");
+  bool train = n.has(2) ? n.number(2) != 0.0 : n.training;
+  if (!train || ratio <= 0.0) return {x, ones_like(x).cast(DType::boolean)};
+  Tensor keep = greater_equal(random_uniform(x.shape(), 0.0, 1.0, x.dtype()), scalar(ratio, x.dtype()));
+  return {x * cast(keep, x.dtype()) / (1.0 - ratio), keep};
+}
+
+// Integer operands divide as f32 (soma's divide).
+std::vector<Tensor> divide_(const Node& n) { return {n.x() / n.arg(1)}; }
+// The exponent may have another dtype than the base.
+std::vector<Tensor> pow_(const Node& n) { return {pow(n.x(), cast(n.arg(1), n.x().dtype()))}; }
+
+// Sum, Mean, Max and Min take any number of inputs.
+Tensor add2(const Tensor& a, const Tensor& b) { return a + b; }
+Tensor max2(const Tensor& a, const Tensor& b) { return maximum(a, b); }
+Tensor min2(const Tensor& a, const Tensor& b) { return minimum(a, b); }
+template <Tensor (*Combine)(const Tensor&, const Tensor&), bool Average = false>
+std::vector<Tensor> variadic(const Node& n) {
+  Tensor s = n.x();
+  for (std::size_t i = 1; i < n.in.size(); ++i) s = Combine(s, n.arg(i));
+  if (Average) s = s / double(n.in.size());
+  return {s};
+}
+
+std::vector<Tensor> clip_(const Node& n) {
+  double lo = -std::numeric_limits<double>::infinity(), hi = -lo;
+  if (n.opset >= 11) {  // bounds are inputs from opset 11 on
+    if (n.has(1)) lo = n.number(1);
+    if (n.has(2)) hi = n.number(2);
+  } else {
+    lo = n.attr.f("min");
+    hi = n.attr.f("max");
+  }
+  return {clip(n.x(), lo, hi)};
+}
+
+std::vector<Tensor> hard_sigmoid(const Node& n) {
+  return {clip(n.x() * n.attr.f("alpha") + n.attr.f("beta"), 0.0, 1.0)};
+}
+std::vector<Tensor> hard_swish(const Node& n) {
+  const Tensor& x = n.x();
+  return {x * clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)};
+}
+
+std::vector<Tensor> expand(const Node& n) {
+  auto s = ints_of(n.arg(1));
+  return {n.x() + zeros(Shape(s.begin(), s.end()), n.x().dtype())};  // broadcasts both ways
+}
+
+template <bool Log>
+std::vector<Tensor> softmax_(const Node& n) {
+  const Tensor& x = n.x();
+  if (n.opset >= 13) {
+    std::int64_t axis = n.attr.i("axis", -1);
+    return {Log ? log_softmax(x, axis) : softmax(x, axis)};
+  }
+  // Before opset 13: over all axes from `axis` on (the input seen as 2-D).
+  std::int64_t axis = norm_axis(n.attr.i("axis", 1), x.rank());
+  std::int64_t outer = 1;
+  for (std::int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+  Tensor f = reshape(x, {outer, -1});
+  return {reshape(Log ? log_softmax(f, -1) : softmax(f, -1), x.shape())};
+}
+
+std::vector<Tensor> gemm(const Node& n) {
+  Tensor a = n.attr.i("transA") ? transpose(n.x()) : n.x();
+  Tensor b = n.attr.i("transB") ? transpose(n.arg(1)) : n.arg(1);
+  const double alpha = n.attr.f("alpha"), beta = n.attr.f("beta");
+  Tensor y = matmul(a, b);
+  if (alpha != 1.0) y = y * alpha;
+  if (n.has(2)) y = y + (beta != 1.0 ? n.in[2] * beta : n.in[2]);
+  return {y};
+}
+
+// auto_pad's values soma runs; the others fail at load (the AttrDef's allowed list).
+enum class AutoPad { notset, valid, same_upper };
+const std::unordered_map<std::string, AutoPad>& auto_pads() {
+  static const std::unordered_map<std::string, AutoPad> m{
+      {"NOTSET", AutoPad::notset}, {"", AutoPad::notset}, {"VALID", AutoPad::valid},
+      {"SAME_UPPER", AutoPad::same_upper}};
+  return m;
+}
+const std::vector<std::string_view> kAutoPads{"NOTSET", "VALID", "SAME_UPPER", ""};
+
+Padding onnx_padding(const Node& n) {
+  switch (auto_pads().at(n.attr.s("auto_pad"))) {
+    case AutoPad::valid: return Padding("valid");
+    case AutoPad::same_upper: return Padding("same");  // TensorFlow's rule: the extra at the end
+    case AutoPad::notset: break;
+  }
+  auto p = n.attr.has("pads") ? n.attr.ints("pads") : std::vector<std::int64_t>{0, 0, 0, 0};
+  if (p.size() != 4) fail(kWho, n.what, ": only 2-D windows are supported (pads ", p.size(), ")");
   return Padding(p[0], p[2], p[1], p[3]);  // ONNX {t, l, b, r} -> soma {t, b, l, r}
 }
 
-Size2 size2(const std::vector<std::int64_t>& v, const std::string& attr, const std::string& what,
-            std::int64_t def) {
+Size2 size2(const Node& n, std::string_view attr, std::int64_t def) {
+  auto v = n.attr.ints(attr);
   if (v.empty()) return Size2(def);
-  if (v.size() != 2) fail(kWho, what, ": only 2-D ", attr, " are supported, got ", v.size(), " values");
+  if (v.size() != 2)
+    fail(kWho, n.what, ": only 2-D ", std::string(attr), " are supported, got ", v.size(), " values");
   return Size2(v[0], v[1]);
 }
 
-Tensor activation_fn(const std::string& name, const Tensor& x, const std::string& what) {
-  std::string n = lower(name);
-  if (n == "sigmoid") return sigmoid(x);
-  if (n == "tanh") return tanh(x);
-  if (n == "relu") return relu(x);
-  fail(kWho, what, ": recurrent activation '", name, "' is not supported (Sigmoid, Tanh, Relu)");
+template <bool Transposed>
+std::vector<Tensor> conv(const Node& n) {
+  const Tensor& x = n.x();
+  if (x.rank() != 4)
+    fail(kWho, n.what, ": only 2-D convolutions (inputs [N, C, H, W]) are supported");
+  const Tensor& w = n.arg(1);
+  Size2 strides = size2(n, "strides", 1);
+  Size2 dil = size2(n, "dilations", 1);
+  const std::int64_t groups = n.attr.i("group");
+  Tensor y;
+  if (!Transposed) {
+    y = conv2d(x, w, strides, onnx_padding(n), dil, groups);
+  } else {
+    Padding pad = onnx_padding(n);
+    if (pad.mode() != Padding::Mode::explicit_)
+      fail(kWho, n.what, ": ConvTranspose needs explicit pads (auto_pad is not supported)");
+    Size2 op_ = size2(n, "output_padding", 0);
+    auto os = n.attr.ints("output_shape");
+    const auto& p = pad.pads();
+    if (!os.empty()) {  // the output size decides output_padding (the pads stay as given)
+      auto keff = [](std::int64_t k, std::int64_t d) { return (k - 1) * d + 1; };
+      const std::size_t o = os.size() - 2;
+      op_ = Size2(os[o] - ((x.dim(2) - 1) * strides.h + keff(w.dim(2), dil.h) - p[0] - p[1]),
+                  os[o + 1] - ((x.dim(3) - 1) * strides.w + keff(w.dim(3), dil.w) - p[2] - p[3]));
+    }
+    y = conv2d_transpose(x, w, strides, pad, op_, dil, groups);
+  }
+  if (n.has(2)) y = y + reshape(n.in[2], {1, -1, 1, 1});
+  return {y};
 }
 
-// LSTM, GRU and RNN (one direction, forward or reverse, layout 0 or 1).
-std::vector<Tensor> OnnxModel::recurrent(const NodeProto& n, const std::string& what,
-                                         const std::vector<Tensor>& in) const {
-  const std::string type = n.op_type();
-  const int k = type == "LSTM" ? 4 : type == "GRU" ? 3 : 1;
-  const std::string dir = attr_s(n, "direction", "forward");
-  if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
-    fail(kWho, what, ": direction '", dir, "' is not supported");
-  if (find_attr(n, "clip")) fail(kWho, what, ": clip is not supported");
-  if (attr_i(n, "input_forget", 0)) fail(kWho, what, ": input_forget is not supported");
+template <bool Max>
+std::vector<Tensor> pool(const Node& n) {
+  const Tensor& x = n.x();
+  if (x.rank() != 4) fail(kWho, n.what, ": only 2-D pooling (inputs [N, C, H, W]) is supported");
+  if (n.proto.output_size() > 1 && !n.proto.output(1).empty())
+    fail(kWho, n.what, ": the Indices output is not supported");
+  Size2 ks = size2(n, "kernel_shape", 1);
+  Size2 st = size2(n, "strides", 1);  // ONNX's default is 1
+  for (auto d : n.attr.ints("dilations"))
+    if (d != 1) fail(kWho, n.what, ": dilated pooling is not supported");
+  Padding pad = onnx_padding(n);
+  Tensor xi = x;
+  if (!Max && n.attr.i("count_include_pad") && pad.mode() == Padding::Mode::explicit_) {
+    // Zeros that count: pad explicitly, then pool without padding.
+    const auto& p = pad.pads();
+    xi = soma::pad(x, {{0, 0}, {0, 0}, {p[0], p[1]}, {p[2], p[3]}});
+    pad = Padding("valid");
+  }
+  if (n.attr.i("ceil_mode")) {
+    // Extra padding at the end gives the ceil sizes; max pooling ignores padding, so the
+    // result is exact there. Average pooling with a partial window is refused.
+    auto base = pool2d_output_shape(xi.shape(), ks, st, pad);
+    std::array<std::int64_t, 4> p{0, 0, 0, 0};
+    if (pad.mode() == Padding::Mode::explicit_) p = pad.pads();
+    else if (pad.mode() == Padding::Mode::same)
+      p = resolve_padding(pad, xi.dim(2), xi.dim(3), ks, st);
+    auto ceil_len = [](std::int64_t len, std::int64_t k, std::int64_t s) {
+      return (len - k + s - 1) / s + 1;
+    };
+    const std::int64_t ch = ceil_len(xi.dim(2) + p[0] + p[1], ks.h, st.h);
+    const std::int64_t cw = ceil_len(xi.dim(3) + p[2] + p[3], ks.w, st.w);
+    if (ch != base[2] || cw != base[3]) {
+      if (!Max)
+        fail(kWho, n.what, ": ceil_mode with a partial last window is not supported for "
+             "AveragePool");
+      p[1] += (ch - 1) * st.h + ks.h - (xi.dim(2) + p[0] + p[1]);
+      p[3] += (cw - 1) * st.w + ks.w - (xi.dim(3) + p[2] + p[3]);
+      pad = Padding(p[0], p[1], p[2], p[3]);
+    }
+  }
+  return {Max ? max_pool2d(xi, ks, st, pad) : avg_pool2d(xi, ks, st, pad)};
+}
+
+template <bool Max>
+std::vector<Tensor> global_pool(const Node& n) {
+  const Tensor& x = n.x();
+  Axes axes;
+  for (std::int64_t d = 2; d < x.rank(); ++d) axes.push_back(d);
+  return {Max ? max(x, axes, true) : mean(x, axes, true)};
+}
+
+std::vector<Tensor> batch_norm(const Node& n) {
+  const Tensor& x = n.x();
+  if (n.proto.output_size() > 1)
+    fail(kWho, n.what, ": training-mode outputs (running mean/var) are not supported");
+  Shape b(std::size_t(x.rank()), 1);
+  b[1] = x.dim(1);
+  const double eps = n.attr.f("epsilon");
+  // As nn::BatchNormalization in inference: (x - mean) * rsqrt(var + eps) * gamma + beta.
+  Tensor y = (x - reshape(n.arg(3), b)) * rsqrt(reshape(n.arg(4), b) + eps);
+  y = y * reshape(n.arg(1), b);
+  return {y + reshape(n.arg(2), b)};
+}
+
+std::vector<Tensor> layer_norm(const Node& n) {
+  const Tensor& x = n.x();
+  if (n.proto.output_size() > 1)
+    fail(kWho, n.what, ": the Mean/InvStdDev outputs are not supported");
+  const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
+  Axes axes;
+  for (std::int64_t d = axis; d < x.rank(); ++d) axes.push_back(d);
+  const double eps = n.attr.f("epsilon");
+  Tensor m = mean(x, axes, true);
+  Tensor var = mean(square(x - m), axes, true);
+  Tensor y = (x - m) * rsqrt(var + eps);
+  y = y * n.arg(1);
+  if (n.has(2)) y = y + n.in[2];
+  return {y};
+}
+
+template <bool Mean>
+std::vector<Tensor> reduce(const Node& n) {
+  const Tensor& x = n.x();
+  Axes axes;
+  if (!Mean && n.opset >= 13) {  // ReduceSum's axes are an input from opset 13 on
+    if (n.has(1))
+      for (auto a : ints_of(n.in[1])) axes.push_back(a);
+  } else {
+    for (auto a : n.attr.ints("axes")) axes.push_back(a);
+  }
+  const bool keep = n.attr.i("keepdims") != 0;
+  if (axes.empty() && !Mean && n.attr.i("noop_with_empty_axes")) return {x};
+  return {Mean ? mean(x, axes, keep) : sum(x, axes, keep)};
+}
+
+std::vector<Tensor> flatten(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
+  std::int64_t outer = 1;
+  for (std::int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+  std::int64_t inner = 1;
+  for (std::int64_t d = axis; d < x.rank(); ++d) inner *= x.dim(d);
+  return {reshape(x, {outer, inner})};
+}
+
+std::vector<Tensor> reshape_(const Node& n) {
+  const Tensor& x = n.x();
+  auto s = ints_of(n.arg(1));
+  const bool allowzero = n.attr.i("allowzero") != 0;
+  Shape shape;
+  for (std::size_t d = 0; d < s.size(); ++d)
+    shape.push_back(s[d] == 0 && !allowzero ? x.dim(std::int64_t(d)) : s[d]);
+  return {reshape(x, shape)};
+}
+
+// Shape's start and end (opset 15) clamp to [0, rank] after counting negatives from the end.
+std::vector<Tensor> shape_(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t r = x.rank();
+  auto bound = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + r : v, 0, r); };
+  const std::int64_t b = bound(n.attr.i("start")), e = bound(n.attr.i("end", r));
+  std::vector<std::int64_t> s;
+  for (std::int64_t d = b; d < e; ++d) s.push_back(x.dim(d));
+  return {constant(s, Shape{std::int64_t(s.size())})};
+}
+
+std::vector<Tensor> transpose_(const Node& n) { return {transpose(n.x(), n.attr.ints("perm"))}; }
+
+template <bool Squeeze>
+std::vector<Tensor> squeeze_(const Node& n) {
+  const Tensor& x = n.x();
+  std::vector<std::int64_t> axes =  // an input from opset 13 on
+      n.opset >= 13 ? ints_of(n.has(1) ? n.in[1] : Tensor()) : n.attr.ints("axes");
+  if (Squeeze) return {squeeze(x, axes)};
+  const std::int64_t out_rank = x.rank() + std::int64_t(axes.size());
+  for (auto& a : axes) a = norm_axis(a, out_rank);
+  std::sort(axes.begin(), axes.end());
+  Tensor y = x;
+  for (auto a : axes) y = expand_dims(y, a);
+  return {y};
+}
+
+std::vector<Tensor> gather_(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
+  // Negative indices count from the end (indices carry no gradient: fix them on the host).
+  Tensor idx = n.arg(1);
+  auto iv = ints_of(idx);
+  for (auto& v : iv)
+    if (v < 0) v += x.dim(axis);
+  idx = constant(iv, idx.shape());
+  if (idx.rank() == 0) {  // a scalar index drops the axis
+    return {squeeze(gather(x, reshape(cast(idx, DType::i64), {1}), axis), {axis})};
+  }
+  return {gather(x, cast(idx, DType::i64), axis)};
+}
+
+std::vector<Tensor> slice_(const Node& n) {
+  const Tensor& x = n.x();
+  auto starts = ints_of(n.arg(1)), ends = ints_of(n.arg(2));
+  std::vector<std::int64_t> axes = n.has(3) ? ints_of(n.in[3]) : std::vector<std::int64_t>{};
+  std::vector<std::int64_t> steps = n.has(4) ? ints_of(n.in[4]) : std::vector<std::int64_t>{};
+  if (axes.empty())
+    for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(std::int64_t(i));
+  std::vector<Slice> sl(std::size_t(x.rank()));
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const std::int64_t a = norm_axis(axes[i], x.rank());
+    const std::int64_t dim = x.dim(a);
+    const std::int64_t step = i < steps.size() ? steps[i] : 1;
+    std::int64_t s = starts[i], e = ends[i];
+    if (s < 0) s += dim;
+    if (e < 0 && e > INT64_MIN / 2) e += dim;
+    Slice z;
+    z.step = step;
+    if (step > 0) {
+      z.start = std::clamp<std::int64_t>(s, 0, dim);
+      z.stop = std::clamp<std::int64_t>(e, 0, dim);
+    } else {
+      z.start = std::clamp<std::int64_t>(s, 0, dim - 1);
+      if (e < 0) z.stop = std::nullopt;  // runs to the first element
+      else z.stop = std::min<std::int64_t>(e, dim - 1);
+    }
+    sl[std::size_t(a)] = z;
+  }
+  return {slice(x, sl)};
+}
+
+std::vector<Tensor> pad_(const Node& n) {  // mode 'constant' only (its AttrDef's allowed list)
+  const Tensor& x = n.x();
+  auto p = n.opset >= 11 ? ints_of(n.arg(1)) : n.attr.ints("pads");
+  if (std::int64_t(p.size()) != 2 * x.rank())
+    fail(kWho, n.what, ": pads has ", p.size(), " values for an input of rank ", x.rank());
+  if (n.has(3)) fail(kWho, n.what, ": the axes input is not supported");
+  const double value = n.opset >= 11 ? (n.has(2) ? n.number(2) : 0.0) : n.attr.f("value");
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads;
+  for (std::int64_t d = 0; d < x.rank(); ++d)
+    pads.emplace_back(p[std::size_t(d)], p[std::size_t(d + x.rank())]);
+  for (auto& [a, b] : pads)
+    if (a < 0 || b < 0) fail(kWho, n.what, ": negative pads are not supported");
+  return {soma::pad(x, pads, value)};
+}
+
+std::vector<Tensor> constant_of_shape(const Node& n) {
+  auto s = ints_of(n.x());
+  Shape shape(s.begin(), s.end());
+  Tensor v = scalar(0.0, DType::f32);
+  if (auto* a = n.attr.find("value")) v = from_proto(a->t());
+  return {fill(shape, cast(v, DType::f64).item<double>(), v.dtype())};
+}
+
+// Constant: its value attribute, by kind (the first one the node lists).
+using ConstantReader = Tensor (*)(const AttributeProto&);
+const std::unordered_map<std::string_view, ConstantReader>& constant_readers() {
+  static const std::unordered_map<std::string_view, ConstantReader> m{
+      {"value", [](const AttributeProto& a) { return from_proto(a.t()); }},
+      {"value_float", [](const AttributeProto& a) { return scalar(a.f(), DType::f32); }},
+      {"value_int", [](const AttributeProto& a) { return scalar(double(a.i()), DType::i64); }},
+      {"value_floats",
+       [](const AttributeProto& a) {
+         return constant(std::vector<float>(a.floats().begin(), a.floats().end()),
+                         Shape{a.floats_size()});
+       }},
+      {"value_ints", [](const AttributeProto& a) {
+         return constant(std::vector<std::int64_t>(a.ints().begin(), a.ints().end()),
+                         Shape{a.ints_size()});
+       }}};
+  return m;
+}
+std::vector<Tensor> constant_(const Node& n) {
+  for (auto& a : n.proto.attribute()) {
+    auto it = constant_readers().find(a.name());
+    if (it != constant_readers().end()) return {it->second(a)};
+  }
+  fail(kWho, n.what, ": a Constant needs a value, value_float(s) or value_int(s) attribute");
+}
+
+// Recurrent activations by name (ONNX spells them in any case).
+using Activation = Tensor (*)(const Tensor&);
+const std::unordered_map<std::string, Activation>& activations() {
+  static const std::unordered_map<std::string, Activation> m{
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }},
+      {"relu", [](const Tensor& x) { return relu(x); }}};
+  return m;
+}
+Tensor activation_fn(const std::string& name, const Tensor& x, const std::string& what) {
+  auto it = activations().find(lower(name));
+  if (it == activations().end())
+    fail(kWho, what, ": recurrent activation '", name, "' is not supported (Sigmoid, Tanh, Relu)");
+  return it->second(x);
+}
+
+struct Direction {
+  int count;     // directions run
+  bool reverse;  // the first one runs backwards
+};
+const std::unordered_map<std::string, Direction>& directions() {
+  static const std::unordered_map<std::string, Direction> m{
+      {"forward", {1, false}}, {"reverse", {1, true}}, {"bidirectional", {2, false}}};
+  return m;
+}
+const std::vector<std::string_view> kDirections{"forward", "reverse", "bidirectional"};
+
+// LSTM (K = 4 gates), GRU (3) and RNN (1): one direction, forward or reverse, or both; layout
+// 0 or 1.
+template <int K>
+std::vector<Tensor> recurrent(const Node& n) {
+  constexpr int k = K;
+  const std::string& what = n.what;
+  const std::vector<Tensor>& in = n.in;
+  const Direction dir = directions().at(n.attr.s("direction"));
+  if (n.attr.has("clip")) fail(kWho, what, ": clip is not supported");
+  if (n.attr.i("input_forget", 0)) fail(kWho, what, ": input_forget is not supported");
   if (in.size() > 4 && in[4].defined()) fail(kWho, what, ": sequence_lens is not supported");
-  if (type == "LSTM" && in.size() > 7 && in[7].defined())
+  if (k == 4 && in.size() > 7 && in[7].defined())
     fail(kWho, what, ": peephole weights (P) are not supported");
-  const bool batch_first = attr_i(n, "layout", 0) == 1;
-  const int dirs = dir == "bidirectional" ? 2 : 1;
+  const bool batch_first = n.attr.i("layout") == 1;
+  const int dirs = dir.count;
   const std::size_t per_dir = k == 4 ? 3 : k == 3 ? 2 : 1;  // activations per direction
   std::vector<std::string> acts;
-  if (auto* a = find_attr(n, "activations")) acts.assign(a->strings().begin(), a->strings().end());
+  if (auto* a = n.attr.find("activations")) acts.assign(a->strings().begin(), a->strings().end());
   if (acts.empty()) {
     for (int d = 0; d < dirs; ++d) {
       if (k == 4) acts.insert(acts.end(), {"Sigmoid", "Tanh", "Tanh"});
@@ -338,7 +644,7 @@ std::vector<Tensor> OnnxModel::recurrent(const NodeProto& n, const std::string& 
   }
   if (acts.size() != per_dir * std::size_t(dirs))
     fail(kWho, what, ": expected ", per_dir * std::size_t(dirs), " activations, got ", acts.size());
-  Tensor X = in.at(0), W = in.at(1), R = in.at(2);
+  Tensor X = n.x(), W = n.arg(1), R = n.arg(2);
   if (batch_first) X = transpose(X, {1, 0, 2});  // -> [time, batch, features]
   const std::int64_t U = R.dim(-1);
   const std::int64_t T = X.dim(0), N = X.dim(1);
@@ -349,13 +655,13 @@ std::vector<Tensor> OnnxModel::recurrent(const NodeProto& n, const std::string& 
     return Tensor();
   };
   const Tensor H0 = state(5), C0 = k == 4 ? state(6) : Tensor();
-  const bool linear_before_reset = attr_i(n, "linear_before_reset", 0) != 0;
+  const bool linear_before_reset = n.attr.i("linear_before_reset", 0) != 0;
   auto chunk = [&](const Tensor& t, std::int64_t g) {
     return slice(t, {Slice{}, Slice{g * U, (g + 1) * U}});
   };
   std::vector<Tensor> Ys, Yhs, Ycs;
   for (int d = 0; d < dirs; ++d) {
-    const bool reverse = dir == "reverse" || d == 1;
+    const bool reverse = dir.reverse || d == 1;
     const std::string* act = &acts[per_dir * std::size_t(d)];
     Tensor Wt = transpose(W[d]);  // [in, k*U]
     Tensor Rt = transpose(R[d]);  // [U, k*U]
@@ -424,337 +730,451 @@ std::vector<Tensor> OnnxModel::recurrent(const NodeProto& n, const std::string& 
   return {Y, Yh, Yc};
 }
 
-std::vector<Tensor> OnnxModel::run_node(const NodeProto& n, int index,
-                                        const std::vector<Tensor>& in) const {
-  const std::string& op = n.op_type();
-  const std::string what = node_desc(n, index);
-  auto arg = [&](std::size_t i) -> const Tensor& {
-    if (i >= in.size() || !in[i].defined())
-      fail(kWho, what, ": input ", i, " is missing");
-    return in[i];
-  };
-  auto has = [&](std::size_t i) { return i < in.size() && in[i].defined(); };
-  const Tensor& x = arg(0);
 
-  if (op == "Identity") return {x};
-  if (op == "Dropout") {
-    const double ratio =
-        has(1) ? cast(in[1], DType::f64).item<double>() : double(attr_f(n, "ratio", 0.5f));
-    bool train = has(2) ? cast(in[2], DType::f64).item<double>() != 0.0 : training();
-    if (!train || ratio <= 0.0) return {x, ones_like(x).cast(DType::boolean)};
-    Tensor keep = greater_equal(random_uniform(x.shape(), 0.0, 1.0, x.dtype()), scalar(ratio, x.dtype()));
-    return {x * cast(keep, x.dtype()) / (1.0 - ratio), keep};
-  }
-  if (op == "Add") return {x + arg(1)};
-  if (op == "Sub") return {x - arg(1)};
-  if (op == "Mul") return {x * arg(1)};
-  if (op == "Div") return {x / arg(1)};
-  if (op == "Pow") return {pow(x, cast(arg(1), x.dtype()))};
-  if (op == "Sum" || op == "Mean") {
-    Tensor s = x;
-    for (std::size_t i = 1; i < in.size(); ++i) s = s + arg(i);
-    if (op == "Mean") s = s / double(in.size());
-    return {s};
-  }
-  if (op == "Max" || op == "Min") {
-    Tensor s = x;
-    for (std::size_t i = 1; i < in.size(); ++i)
-      s = op == "Max" ? maximum(s, arg(i)) : minimum(s, arg(i));
-    return {s};
-  }
-  if (op == "Clip") {
-    double lo = -std::numeric_limits<double>::infinity(), hi = -lo;
-    if (opset_ >= 11) {
-      if (has(1)) lo = cast(in[1], DType::f64).item<double>();
-      if (has(2)) hi = cast(in[2], DType::f64).item<double>();
-    } else {
-      lo = attr_f(n, "min", -std::numeric_limits<float>::max());
-      hi = attr_f(n, "max", std::numeric_limits<float>::max());
-    }
-    return {clip(x, lo, hi)};
-  }
-  if (op == "HardSigmoid")
-    return {clip(x * double(attr_f(n, "alpha", 0.2f)) + double(attr_f(n, "beta", 0.5f)), 0.0, 1.0)};
-  if (op == "HardSwish") return {x * clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)};
-  if (op == "Expand") {
-    auto s = ints_of(arg(1));
-    return {x + zeros(Shape(s.begin(), s.end()), x.dtype())};  // broadcasts both ways
-  }
-  if (op == "Equal") return {equal(x, arg(1))};
-  if (op == "Greater") return {greater(x, arg(1))};
-  if (op == "GreaterOrEqual") return {greater_equal(x, arg(1))};
-  if (op == "Less") return {less(x, arg(1))};
-  if (op == "LessOrEqual") return {less_equal(x, arg(1))};
-  if (op == "Relu") return {relu(x)};
-  if (op == "Sigmoid") return {sigmoid(x)};
-  if (op == "Tanh") return {tanh(x)};
-  if (op == "Erf") return {erf(x)};
-  if (op == "Exp") return {exp(x)};
-  if (op == "Log") return {log(x)};
-  if (op == "Sqrt") return {sqrt(x)};
-  if (op == "Abs") return {abs(x)};
-  if (op == "Neg") return {negative(x)};
-  if (op == "Reciprocal") return {reciprocal(x)};
-  if (op == "Softplus") return {softplus(x)};
-  if (op == "LeakyRelu") return {leaky_relu(x, attr_f(n, "alpha", 0.01f))};
-  if (op == "Elu") return {elu(x, attr_f(n, "alpha", 1.0f))};
-  if (op == "Softmax" || op == "LogSoftmax") {
-    const bool log_ = op == "LogSoftmax";
-    if (opset_ >= 13) {
-      std::int64_t axis = attr_i(n, "axis", -1);
-      return {log_ ? log_softmax(x, axis) : softmax(x, axis)};
-    }
-    // Before opset 13: over all axes from `axis` on (the input seen as 2-D).
-    std::int64_t axis = norm_axis(attr_i(n, "axis", 1), x.rank());
-    std::int64_t outer = 1;
-    for (std::int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
-    Tensor f = reshape(x, {outer, -1});
-    return {reshape(log_ ? log_softmax(f, -1) : softmax(f, -1), x.shape())};
-  }
-  if (op == "Cast") {
-    return {cast(x, soma_dtype(int(attr_i(n, "to", 1)), what + " 'to'"))};
-  }
-  if (op == "MatMul") return {matmul(x, arg(1))};
-  if (op == "Gemm") {
-    Tensor a = attr_i(n, "transA", 0) ? transpose(x) : x;
-    Tensor b = attr_i(n, "transB", 0) ? transpose(arg(1)) : arg(1);
-    const double alpha = attr_f(n, "alpha", 1.0f), beta = attr_f(n, "beta", 1.0f);
-    Tensor y = matmul(a, b);
-    if (alpha != 1.0) y = y * alpha;
-    if (has(2)) y = y + (beta != 1.0 ? in[2] * beta : in[2]);
-    return {y};
-  }
-  if (op == "Conv" || op == "ConvTranspose") {
-    if (x.rank() != 4) fail(kWho, what, ": only 2-D convolutions (inputs [N, C, H, W]) are supported");
-    const Tensor& w = arg(1);
-    Size2 strides = size2(attr_ints(n, "strides"), "strides", what, 1);
-    Size2 dil = size2(attr_ints(n, "dilations"), "dilations", what, 1);
-    const std::int64_t groups = attr_i(n, "group", 1);
-    Tensor y;
-    if (op == "Conv") {
-      y = conv2d(x, w, strides, onnx_padding(n, what), dil, groups);
-    } else {
-      Padding pad = onnx_padding(n, what);
-      if (pad.mode() != Padding::Mode::explicit_)
-        fail(kWho, what, ": ConvTranspose needs explicit pads (auto_pad is not supported)");
-      Size2 op_ = size2(attr_ints(n, "output_padding"), "output_padding", what, 0);
-      auto os = attr_ints(n, "output_shape");
-      const auto& p = pad.pads();
-      if (!os.empty()) {  // the output size decides output_padding (the pads stay as given)
-        auto keff = [](std::int64_t k, std::int64_t d) { return (k - 1) * d + 1; };
-        const std::size_t o = os.size() - 2;
-        op_ = Size2(os[o] - ((x.dim(2) - 1) * strides.h + keff(w.dim(2), dil.h) - p[0] - p[1]),
-                    os[o + 1] - ((x.dim(3) - 1) * strides.w + keff(w.dim(3), dil.w) - p[2] - p[3]));
-      }
-      y = conv2d_transpose(x, w, strides, pad, op_, dil, groups);
-    }
-    if (has(2)) y = y + reshape(in[2], {1, -1, 1, 1});
-    return {y};
-  }
-  if (op == "MaxPool" || op == "AveragePool") {
-    if (x.rank() != 4) fail(kWho, what, ": only 2-D pooling (inputs [N, C, H, W]) is supported");
-    if (n.output_size() > 1 && !n.output(1).empty())
-      fail(kWho, what, ": the Indices output is not supported");
-    Size2 ks = size2(attr_ints(n, "kernel_shape"), "kernel_shape", what, 1);
-    Size2 st = size2(attr_ints(n, "strides"), "strides", what, 1);  // ONNX's default is 1
-    for (auto d : attr_ints(n, "dilations"))
-      if (d != 1) fail(kWho, what, ": dilated pooling is not supported");
-    Padding pad = onnx_padding(n, what);
-    Tensor xi = x;
-    if (op == "AveragePool" && attr_i(n, "count_include_pad", 0) &&
-        pad.mode() == Padding::Mode::explicit_) {
-      // Zeros that count: pad explicitly, then pool without padding.
-      const auto& p = pad.pads();
-      xi = soma::pad(x, {{0, 0}, {0, 0}, {p[0], p[1]}, {p[2], p[3]}});
-      pad = Padding("valid");
-    }
-    if (attr_i(n, "ceil_mode", 0)) {
-      // Extra padding at the end gives the ceil sizes; max pooling ignores padding, so the
-      // result is exact there. Average pooling with a partial window is refused.
-      auto base = pool2d_output_shape(xi.shape(), ks, st, pad);
-      Shape ext = xi.shape();
-      std::array<std::int64_t, 4> p{0, 0, 0, 0};
-      if (pad.mode() == Padding::Mode::explicit_) p = pad.pads();
-      else if (pad.mode() == Padding::Mode::same)
-        p = resolve_padding(pad, xi.dim(2), xi.dim(3), ks, st);
-      auto ceil_len = [](std::int64_t len, std::int64_t k, std::int64_t s) {
-        return (len - k + s - 1) / s + 1;
-      };
-      const std::int64_t ch = ceil_len(xi.dim(2) + p[0] + p[1], ks.h, st.h);
-      const std::int64_t cw = ceil_len(xi.dim(3) + p[2] + p[3], ks.w, st.w);
-      if (ch != base[2] || cw != base[3]) {
-        if (op == "AveragePool")
-          fail(kWho, what, ": ceil_mode with a partial last window is not supported for "
-               "AveragePool");
-        p[1] += (ch - 1) * st.h + ks.h - (xi.dim(2) + p[0] + p[1]);
-        p[3] += (cw - 1) * st.w + ks.w - (xi.dim(3) + p[2] + p[3]);
-        pad = Padding(p[0], p[1], p[2], p[3]);
-      }
-    }
-    return {op == "MaxPool" ? max_pool2d(xi, ks, st, pad) : avg_pool2d(xi, ks, st, pad)};
-  }
-  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
-    Axes axes;
-    for (std::int64_t d = 2; d < x.rank(); ++d) axes.push_back(d);
-    return {op == "GlobalAveragePool" ? mean(x, axes, true) : max(x, axes, true)};
-  }
-  if (op == "BatchNormalization") {
-    if (n.output_size() > 1)
-      fail(kWho, what, ": training-mode outputs (running mean/var) are not supported");
-    Shape b(std::size_t(x.rank()), 1);
-    b[1] = x.dim(1);
-    const double eps = attr_f(n, "epsilon", 1e-5f);
-    // As nn::BatchNormalization in inference: (x - mean) * rsqrt(var + eps) * gamma + beta.
-    Tensor y = (x - reshape(arg(3), b)) * rsqrt(reshape(arg(4), b) + eps);
-    y = y * reshape(arg(1), b);
-    return {y + reshape(arg(2), b)};
-  }
-  if (op == "LayerNormalization") {
-    if (n.output_size() > 1) fail(kWho, what, ": the Mean/InvStdDev outputs are not supported");
-    const std::int64_t axis = norm_axis(attr_i(n, "axis", -1), x.rank());
-    Axes axes;
-    for (std::int64_t d = axis; d < x.rank(); ++d) axes.push_back(d);
-    const double eps = attr_f(n, "epsilon", 1e-5f);
-    Tensor m = mean(x, axes, true);
-    Tensor var = mean(square(x - m), axes, true);
-    Tensor y = (x - m) * rsqrt(var + eps);
-    y = y * arg(1);
-    if (has(2)) y = y + in[2];
-    return {y};
-  }
-  if (op == "ReduceMean" || op == "ReduceSum") {
-    Axes axes;
-    if (op == "ReduceSum" && opset_ >= 13) {
-      if (has(1)) for (auto a : ints_of(in[1])) axes.push_back(a);
-    } else {
-      for (auto a : attr_ints(n, "axes")) axes.push_back(a);
-    }
-    const bool keep = attr_i(n, "keepdims", 1) != 0;
-    if (axes.empty() && op == "ReduceSum" && attr_i(n, "noop_with_empty_axes", 0)) return {x};
-    return {op == "ReduceMean" ? mean(x, axes, keep) : sum(x, axes, keep)};
-  }
-  if (op == "Flatten") {
-    const std::int64_t axis = norm_axis(attr_i(n, "axis", 1), x.rank());
-    std::int64_t outer = 1;
-    for (std::int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
-    std::int64_t inner = 1;
-    for (std::int64_t d = axis; d < x.rank(); ++d) inner *= x.dim(d);
-    return {reshape(x, {outer, inner})};
-  }
-  if (op == "Reshape") {
-    auto s = ints_of(arg(1));
-    const bool allowzero = attr_i(n, "allowzero", 0) != 0;
-    Shape shape;
-    for (std::size_t d = 0; d < s.size(); ++d)
-      shape.push_back(s[d] == 0 && !allowzero ? x.dim(std::int64_t(d)) : s[d]);
-    return {reshape(x, shape)};
-  }
-  if (op == "Shape") {
-    std::vector<std::int64_t> s(x.shape().begin(), x.shape().end());
-    return {constant(s, Shape{std::int64_t(s.size())})};
-  }
-  if (op == "Transpose") {
-    auto perm = attr_ints(n, "perm");
-    return {transpose(x, perm)};
-  }
-  if (op == "Concat") {
-    std::vector<Tensor> parts;
-    for (std::size_t i = 0; i < in.size(); ++i) parts.push_back(arg(i));
-    return {concat(parts, attr_i(n, "axis", 0))};
-  }
-  if (op == "Squeeze" || op == "Unsqueeze") {
-    std::vector<std::int64_t> axes = opset_ >= 13 ? ints_of(has(1) ? in[1] : Tensor())
-                                                   : attr_ints(n, "axes");
-    if (op == "Squeeze") return {squeeze(x, axes)};
-    const std::int64_t out_rank = x.rank() + std::int64_t(axes.size());
-    for (auto& a : axes) a = norm_axis(a, out_rank);
-    std::sort(axes.begin(), axes.end());
-    Tensor y = x;
-    for (auto a : axes) y = expand_dims(y, a);
-    return {y};
-  }
-  if (op == "Gather") {
-    const std::int64_t axis = norm_axis(attr_i(n, "axis", 0), x.rank());
-    // Negative indices count from the end (indices carry no gradient: fix them on the host).
-    Tensor idx = arg(1);
-    auto iv = ints_of(idx);
-    for (auto& v : iv)
-      if (v < 0) v += x.dim(axis);
-    idx = constant(iv, idx.shape());
-    if (idx.rank() == 0) {  // a scalar index drops the axis
-      return {squeeze(gather(x, reshape(cast(idx, DType::i64), {1}), axis), {axis})};
-    }
-    return {gather(x, cast(idx, DType::i64), axis)};
-  }
-  if (op == "Slice") {
-    auto starts = ints_of(arg(1)), ends = ints_of(arg(2));
-    std::vector<std::int64_t> axes = has(3) ? ints_of(in[3]) : std::vector<std::int64_t>{};
-    std::vector<std::int64_t> steps = has(4) ? ints_of(in[4]) : std::vector<std::int64_t>{};
-    if (axes.empty())
-      for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(std::int64_t(i));
-    std::vector<Slice> sl(std::size_t(x.rank()));
-    for (std::size_t i = 0; i < starts.size(); ++i) {
-      const std::int64_t a = norm_axis(axes[i], x.rank());
-      const std::int64_t dim = x.dim(a);
-      const std::int64_t step = i < steps.size() ? steps[i] : 1;
-      std::int64_t s = starts[i], e = ends[i];
-      if (s < 0) s += dim;
-      if (e < 0 && e > INT64_MIN / 2) e += dim;
-      Slice z;
-      z.step = step;
-      if (step > 0) {
-        z.start = std::clamp<std::int64_t>(s, 0, dim);
-        z.stop = std::clamp<std::int64_t>(e, 0, dim);
-      } else {
-        z.start = std::clamp<std::int64_t>(s, 0, dim - 1);
-        if (e < 0) z.stop = std::nullopt;  // runs to the first element
-        else z.stop = std::min<std::int64_t>(e, dim - 1);
-      }
-      sl[std::size_t(a)] = z;
-    }
-    return {slice(x, sl)};
-  }
-  if (op == "Pad") {
-    const std::string mode = attr_s(n, "mode", "constant");
-    if (mode != "constant") fail(kWho, what, ": Pad mode '", mode, "' is not supported (constant)");
-    auto p = opset_ >= 11 ? ints_of(arg(1)) : attr_ints(n, "pads");
-    if (std::int64_t(p.size()) != 2 * x.rank())
-      fail(kWho, what, ": pads has ", p.size(), " values for an input of rank ", x.rank());
-    if (has(3)) fail(kWho, what, ": the axes input is not supported");
-    const double value = opset_ >= 11 ? (has(2) ? cast(in[2], DType::f64).item<double>() : 0.0)
-                                      : double(attr_f(n, "value", 0.0f));
-    std::vector<std::pair<std::int64_t, std::int64_t>> pads;
-    for (std::int64_t d = 0; d < x.rank(); ++d)
-      pads.emplace_back(p[std::size_t(d)], p[std::size_t(d + x.rank())]);
-    for (auto& [a, b] : pads)
-      if (a < 0 || b < 0) fail(kWho, what, ": negative pads are not supported");
-    return {soma::pad(x, pads, value)};
-  }
-  if (op == "ConstantOfShape") {
-    auto s = ints_of(x);
-    Shape shape(s.begin(), s.end());
-    Tensor v = scalar(0.0, DType::f32);
-    if (auto* a = find_attr(n, "value")) v = from_proto(a->t());
-    return {fill(shape, cast(v, DType::f64).item<double>(), v.dtype())};
-  }
-  if (op == "Constant") fail(kWho, what, ": internal: Constant is evaluated at load");
-  if (op == "LSTM" || op == "GRU" || op == "RNN") return recurrent(n, what, in);
-  fail(kWho, what, ": operator '", op, "' is not supported by soma");
+// ---- the table -----------------------------------------------------------------------------------
+
+// An ONNX operator soma knows: its attributes (the union over opsets, with ONNX's defaults) and
+// a handler, or none where an op definition maps to it one-to-one (OpDef::onnx).
+struct OnnxOp {
+  Handler run = nullptr;
+  std::vector<AttrDef> attrs = {};
+  std::vector<int> statistics = {};  // inputs holding running statistics: weights not trained
+  bool at_load = false;              // no inputs: evaluated once at load, its outputs constants
+};
+
+// Attributes of opset-1 operators that later opsets dropped (ignored, as other runtimes do).
+std::vector<AttrDef> legacy(std::vector<AttrDef> more = {}) {
+  more.push_back(Is("consumed_inputs"));
+  return more;
+}
+std::vector<AttrDef> legacy_broadcast() { return legacy({I("broadcast"), I("axis")}); }
+std::vector<AttrDef> conv_attrs(std::vector<AttrDef> more = {}) {
+  for (auto& a : {S("auto_pad", "NOTSET", kAutoPads), Is("dilations"), I("group", 1),
+                  Is("kernel_shape"), Is("pads"), Is("strides")})
+    more.push_back(a);
+  return more;
+}
+std::vector<AttrDef> pool_attrs(std::vector<AttrDef> more = {}) {
+  for (auto& a : {S("auto_pad", "NOTSET", kAutoPads), I("ceil_mode"), Is("dilations"),
+                  Is("kernel_shape"), Is("pads"), Is("strides")})
+    more.push_back(a);
+  return more;
+}
+std::vector<AttrDef> rnn_attrs(std::vector<AttrDef> more = {}) {
+  for (auto& a : {Fs("activation_alpha"), Fs("activation_beta"), Ss("activations"), F("clip"),
+                  S("direction", "forward", kDirections), I("hidden_size"), I("layout"),
+                  I("output_sequence")})
+    more.push_back(a);
+  return more;
 }
 
-Tensor constant_value(const NodeProto& n, const std::string& what) {
-  for (auto& a : n.attribute()) {
-    if (a.name() == "value") return from_proto(a.t());
-    if (a.name() == "value_float") return scalar(a.f(), DType::f32);
-    if (a.name() == "value_int") return scalar(double(a.i()), DType::i64);
-    if (a.name() == "value_floats")
-      return constant(std::vector<float>(a.floats().begin(), a.floats().end()),
-                      Shape{a.floats_size()});
-    if (a.name() == "value_ints")
-      return constant(std::vector<std::int64_t>(a.ints().begin(), a.ints().end()),
-                      Shape{a.ints_size()});
+const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
+  static const std::unordered_map<std::string_view, OnnxOp> ops{
+      // one-to-one (the op definition's mapping does the work): ONNX's attributes only
+      {"Add", {nullptr, legacy_broadcast()}},
+      {"Sub", {nullptr, legacy_broadcast()}},
+      {"Mul", {nullptr, legacy_broadcast()}},
+      {"Equal", {nullptr, {I("broadcast"), I("axis")}}},
+      {"Greater", {nullptr, {I("broadcast"), I("axis")}}},
+      {"Less", {nullptr, {I("broadcast"), I("axis")}}},
+      {"Relu", {nullptr, legacy()}},
+      {"Sigmoid", {nullptr, legacy()}},
+      {"Tanh", {nullptr, legacy()}},
+      {"Exp", {nullptr, legacy()}},
+      {"Log", {nullptr, legacy()}},
+      {"Sqrt", {nullptr, legacy()}},
+      {"Abs", {nullptr, legacy()}},
+      {"Neg", {nullptr, legacy()}},
+      {"Reciprocal", {nullptr, legacy()}},
+      {"LeakyRelu", {nullptr, legacy({F("alpha", 0.01f)})}},
+      {"Elu", {nullptr, legacy({F("alpha", 1.0f)})}},
+      {"Concat", {nullptr, {I("axis", 0)}}},
+      {"Cast", {nullptr, {I("to", 1), I("saturate", 1)}}},
+      // handlers
+      {"Identity", {identity}},
+      {"Dropout", {dropout, legacy({F("ratio", 0.5f), I("is_test"), I("seed")})}},
+      {"Div", {divide_, legacy_broadcast()}},
+      {"Pow", {pow_, {I("broadcast"), I("axis")}}},
+      {"Sum", {variadic<add2>, legacy()}},
+      {"Mean", {variadic<add2, true>, legacy()}},
+      {"Max", {variadic<max2>, legacy()}},
+      {"Min", {variadic<min2>, legacy()}},
+      {"Clip", {clip_, legacy({F("min", -FLT_MAX), F("max", FLT_MAX)})}},
+      {"HardSigmoid", {hard_sigmoid, legacy({F("alpha", 0.2f), F("beta", 0.5f)})}},
+      {"HardSwish", {hard_swish}},
+      {"Expand", {expand}},
+      {"Softmax", {softmax_<false>, {I("axis")}}},
+      {"LogSoftmax", {softmax_<true>, {I("axis")}}},
+      {"Gemm", {gemm, {F("alpha", 1.0f), F("beta", 1.0f), I("transA"), I("transB"),
+                       I("broadcast")}}},
+      {"Conv", {conv<false>, conv_attrs()}},
+      {"ConvTranspose", {conv<true>, conv_attrs({Is("output_padding"), Is("output_shape")})}},
+      {"MaxPool", {pool<true>, pool_attrs({I("storage_order")})}},
+      {"AveragePool", {pool<false>, pool_attrs({I("count_include_pad")})}},
+      {"GlobalAveragePool", {global_pool<false>}},
+      {"GlobalMaxPool", {global_pool<true>}},
+      {"BatchNormalization",
+       {batch_norm, legacy({F("epsilon", 1e-5f), F("momentum", 0.9f), I("spatial", 1),
+                            I("is_test"), I("training_mode")}),
+        {3, 4}}},
+      {"LayerNormalization", {layer_norm, {I("axis", -1), F("epsilon", 1e-5f), I("stash_type", 1)}}},
+      {"ReduceMean", {reduce<true>, {Is("axes"), I("keepdims", 1), I("noop_with_empty_axes")}}},
+      {"ReduceSum", {reduce<false>, {Is("axes"), I("keepdims", 1), I("noop_with_empty_axes")}}},
+      {"Flatten", {flatten, {I("axis", 1)}}},
+      {"Reshape", {reshape_, legacy({I("allowzero"), Is("shape")})}},
+      {"Shape", {shape_, {I("start"), I("end")}}},
+      {"Transpose", {transpose_, {Is("perm")}}},
+      {"Squeeze", {squeeze_<true>, {Is("axes")}}},
+      {"Unsqueeze", {squeeze_<false>, {Is("axes")}}},
+      {"Gather", {gather_, {I("axis")}}},
+      {"Slice", {slice_, {Is("starts"), Is("ends"), Is("axes")}}},
+      {"Pad", {pad_, {S("mode", "constant", {"constant"}), Is("pads"), Is("paddings"),
+                      F("value")}}},
+      {"ConstantOfShape", {constant_of_shape, {T("value")}}},
+      {"Constant",
+       {constant_,
+        {T("value"), F("value_float"), Fs("value_floats"), I("value_int"), Is("value_ints"),
+         S("value_string"), Ss("value_strings"), {"sparse_value", AP::SPARSE_TENSOR}},
+        {},
+        true}},
+      {"LSTM", {recurrent<4>, rnn_attrs({I("input_forget")})}},
+      {"GRU", {recurrent<3>, rnn_attrs({I("linear_before_reset")})}},
+      {"RNN", {recurrent<1>, rnn_attrs()}},
+  };
+  return ops;
+}
+
+// Elementwise ops whose definition does not carry its ONNX mapping yet: the elementwise table
+// (issue 21) fills OpDef::onnx for them; an op's own mapping takes over, and these can go.
+struct PendingMapping {
+  const char* onnx;
+  const char* soma;
+  std::vector<OnnxAttr> attrs = {};
+};
+const std::vector<PendingMapping>& pending_mappings() {
+  static const std::vector<PendingMapping> v{
+      {"Add", "add"}, {"Sub", "subtract"}, {"Mul", "multiply"}, {"Equal", "equal"},
+      {"Greater", "greater"}, {"GreaterOrEqual", "greater_equal"}, {"Less", "less"},
+      {"LessOrEqual", "less_equal"}, {"Relu", "relu"}, {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"},
+      {"Erf", "erf"}, {"Exp", "exp"}, {"Log", "log"}, {"Sqrt", "sqrt"}, {"Abs", "abs"},
+      {"Neg", "negative"}, {"Reciprocal", "reciprocal"}, {"Softplus", "softplus"},
+      {"LeakyRelu", "leaky_relu", {{"alpha", "alpha"}}}, {"Elu", "elu", {{"alpha", "alpha"}}}};
+  return v;
+}
+
+// An op definition that maps to an ONNX operator.
+struct Mapped {
+  const OpDef* def;
+  const OnnxMapping* map;
+  bool covers(std::int64_t opset) const {
+    return opset >= map->min_opset && (map->max_opset == 0 || opset <= map->max_opset);
   }
-  fail(kWho, what, ": a Constant needs a value, value_float(s) or value_int(s) attribute");
+};
+// ONNX op_type -> the op definitions that map to it (one per opset range), from all_ops().
+const std::unordered_map<std::string, std::vector<Mapped>>& mapped_ops() {
+  static const auto table = [] {
+    std::unordered_map<std::string, std::vector<Mapped>> m;
+    for (const OpDef* d : all_ops())
+      if (!d->onnx.op_type.empty()) m[d->onnx.op_type].push_back({d, &d->onnx});
+    static std::vector<std::pair<const OpDef*, OnnxMapping>> pending;
+    for (auto& p : pending_mappings())
+      if (!m.count(p.onnx)) pending.push_back({&get_op(p.soma), {p.onnx, 1, 0, p.attrs}});
+    for (auto& [d, map] : pending) m[map.op_type].push_back({d, &map});
+    return m;
+  }();
+  return table;
+}
+
+// Every operator soma imports, for messages.
+std::string supported_list() {
+  std::set<std::string> names;
+  for (auto& [t, op] : onnx_ops())
+    if (op.run) names.emplace(t);
+  for (auto& [t, defs] : mapped_ops()) names.insert(t);
+  return join(names);
+}
+
+// A node resolved at load: the handler, or the op with its attributes converted.
+struct Step {
+  const NodeProto* proto = nullptr;
+  std::string what;
+  const OnnxOp* op = nullptr;  // nullptr: not listed in onnx_ops()
+  const OpDef* def = nullptr;  // a mapped op (run == nullptr)
+  Attrs def_attrs;
+  std::unique_ptr<NodeAttrs> attrs;
+};
+
+const std::vector<AttrDef> kNoAttrs;
+
+// The op's attributes from the node, converted by the mapping: the node's value, else ONNX's
+// default (onnx_ops()), else the op's declared default.
+Attrs convert_attrs(const Step& s, const Mapped& m) {
+  Attrs out;
+  auto spec_of = [&](const std::string& name) -> const AttrSpec* {
+    for (auto& a : m.def->attrs)
+      if (a.name == name) return &a;
+    return nullptr;
+  };
+  std::set<std::string> done;
+  for (auto& ma : m.map->attrs) {
+    const AttrSpec* spec = spec_of(ma.soma);
+    const AttrValue* like = spec ? &spec->default_value : nullptr;
+    const std::string what = s.what + " attribute '" + ma.onnx + "'";
+    if (auto* a = s.attrs->find(ma.onnx)) {
+      out.set(ma.soma, attr_from_onnx(*a, like, what));
+    } else if (const AttrDef* d = s.attrs->def(ma.onnx);
+               d && (d->type == AP::INT || d->type == AP::FLOAT || d->type == AP::STRING)) {
+      AttributeProto def;  // ONNX's default, converted as a file's value would be
+      def.set_name(ma.onnx);
+      def.set_type(d->type);
+      if (d->type == AP::INT) def.set_i(std::int64_t(d->num));
+      else if (d->type == AP::FLOAT) def.set_f(float(d->num));
+      else if (d->type == AP::STRING) def.set_s(std::string(d->str));
+      out.set(ma.soma, attr_from_onnx(def, like, what));
+    } else if (spec) {
+      out.set(ma.soma, spec->default_value);
+    }
+    done.insert(ma.soma);
+  }
+  for (auto& a : m.def->attrs)
+    if (!done.count(a.name)) out.set(a.name, a.default_value);
+  return out;
+}
+
+Step resolve(const NodeProto& n, int index, std::int64_t opset) {
+  Step s;
+  s.proto = &n;
+  s.what = node_desc(n, index);
+  auto it = onnx_ops().find(n.op_type());
+  if (it != onnx_ops().end()) s.op = &it->second;
+  const std::vector<AttrDef>& defs = s.op ? s.op->attrs : kNoAttrs;
+  auto no_subgraphs = [&] {
+    for (auto& a : n.attribute())
+      if (a.type() == AP::GRAPH || a.type() == AP::GRAPHS)
+        fail(kWho, s.what, ": sub-graphs are not supported");
+  };
+  if (s.op && s.op->run) {
+    no_subgraphs();
+    s.attrs = std::make_unique<NodeAttrs>(n, defs, nullptr, nullptr, s.what);
+    return s;
+  }
+  auto m = mapped_ops().find(n.op_type());
+  if (m == mapped_ops().end())
+    fail(kWho, s.what, ": operator '", n.op_type(), "' is not supported by soma (supported: ",
+         supported_list(), ")");
+  no_subgraphs();
+  const Mapped* use = nullptr;
+  for (auto& c : m->second)
+    if (c.covers(opset)) use = &c;
+  if (!use) {
+    std::vector<std::string> ranges;
+    for (auto& c : m->second)
+      ranges.push_back(std::to_string(c.map->min_opset) + ".." +
+                       (c.map->max_opset ? std::to_string(c.map->max_opset) : "") + " (soma op '" +
+                       c.def->name + "')");
+    fail(kWho, s.what, ": operator '", n.op_type(), "' is supported for opsets ", join(ranges),
+         "; the model imports opset ", opset);
+  }
+  s.def = use->def;
+  s.attrs = std::make_unique<NodeAttrs>(n, defs, use->map, use->def, s.what);
+  s.def_attrs = convert_attrs(s, *use);
+  return s;
+}
+
+// A mapped op: called as it is, on the node's inputs. Two inputs of different dtypes are
+// promoted first, as soma's binary functions and matmul do.
+std::vector<Tensor> run_mapped(const Step& s, const std::vector<Tensor>& in) {
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (!in[i].defined()) fail(kWho, s.what, ": input ", i, " is missing");
+  if (in.size() == 2 && s.def->num_inputs == 2 && in[0].dtype() != in[1].dtype()) {
+    const DType t = promote_types(in[0].dtype(), in[1].dtype());
+    return call_op(*s.def, {cast(in[0], t), cast(in[1], t)}, s.def_attrs);
+  }
+  return call_op(*s.def, in, s.def_attrs);
+}
+
+// ---- the model -----------------------------------------------------------------------------------
+
+class OnnxModel : public nn::Model {
+ public:
+  OnnxModel(::onnx::ModelProto proto, const LoadOptions& options);
+  std::string type_name() const override { return "OnnxModel"; }
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
+
+  // The graph with each weight's initialiser holding its current value.
+  ::onnx::ModelProto with_current_weights() const {
+    ::onnx::ModelProto m = proto_;
+    std::unordered_map<std::string, Tensor> values;
+    for (auto& [n, v] : named_parameters(false)) values[n] = v.value();
+    for (auto& t : *m.mutable_graph()->mutable_initializer()) {
+      const std::string name = t.name();  // to_proto clears t first
+      auto it = values.find(name);
+      if (it != values.end()) to_proto(it->second, ElemType(t.data_type()), name, t);
+    }
+    return m;
+  }
+
+  void summary(std::ostream& os) const override {
+    os << "Model: \"" << name() << "\" (ONNX graph '" << graph().name() << "', opset " << opset_
+       << ", " << graph().node_size() << " nodes)\n";
+    for (auto& i : inputs_) os << "  input  " << i.name << " " << format_dims(i.shape) << "\n";
+    for (auto& o : output_names_) os << "  output " << o << "\n";
+    print_totals(os);
+  }
+
+ protected:
+  Tensor forward(const Tensor& x) override { return call({x}).at(0); }
+
+ private:
+  struct Input {
+    std::string name;
+    Shape shape;  // -1 where symbolic or unknown
+    DType dtype;
+  };
+  const ::onnx::GraphProto& graph() const { return proto_.graph(); }
+  static std::string format_dims(const Shape& s) {
+    std::string r = "[";
+    for (std::size_t i = 0; i < s.size(); ++i)
+      r += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
+    return r + "]";
+  }
+  using Env = std::unordered_map<std::string, Tensor>;
+  std::vector<Tensor> run_step(const Step& s, const std::vector<Tensor>& in) const {
+    if (s.def) return run_mapped(s, in);
+    const Node node{*s.proto, s.what, *s.attrs, in, opset_, training()};
+    return s.op->run(node);
+  }
+
+  ::onnx::ModelProto proto_;
+  std::int64_t opset_ = 0;
+  std::vector<Step> steps_;  // one per node, in graph order
+  std::vector<Input> inputs_;
+  std::vector<std::string> output_names_;
+  std::unordered_map<std::string, Tensor> constants_;  // integer initialisers, Constant nodes
+};
+
+OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
+    : proto_(std::move(proto)) {
+  for (auto& os : proto_.opset_import())
+    if (default_domain(os.domain())) opset_ = os.version();
+  if (opset_ == 0) fail(kWho, "the model imports no opset of the default ONNX domain");
+  const auto& g = graph();
+  if (!g.name().empty()) {
+    std::string n;
+    for (char c : g.name()) n += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    set_name(n);
+  }
+  // Every node is resolved before anything runs, so an unsupported operator or attribute fails
+  // at load.
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    if (!default_domain(n.domain()))
+      fail(kWho, node_desc(n, i), ": operator '", n.op_type(), "' of domain '", n.domain(),
+           "' is not supported (soma runs operators of the default ONNX domain)");
+    steps_.push_back(resolve(n, i, opset_));
+  }
+  // Nodes without inputs (Constant) are evaluated once, here; they are constants, not weights.
+  for (auto& s : steps_) {
+    if (!s.op || !s.op->at_load) continue;
+    auto out = run_step(s, {});
+    for (int k = 0; k < s.proto->output_size() && std::size_t(k) < out.size(); ++k)
+      if (!s.proto->output(k).empty()) constants_[s.proto->output(k)] = out[std::size_t(k)];
+  }
+  // Running statistics (BatchNormalization's) are weights that training leaves alone.
+  std::set<std::string> statistics;
+  for (auto& s : steps_)
+    if (s.op)
+      for (int k : s.op->statistics)
+        if (k < s.proto->input_size()) statistics.insert(s.proto->input(k));
+
+  std::set<std::string> init_names;
+  for (auto& t : g.initializer()) {
+    if (t.name().empty()) fail(kWho, "an initializer has no name");
+    init_names.insert(t.name());
+    Tensor v = from_proto(t);
+    if (is_floating(v.dtype())) {
+      add_weight(t.name(), v, options.trainable && !statistics.count(t.name()));
+    } else {
+      constants_[t.name()] = v;
+    }
+  }
+  for (auto& vi : g.input()) {
+    if (init_names.count(vi.name())) continue;  // IR < 4 lists initialisers as inputs too
+    if (!vi.type().has_tensor_type())
+      fail(kWho, "graph input '", vi.name(), "' is not a tensor");
+    const auto& tt = vi.type().tensor_type();
+    Input in{vi.name(), {}, soma_dtype(tt.elem_type(), "graph input '" + vi.name() + "'")};
+    if (tt.has_shape())
+      for (auto& d : tt.shape().dim()) in.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    else
+      in.shape = {};  // unknown rank
+    inputs_.push_back(in);
+  }
+  for (auto& vo : g.output()) output_names_.push_back(vo.name());
+  if (output_names_.empty()) fail(kWho, "the graph has no outputs");
+}
+
+std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
+  if (inputs.size() != inputs_.size())
+    fail(type_name(), "model '", name(), "' takes ", inputs_.size(), " input(s) (", [&] {
+      std::string s;
+      for (auto& i : inputs_) s += (s.empty() ? "" : ", ") + i.name;
+      return s;
+    }(), "), got ", inputs.size());
+  Env env;
+  for (auto& [n, t] : constants_) env[n] = t;
+  for (auto& [n, v] : named_parameters(false)) env[n] = v.value();
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Input& want = inputs_[i];
+    Tensor x = inputs[i];
+    if (!x.defined()) fail(type_name(), "input '", want.name, "' is undefined");
+    bool ok = want.shape.empty() || x.rank() == std::int64_t(want.shape.size());
+    for (std::size_t d = 0; ok && d < want.shape.size(); ++d)
+      ok = want.shape[d] < 0 || want.shape[d] == x.shape()[d];
+    if (!ok)
+      fail(type_name(), "model '", name(), "': input '", want.name, "' expects shape ",
+           format_dims(want.shape), ", got ", shape_str(x.shape()));
+    if (x.dtype() != want.dtype) x = cast(x, want.dtype);
+    env[want.name] = x;
+  }
+  for (const Step& s : steps_) {
+    if (s.op && s.op->at_load) continue;
+    const NodeProto& n = *s.proto;
+    std::vector<Tensor> in;
+    for (auto& name : n.input()) {
+      if (name.empty()) {
+        in.emplace_back();  // an omitted optional input
+        continue;
+      }
+      auto it = env.find(name);
+      if (it == env.end())
+        fail(kWho, s.what, ": input '", name, "' is not computed before the node "
+             "(the graph is not topologically sorted, or the name is unknown)");
+      in.push_back(it->second);
+    }
+    if (in.empty() || !in[0].defined()) fail(kWho, s.what, ": input 0 is missing");
+    std::vector<Tensor> out;
+    try {
+      out = run_step(s, in);
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      if (msg.rfind(kWho, 0) == 0) throw;
+      fail(kWho, s.what, ": ", msg);
+    }
+    for (int k = 0; k < n.output_size(); ++k) {
+      if (n.output(k).empty()) continue;
+      if (std::size_t(k) >= out.size() || !out[std::size_t(k)].defined())
+        fail(kWho, s.what, ": output ", k, " ('", n.output(k), "') is not supported");
+      env[n.output(k)] = out[std::size_t(k)];
+    }
+  }
+  std::vector<Tensor> outs;
+  for (auto& o : output_names_) {
+    auto it = env.find(o);
+    if (it == env.end()) fail(kWho, "graph output '", o, "' is never computed");
+    outs.push_back(it->second);
+  }
+  return outs;
 }
 
 std::shared_ptr<nn::Model> build(::onnx::ModelProto proto, const LoadOptions& options) {

@@ -190,13 +190,15 @@ void register_view(OpDef d) {
 
 namespace detail {
 void register_shape_ops() {
-  register_op({.name = "concat", .num_inputs = -1, .infer = concat_infer, .grad = concat_grad});
+  register_op({.name = "concat", .num_inputs = -1, .infer = concat_infer, .grad = concat_grad,
+               .onnx = {.op_type = "Concat", .attrs = {{"axis", "axis"}}}});
   register_view({.name = "split", .num_inputs = 1, .infer = split_infer, .grad = split_grad,
                  .view = true, .kernels = {split_kernel}});
   register_view({.name = "unstack", .num_inputs = 1, .infer = unstack_infer, .grad = unstack_grad,
                  .view = true, .kernels = {unstack_kernel}});
   register_op({.name = "pad", .num_inputs = 1, .infer = pad_infer, .grad = pad_grad});
-  register_op({.name = "gather", .num_inputs = 2, .infer = gather_infer, .grad = gather_grad});
+  register_op({.name = "gather", .num_inputs = 2, .infer = gather_infer, .grad = gather_grad,
+               .onnx = {.op_type = "Gather", .attrs = {{"axis", "axis"}}}});
   register_op({.name = "gather_grad", .num_inputs = 2, .infer = gather_grad_infer,
                .grad = gather_grad_grad});
   register_op({.name = "one_hot", .num_inputs = 1, .infer = one_hot_infer, .grad = nullptr});

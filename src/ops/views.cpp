@@ -176,7 +176,8 @@ void register_view_ops() {
   register_view({.name = "reshape", .num_inputs = 1, .infer = reshape_infer, .grad = reshape_grad,
                  .view = true, .kernels = {reshape_kernel}});
   register_view({.name = "transpose", .num_inputs = 1, .infer = transpose_infer,
-                 .grad = transpose_grad, .view = true, .kernels = {transpose_kernel}});
+                 .grad = transpose_grad, .view = true, .kernels = {transpose_kernel},
+                 .onnx = {.op_type = "Transpose", .attrs = {{"perm", "perm"}}}});
   register_view({.name = "broadcast_to", .num_inputs = 1, .infer = broadcast_infer,
                  .grad = broadcast_grad, .view = true, .kernels = {broadcast_kernel}});
   register_view({.name = "slice", .num_inputs = 1, .infer = slice_infer, .grad = slice_grad,
@@ -186,7 +187,9 @@ void register_view_ops() {
   register_op({.name = "slice_grad", .num_inputs = 1, .infer = slice_grad_infer,
                .grad = slice_grad_grad});
   register_op({.name = "copy", .num_inputs = 1, .infer = same_as_input, .grad = identity_grad});
-  register_op({.name = "cast", .num_inputs = 1, .infer = cast_infer, .grad = cast_grad});
+  register_op({.name = "cast", .num_inputs = 1, .infer = cast_infer, .grad = cast_grad,
+               .attrs = {{"dtype", DType::f32}},
+               .onnx = {.op_type = "Cast", .min_opset = 6, .attrs = {{"dtype", "to"}}}});
   register_kernel("copy", DeviceKind::CPU, copy_kernel);
   register_kernel("cast", DeviceKind::CPU, copy_kernel);
   register_kernel("slice_grad", DeviceKind::CPU,
