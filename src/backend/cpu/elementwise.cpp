@@ -129,6 +129,14 @@ void unary_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
   });
 }
 
+// The table's functors under local names: the loops instantiated for them then have internal
+// linkage, as loops over file-local functors, and GCC inlines them as it did.
+#define SOMA_EW_LOCAL(NAME, ...) \
+  struct NAME : ew::NAME##_fn {};
+SOMA_ELEMENTWISE_UNARY(SOMA_EW_LOCAL)
+SOMA_ELEMENTWISE_BINARY(SOMA_EW_LOCAL)
+#undef SOMA_EW_LOCAL
+
 // where(cond, a, b): a ternary loop, strided with broadcasting.
 // The fast case of where (ReLU's gradient, masking): cond and every operand either dense in
 // the output's shape or a single element; one branch-free loop per layout. The loop lives in
@@ -197,8 +205,8 @@ void where_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
 
 void register_cpu_elementwise_kernels() {
   auto reg = [](const char* name, KernelFn fn) { register_kernel(name, DeviceKind::CPU, fn); };
-#define SOMA_EW_REG1(NAME, ...) reg(#NAME, unary_kernel<ew::NAME##_fn>);
-#define SOMA_EW_REG2(NAME, ...) reg(#NAME, binary_kernel<ew::NAME##_fn>);
+#define SOMA_EW_REG1(NAME, ...) reg(#NAME, unary_kernel<NAME>);
+#define SOMA_EW_REG2(NAME, ...) reg(#NAME, binary_kernel<NAME>);
   SOMA_ELEMENTWISE_UNARY(SOMA_EW_REG1)
   SOMA_ELEMENTWISE_BINARY(SOMA_EW_REG2)
 #undef SOMA_EW_REG1
