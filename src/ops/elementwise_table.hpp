@@ -6,7 +6,9 @@
 //   src/backend/cpu/fused_block.cpp  graph mode's fused f32 chains (block loops, registers)
 //   src/backend/cuda/*               the CUDA op enums, names and the device switch
 // Adding an elementwise op: one line here, its gradient (written with ops) in
-// src/ops/elementwise.cpp, its public function in include/soma/ops.hpp. Nothing else.
+// src/ops/elementwise.cpp, its public function declared in include/soma/ops.hpp (defined from the
+// table when it takes no attribute; by hand in src/ops/elementwise.cpp when it does). It then
+// has CPU and CUDA kernels, graph-mode fusion, its ONNX mapping and its generated tests.
 //
 // The scalar formula is a functor callable from host and device code (SOMA_HD), templated on
 // the compute type C (float for f32/f16/bf16, double, the integer types, bool). It may use only
