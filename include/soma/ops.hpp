@@ -100,6 +100,10 @@ Tensor leaky_relu(const Tensor& t, double alpha = 0.2);
 Tensor elu(const Tensor& t, double alpha = 1.0);
 Tensor gelu(const Tensor& t, bool approximate = false);
 Tensor softplus(const Tensor& t);
+Tensor hardswish(const Tensor& t);  // x * relu6(x + 3) / 6
+Tensor softsign(const Tensor& t);   // x / (1 + |x|)
+// max(0, min(1, alpha * x + beta)), Keras' and ONNX's defaults
+Tensor hard_sigmoid(const Tensor& t, double alpha = 0.2, double beta = 0.5);
 Tensor round(const Tensor& t);  // half to even
 Tensor ceil(const Tensor& t);
 Tensor floor(const Tensor& t);

@@ -28,13 +28,11 @@ namespace soma {
 using namespace graph_detail;
 
 namespace graph_detail {
+// The elementwise table's fuse column says which ops join chains (detail::fusable_op).
 bool is_fusable_op(const GraphNode& n) {
-  static const std::unordered_set<std::string> names = {
-      "add", "subtract", "multiply", "divide", "pow", "maximum", "minimum", "squared_difference",
-      "abs", "negative", "sign", "square", "reciprocal", "sqrt", "rsqrt", "exp", "log", "log1p",
-      "expm1", "sin", "cos", "tanh", "erf", "sigmoid", "relu", "leaky_relu", "elu", "softplus",
-      "round", "ceil", "floor"};
-  return n.kind == NodeKind::Op && n.op && !n.op->view && names.count(n.op->name) != 0;
+  return n.kind == NodeKind::Op && n.op && !n.op->view &&
+         n.op->has(OpTag(kElementwiseUnary | kElementwiseBinary)) &&
+         detail::fusable_op(n.op->name);
 }
 
 std::vector<int> find_fusion_groups(const Graph::Data& g, const std::vector<char>& live,
@@ -420,17 +418,6 @@ void check_node_numerics(const GraphNode& nd, const std::vector<Tensor>& ins,
 }
 
 // ---- fused f32 chains: on registers, or one tight loop per op over a block that stays in L1 -
-detail::FusedCode fused_code(const std::string& op) {
-  static const std::unordered_map<std::string, detail::FusedCode> codes = {
-      {"add", detail::FusedCode::Add},         {"subtract", detail::FusedCode::Sub},
-      {"multiply", detail::FusedCode::Mul},    {"divide", detail::FusedCode::Div},
-      {"abs", detail::FusedCode::Abs},         {"negative", detail::FusedCode::Neg},
-      {"square", detail::FusedCode::Square},   {"sqrt", detail::FusedCode::Sqrt},
-      {"relu", detail::FusedCode::Relu},       {"reciprocal", detail::FusedCode::Recip}};
-  auto it = codes.find(op);
-  return it == codes.end() ? detail::FusedCode::Kernel : it->second;
-}
-
 // A fused chain runs block by block: each op's own kernel on a cache-sized slice, so the
 // intermediates never leave the cache (and are never allocated at full size).
 void Session::Impl::run_fused(Plan& p, const Step& s) {
@@ -521,8 +508,7 @@ void Session::Impl::run_fused_f32(Plan& p, const Step& s, const Tensor& out) {
   bool all_inline = true;
   for (int m : s.nodes) {
     const GraphNode& nd = pn[std::size_t(m)];
-    detail::FusedInstr in;
-    in.code = fused_code(nd.op->name);
+    detail::FusedInstr in = detail::fused_instr(nd.op->name, nd.attrs);
     in.nargs = int(nd.inputs.size());
     if (in.nargs > 2) in.code = detail::FusedCode::Kernel;
     for (int i = 0; i < in.nargs && i < 2; ++i) {
@@ -594,7 +580,7 @@ void Session::Impl::run_fused_f32(Plan& p, const Step& s, const Tensor& out) {
             else if (in.kind[i] == detail::FusedInstr::Array) a[i] = in.p[i] + b;
             else v[i] = in.v[i];
           }
-          fused_block_op(in.code, dst, a[0], v[0], a[1], v[1], len);
+          fused_block_op(in, dst, a[0], v[0], a[1], v[1], len);
         } else {
           const GraphNode& nd = pn[std::size_t(s.nodes[k])];
           std::vector<Tensor> ins;

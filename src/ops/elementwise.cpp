@@ -1,9 +1,11 @@
 // Elementwise op definitions: shape/dtype rules, gradients (written with ops) and the public
 // functions. Binary ops broadcast (NumPy rules); the public functions promote mixed dtypes.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
 #include "internal/registration.hpp"
+#include "ops/elementwise_table.hpp"
 #include "internal/relu_gradient.hpp"
 #include "soma/op.hpp"
 #include "soma/ops.hpp"
@@ -19,14 +21,16 @@ std::vector<TensorSpec> binary_infer_impl(const std::vector<TensorSpec>& in, con
   return {{broadcast_shapes(in[0].shape, in[1].shape, op), predicate ? DType::boolean : in[0].dtype}};
 }
 
-// Each op's infer function needs its own name for messages; a template per name does it.
-template <const char* Name, bool Predicate>
+// Each op's infer function needs its own name for messages; a template per functor does it.
+template <class F>
 std::vector<TensorSpec> binary_infer(const std::vector<TensorSpec>& in, const Attrs&) {
-  return binary_infer_impl(in, Name, Predicate);
+  return binary_infer_impl(in, F::name, F::family == ew::Family::Predicate);
 }
 std::vector<TensorSpec> unary_infer(const std::vector<TensorSpec>& in, const Attrs&) {
   return {in[0]};
 }
+template <class F>
+constexpr InferFn unary_infer_of = unary_infer;
 std::vector<TensorSpec> where_infer(const std::vector<TensorSpec>& in, const Attrs&) {
   if (in[0].dtype != DType::boolean)
     fail("where", "condition must have dtype bool, got ", dtype_name(in[0].dtype));
@@ -138,13 +142,24 @@ std::vector<Tensor> elu_grad(G c) {
   return {where(c.inputs[0] <= 0.0, c.grads[0] * (c.outputs[0] + c.attrs.f("alpha")), c.grads[0])};
 }
 std::vector<Tensor> softplus_grad(G c) { return {c.grads[0] * sigmoid(c.inputs[0])}; }
-
-#define SOMA_NAME(N) constexpr char N##_name[] = #N;
-SOMA_NAME(add) SOMA_NAME(subtract) SOMA_NAME(multiply) SOMA_NAME(divide) SOMA_NAME(floor_div)
-SOMA_NAME(mod) SOMA_NAME(pow) SOMA_NAME(maximum) SOMA_NAME(minimum) SOMA_NAME(squared_difference)
-SOMA_NAME(equal) SOMA_NAME(not_equal) SOMA_NAME(less) SOMA_NAME(less_equal) SOMA_NAME(greater)
-SOMA_NAME(greater_equal) SOMA_NAME(logical_and) SOMA_NAME(logical_or) SOMA_NAME(relu_grad)
-#undef SOMA_NAME
+// x * relu6(x + 3) / 6: (2x + 3) / 6 on (-3, 3), 1 above, 0 below.
+std::vector<Tensor> hardswish_grad(G c) {
+  const Tensor& x = c.inputs[0];
+  Tensor inner = (x * 2.0 + 3.0) * (1.0 / 6.0);
+  Tensor d = where(x <= -3.0, zeros_like(x), where(x >= 3.0, ones_like(x), inner));
+  return {c.grads[0] * d};
+}
+// x / (1 + |x|): 1 / (1 + |x|)^2.
+std::vector<Tensor> softsign_grad(G c) {
+  return {c.grads[0] / square(abs(c.inputs[0]) + 1.0)};
+}
+// clamp(alpha x + beta, 0, 1): alpha inside (0, 1), 0 outside.
+std::vector<Tensor> hard_sigmoid_grad(G c) {
+  const double alpha = c.attrs.f("alpha");
+  Tensor z = c.inputs[0] * alpha + c.attrs.f("beta");
+  Tensor inside = logical_and(z > 0.0, z < 1.0);
+  return {where(inside, c.grads[0] * alpha, zeros_like(c.grads[0]))};
+}
 
 void check_floating(const Tensor& t, const char* op) {
   if (!is_floating(t.dtype()))
@@ -167,12 +182,113 @@ Tensor binary(const OpDef& d, const Tensor& a, const Tensor& b) {
   DType t = promote_types(a.dtype(), b.dtype());
   return call_op1(d, {cast(a, t), cast(b, t)});
 }
-// The definition for a name, looked up once per op rather than per call.
-template <const char* Name>
+// The definition of a table op, looked up once per op rather than per call.
+template <class F>
 const OpDef& def_of() {
-  static const OpDef& d = get_op(Name);
+  static const OpDef& d = get_op(F::name);
   return d;
 }
+// The dtype check of the public function of a unary table op, by its family.
+template <ew::Family F>
+void check_family(const Tensor& t, const char* op) {
+  if constexpr (F == ew::Family::Numeric) check_not_bool(t, op);
+  else if constexpr (F == ew::Family::Float) check_floating(t, op);
+  else if constexpr (F == ew::Family::Bool) check_bool(t, op);
+}
+
+// ---- the table's op definitions ----
+// The test table's reference: the op's f64 formula (the table's `reference` column) applied to
+// f64 inputs, broadcast as NumPy does; bool for predicates.
+template <class Ref, class F>
+std::vector<Tensor> ew_reference(const std::vector<Tensor>& in, const Attrs& attrs) {
+  const F params = ew::make_functor<F>(attrs);
+  Shape shape = in[0].shape();
+  for (const Tensor& t : in) shape = broadcast_shapes(shape, t.shape(), F::name);
+  std::vector<Tensor> xs;
+  for (const Tensor& t : in) xs.push_back(contiguous(broadcast_to(cast(t, DType::f64), shape)));
+  const bool pred = F::family == ew::Family::Predicate;
+  Tensor out = Tensor::empty(shape, pred ? DType::boolean : DType::f64);
+  const std::int64_t n = out.numel();
+  const double* a = xs[0].data<double>();
+  const double* b = xs.size() > 1 ? xs[1].data<double>() : a;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double r = Ref::f(a[i], b[i], params.alpha, params.beta);
+    if (pred) out.data<bool>()[i] = r != 0;
+    else out.data<double>()[i] = r;
+  }
+  return {out};
+}
+
+std::vector<Shape> test_shapes(ew::TestShapes s) {
+  switch (s) {
+    case ew::TestShapes::None: break;
+    case ew::TestShapes::One: return {{3, 4}};
+    case ew::TestShapes::Broadcast: return {{3, 4}, {4}};
+    case ew::TestShapes::Same: return {{3, 4}, {3, 4}};
+  }
+  return {};
+}
+
+std::uint32_t family_tags(ew::Family f, int arity) {
+  std::uint32_t t = arity == 1 ? kElementwiseUnary : kElementwiseBinary;
+  if (f == ew::Family::Float) t |= kFloatOnly;
+  if (f == ew::Family::Predicate || f == ew::Family::Bool) t |= kPredicate;  // bool output
+  return t;
+}
+
+// One table entry's definition. attrs: the table's (count, alpha, beta).
+template <class F>
+OpDef table_op(InferFn infer, GradFn grad, std::uint32_t tags, const char* onnx_type, int opset,
+               ew::TestShapes shapes, double lo, double hi, bool gradcheck, double min_gap,
+               std::vector<double> kinks, ReferenceFn reference) {
+  OpDef d;
+  d.name = F::name;
+  d.num_inputs = F::arity;
+  d.infer = infer;
+  d.grad = grad;
+  d.tags = family_tags(F::family, F::arity) | tags;
+  const F defaults{};
+  if constexpr (F::num_attrs > 0) {
+    d.attrs.push_back({"alpha", defaults.alpha});
+    d.onnx.attrs.push_back({"alpha", "alpha"});
+    d.test.attrs.set("alpha", defaults.alpha);
+  }
+  if constexpr (F::num_attrs > 1) {
+    d.attrs.push_back({"beta", defaults.beta});
+    d.onnx.attrs.push_back({"beta", "beta"});
+    d.test.attrs.set("beta", defaults.beta);
+  }
+  d.onnx.op_type = onnx_type;
+  d.onnx.min_opset = opset;
+  d.test.shapes = test_shapes(shapes);
+  d.test.lo = lo;
+  d.test.hi = hi;
+  d.test.gradcheck = gradcheck && grad != nullptr;
+  d.test.min_gap = min_gap;
+  d.test.kinks = std::move(kinks);
+  d.test.reference = reference;
+  return d;
+}
+
+// Per entry: its reference as a function of (x or a, b, alpha, beta).
+#define SOMA_EW_REF(NAME, FAM, TAGS, ATTRS, FUSE, ONNX, TEST, REF, GRAD, EXPR)           \
+  struct NAME##_ref {                                                                      \
+    static double f([[maybe_unused]] double x, [[maybe_unused]] double unused,            \
+                    [[maybe_unused]] double alpha, [[maybe_unused]] double beta) {        \
+      return double(REF);                                                                  \
+    }                                                                                      \
+  };
+#define SOMA_EW_REF2(NAME, FAM, TAGS, ATTRS, FUSE, ONNX, TEST, REF, GRAD, EXPR)          \
+  struct NAME##_ref {                                                                      \
+    static double f(double a, double b, [[maybe_unused]] double alpha,                    \
+                    [[maybe_unused]] double beta) {                                        \
+      return double(REF);                                                                  \
+    }                                                                                      \
+  };
+SOMA_ELEMENTWISE_UNARY(SOMA_EW_REF)
+SOMA_ELEMENTWISE_BINARY(SOMA_EW_REF2)
+#undef SOMA_EW_REF
+#undef SOMA_EW_REF2
 
 Tensor unary(const OpDef& d, const Tensor& t, const Attrs& attrs = {}) {
   return call_op1(d, {t}, attrs);
@@ -198,84 +314,51 @@ void register_view_ops();
 
 void register_elementwise_ops() {
   register_view_ops();
-  auto bin = [](const char* name, InferFn infer, GradFn grad) {
-    register_op({.name = name, .num_inputs = 2, .infer = infer, .grad = grad});
-  };
-  bin("add", binary_infer<add_name, false>, add_grad);
-  bin("subtract", binary_infer<subtract_name, false>, sub_grad);
-  bin("multiply", binary_infer<multiply_name, false>, mul_grad);
-  bin("divide", binary_infer<divide_name, false>, div_grad);
-  bin("floor_div", binary_infer<floor_div_name, false>, floor_div_grad);
-  bin("mod", binary_infer<mod_name, false>, mod_grad);
-  bin("pow", binary_infer<pow_name, false>, pow_grad);
-  bin("maximum", binary_infer<maximum_name, false>, maximum_grad);
-  bin("minimum", binary_infer<minimum_name, false>, minimum_grad);
-  bin("squared_difference", binary_infer<squared_difference_name, false>, sqdiff_grad);
-  bin("equal", binary_infer<equal_name, true>, nullptr);
-  bin("not_equal", binary_infer<not_equal_name, true>, nullptr);
-  bin("less", binary_infer<less_name, true>, nullptr);
-  bin("less_equal", binary_infer<less_equal_name, true>, nullptr);
-  bin("greater", binary_infer<greater_name, true>, nullptr);
-  bin("greater_equal", binary_infer<greater_equal_name, true>, nullptr);
-  bin("logical_and", binary_infer<logical_and_name, false>, nullptr);
-  bin("logical_or", binary_infer<logical_or_name, false>, nullptr);
+#define SOMA_EW_ONNX(TYPE, OPSET) TYPE, OPSET
+#define SOMA_EW_TEST(SHAPES, LO, HI, GRADCHECK, GAP, ...) \
+  ew::TestShapes::SHAPES, LO, HI, GRADCHECK, GAP, std::vector<double> __VA_ARGS__
+#define SOMA_EW_REGISTER(NAME, FAM, TAGS, ATTRS, FUSE, ONNX, TEST, REF, GRAD, EXPR)       \
+  register_op(table_op<ew::NAME##_fn>(INFER<ew::NAME##_fn>, GRAD, TAGS, SOMA_EW_ONNX ONNX, \
+                                      SOMA_EW_TEST TEST,                                   \
+                                      ew_reference<NAME##_ref, ew::NAME##_fn>));
+#define INFER unary_infer_of
+  SOMA_ELEMENTWISE_UNARY(SOMA_EW_REGISTER)
+#undef INFER
+#define INFER binary_infer
+  SOMA_ELEMENTWISE_BINARY(SOMA_EW_REGISTER)
+#undef INFER
+#undef SOMA_EW_REGISTER
+#undef SOMA_EW_TEST
+#undef SOMA_EW_ONNX
   register_op({.name = "where", .num_inputs = 3, .infer = where_infer, .grad = where_grad});
-  bin("relu_grad", binary_infer<relu_grad_name, false>, relu_grad_grad);  // (x, g): g * [x > 0]
-  auto un = [](const char* name, GradFn grad) {
-    register_op({.name = name, .num_inputs = 1, .infer = unary_infer, .grad = grad});
-  };
-  un("abs", abs_grad);
-  un("negative", neg_grad);
-  un("sign", zero_grad);
-  un("square", square_grad);
-  un("reciprocal", reciprocal_grad);
-  un("sqrt", sqrt_grad);
-  un("rsqrt", rsqrt_grad);
-  un("exp", exp_grad);
-  un("log", log_grad);
-  un("log1p", log1p_grad);
-  un("expm1", expm1_grad);
-  un("sin", sin_grad);
-  un("cos", cos_grad);
-  un("tanh", tanh_grad);
-  un("erf", erf_grad);
-  un("sigmoid", sigmoid_grad);
-  un("relu", relu_grad);
-  un("leaky_relu", leaky_relu_grad);
-  un("elu", elu_grad);
-  un("softplus", softplus_grad);
-  un("round", zero_grad);
-  un("ceil", zero_grad);
-  un("floor", zero_grad);
-  un("logical_not", nullptr);
 }
 }  // namespace detail
 
 // ---- public functions ----
 Tensor add(const Tensor& a, const Tensor& b) {
   check_not_bool(a, "add");
-  return binary(def_of<add_name>(), a, b);
+  return binary(def_of<ew::add_fn>(), a, b);
 }
 Tensor subtract(const Tensor& a, const Tensor& b) {
   check_not_bool(a, "subtract");
-  return binary(def_of<subtract_name>(), a, b);
+  return binary(def_of<ew::subtract_fn>(), a, b);
 }
 Tensor multiply(const Tensor& a, const Tensor& b) {
   check_not_bool(a, "multiply");
-  return binary(def_of<multiply_name>(), a, b);
+  return binary(def_of<ew::multiply_fn>(), a, b);
 }
 // True division: integer operands divide as f32 (as NumPy's / gives a float).
 Tensor divide(const Tensor& a, const Tensor& b) {
   DType t = promote_types(a.dtype(), b.dtype());
   if (!is_floating(t)) {
     check_not_bool(a, "divide");
-    return binary(def_of<divide_name>(), cast(a, DType::f32), cast(b, DType::f32));
+    return binary(def_of<ew::divide_fn>(), cast(a, DType::f32), cast(b, DType::f32));
   }
-  return binary(def_of<divide_name>(), a, b);
+  return binary(def_of<ew::divide_fn>(), a, b);
 }
-Tensor floor_div(const Tensor& a, const Tensor& b) { return binary(def_of<floor_div_name>(), a, b); }
-Tensor mod(const Tensor& a, const Tensor& b) { return binary(def_of<mod_name>(), a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary(def_of<pow_name>(), a, b); }
+Tensor floor_div(const Tensor& a, const Tensor& b) { return binary(def_of<ew::floor_div_fn>(), a, b); }
+Tensor mod(const Tensor& a, const Tensor& b) { return binary(def_of<ew::mod_fn>(), a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary(def_of<ew::pow_fn>(), a, b); }
 // A number next to an integer tensor that is not whole would be truncated by like_scalar
 // (pow(i, 0.5) would be i^0): the tensor is taken as f32 then, as divide() does.
 namespace {
@@ -294,31 +377,26 @@ Tensor pow(double a, const Tensor& b) {
   if (fractional_with_integer(a, b)) return pow(scalar(a, DType::f32), cast(b, DType::f32));
   return pow(like_scalar(a, b), b);
 }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary(def_of<maximum_name>(), a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary(def_of<minimum_name>(), a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary(def_of<ew::maximum_fn>(), a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary(def_of<ew::minimum_fn>(), a, b); }
 Tensor squared_difference(const Tensor& a, const Tensor& b) {
-  return binary(def_of<squared_difference_name>(), a, b);
+  return binary(def_of<ew::squared_difference_fn>(), a, b);
 }
-Tensor equal(const Tensor& a, const Tensor& b) { return binary(def_of<equal_name>(), a, b); }
-Tensor not_equal(const Tensor& a, const Tensor& b) { return binary(def_of<not_equal_name>(), a, b); }
-Tensor less(const Tensor& a, const Tensor& b) { return binary(def_of<less_name>(), a, b); }
-Tensor less_equal(const Tensor& a, const Tensor& b) { return binary(def_of<less_equal_name>(), a, b); }
-Tensor greater(const Tensor& a, const Tensor& b) { return binary(def_of<greater_name>(), a, b); }
-Tensor greater_equal(const Tensor& a, const Tensor& b) { return binary(def_of<greater_equal_name>(), a, b); }
+Tensor equal(const Tensor& a, const Tensor& b) { return binary(def_of<ew::equal_fn>(), a, b); }
+Tensor not_equal(const Tensor& a, const Tensor& b) { return binary(def_of<ew::not_equal_fn>(), a, b); }
+Tensor less(const Tensor& a, const Tensor& b) { return binary(def_of<ew::less_fn>(), a, b); }
+Tensor less_equal(const Tensor& a, const Tensor& b) { return binary(def_of<ew::less_equal_fn>(), a, b); }
+Tensor greater(const Tensor& a, const Tensor& b) { return binary(def_of<ew::greater_fn>(), a, b); }
+Tensor greater_equal(const Tensor& a, const Tensor& b) { return binary(def_of<ew::greater_equal_fn>(), a, b); }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   check_bool(a, "logical_and");
   check_bool(b, "logical_and");
-  return binary(def_of<logical_and_name>(), a, b);
+  return binary(def_of<ew::logical_and_fn>(), a, b);
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
   check_bool(a, "logical_or");
   check_bool(b, "logical_or");
-  return binary(def_of<logical_or_name>(), a, b);
-}
-Tensor logical_not(const Tensor& a) {
-  check_bool(a, "logical_not");
-  static const OpDef& d = get_op("logical_not");
-  return unary(d, a);
+  return binary(def_of<ew::logical_or_fn>(), a, b);
 }
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   static const OpDef& d = get_op("where");
@@ -330,34 +408,27 @@ Tensor clip(const Tensor& t, double lo, double hi) {
   return minimum(maximum(t, like_scalar(lo, t)), like_scalar(hi, t));
 }
 
-#define SOMA_UNARY_FN(NAME, CHECK)                  \
-  Tensor NAME(const Tensor& t) {                    \
-    CHECK(t, #NAME);                                \
-    static const OpDef& d = get_op(#NAME);          \
-    return unary(d, t);                             \
+// The unary table ops without attributes: check the dtype by the family, call the op.
+#define SOMA_EW_CAT_(A, B) A##B
+#define SOMA_EW_CAT(A, B) SOMA_EW_CAT_(A, B)
+#define SOMA_EW_NUM_ATTRS(N, A, B) N
+#define SOMA_EW_PUBLIC_0(NAME, FAM)                  \
+  Tensor NAME(const Tensor& t) {                     \
+    check_family<ew::Family::FAM>(t, #NAME);         \
+    return unary(def_of<ew::NAME##_fn>(), t);        \
   }
-SOMA_UNARY_FN(abs, check_not_bool)
-SOMA_UNARY_FN(negative, check_not_bool)
-SOMA_UNARY_FN(sign, check_not_bool)
-SOMA_UNARY_FN(square, check_not_bool)
-SOMA_UNARY_FN(relu, check_not_bool)
-SOMA_UNARY_FN(reciprocal, check_floating)
-SOMA_UNARY_FN(sqrt, check_floating)
-SOMA_UNARY_FN(rsqrt, check_floating)
-SOMA_UNARY_FN(exp, check_floating)
-SOMA_UNARY_FN(log, check_floating)
-SOMA_UNARY_FN(log1p, check_floating)
-SOMA_UNARY_FN(expm1, check_floating)
-SOMA_UNARY_FN(sin, check_floating)
-SOMA_UNARY_FN(cos, check_floating)
-SOMA_UNARY_FN(tanh, check_floating)
-SOMA_UNARY_FN(erf, check_floating)
-SOMA_UNARY_FN(sigmoid, check_floating)
-SOMA_UNARY_FN(softplus, check_floating)
-SOMA_UNARY_FN(round, check_floating)
-SOMA_UNARY_FN(ceil, check_floating)
-SOMA_UNARY_FN(floor, check_floating)
-#undef SOMA_UNARY_FN
+#define SOMA_EW_PUBLIC_1(NAME, FAM)
+#define SOMA_EW_PUBLIC_2(NAME, FAM)
+#define SOMA_EW_PUBLIC(NAME, FAM, TAGS, ATTRS, FUSE, ONNX, TEST, REF, GRAD, EXPR) \
+  SOMA_EW_CAT(SOMA_EW_PUBLIC_, SOMA_EW_NUM_ATTRS ATTRS)(NAME, FAM)
+SOMA_ELEMENTWISE_UNARY(SOMA_EW_PUBLIC)
+#undef SOMA_EW_PUBLIC
+#undef SOMA_EW_PUBLIC_0
+#undef SOMA_EW_PUBLIC_1
+#undef SOMA_EW_PUBLIC_2
+#undef SOMA_EW_NUM_ATTRS
+#undef SOMA_EW_CAT
+#undef SOMA_EW_CAT_
 
 Tensor leaky_relu(const Tensor& t, double alpha) {
   check_floating(t, "leaky_relu");
@@ -368,6 +439,11 @@ Tensor elu(const Tensor& t, double alpha) {
   check_floating(t, "elu");
   static const OpDef& d = get_op("elu");
   return unary(d, t, {{"alpha", alpha}});
+}
+Tensor hard_sigmoid(const Tensor& t, double alpha, double beta) {
+  check_floating(t, "hard_sigmoid");
+  static const OpDef& d = get_op("hard_sigmoid");
+  return unary(d, t, {{"alpha", alpha}, {"beta", beta}});
 }
 // A composite: its gradient comes from erf's (or tanh's) for free.
 Tensor gelu(const Tensor& t, bool approximate) {

@@ -1,11 +1,13 @@
 // CPU kernels for elementwise ops: one template loop with three paths (packed, scalar operand,
-// general strided with broadcasting), instantiated per op and dtype. 16-bit floats compute in f32.
+// general strided with broadcasting), instantiated per op of the elementwise table
+// (src/ops/elementwise_table.hpp) and dtype. 16-bit floats compute in f32.
 #include <cmath>
 
 #include "internal/dispatch.hpp"
 #include "internal/fast_paths.hpp"
 #include "internal/parallel.hpp"
 #include "internal/registration.hpp"
+#include "ops/elementwise_table.hpp"
 #include "soma/op.hpp"
 
 namespace soma::detail {
@@ -101,194 +103,39 @@ void unary_loop(const Tensor& a, const Tensor& out, const Op& op) {
   }
 }
 
-// Output type: the input's own type, or bool for predicates.
-template <class T, bool Predicate> using out_t = std::conditional_t<Predicate, bool, T>;
-
-template <class Op, bool Predicate = false>
+// One kernel per table op (src/ops/elementwise_table.hpp): F is the op's functor, its family
+// says which dtypes it takes and whether it returns bool.
+template <class F>
 void binary_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-  const Op op(attrs);
+  const F op = ew::make_functor<F>(attrs);
   dispatch_dtype(in[0].dtype(), [&]<class T>() {
-    if constexpr (Op::template supports<T>()) {
-      binary_loop<T, out_t<T, Predicate>>(in[0], in[1], out[0], op);
+    if constexpr (ew::supports<F::family, compute_t<T>>()) {
+      binary_loop<T, ew::result_t<F::family, T>>(in[0], in[1], out[0], op);
     } else {
-      fail(Op::name, "dtype ", dtype_name(in[0].dtype()), " is not supported");
+      fail(F::name, "dtype ", dtype_name(in[0].dtype()), " is not supported");
     }
   });
 }
 
-template <class Op, bool Predicate = false>
+template <class F>
 void unary_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-  const Op op(attrs);
+  const F op = ew::make_functor<F>(attrs);
   dispatch_dtype(in[0].dtype(), [&]<class T>() {
-    if constexpr (Op::template supports<T>()) {
-      unary_loop<T, out_t<T, Predicate>>(in[0], out[0], op);
+    if constexpr (ew::supports<F::family, compute_t<T>>()) {
+      unary_loop<T, ew::result_t<F::family, T>>(in[0], out[0], op);
     } else {
-      fail(Op::name, "dtype ", dtype_name(in[0].dtype()), " is not supported");
+      fail(F::name, "dtype ", dtype_name(in[0].dtype()), " is not supported");
     }
   });
 }
 
-template <class T> constexpr bool is_float_v = std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
-// Functor families: which storage types each supports.
-struct NumericOp {
-  explicit NumericOp(const Attrs&) {}
-  template <class T> static constexpr bool supports() { return !std::is_same_v<T, bool>; }
-};
-struct FloatOp {
-  explicit FloatOp(const Attrs&) {}
-  template <class T> static constexpr bool supports() { return is_float_v<T>; }
-};
-struct AnyOp {
-  explicit AnyOp(const Attrs&) {}
-  template <class T> static constexpr bool supports() { return true; }
-};
-struct BoolOp {
-  explicit BoolOp(const Attrs&) {}
-  template <class T> static constexpr bool supports() { return std::is_same_v<T, bool>; }
-};
-
-#define SOMA_BINARY(NAME, BASE, EXPR)                                     \
-  struct NAME : BASE {                                                    \
-    static constexpr const char* name = #NAME;                            \
-    using BASE::BASE;                                                     \
-    template <class C> C operator()(C a, C b) const { return EXPR; }      \
-  };
-#define SOMA_PREDICATE(NAME, BASE, EXPR)                                  \
-  struct NAME : BASE {                                                    \
-    static constexpr const char* name = #NAME;                            \
-    using BASE::BASE;                                                     \
-    template <class C> bool operator()(C a, C b) const { return EXPR; }   \
-  };
-#define SOMA_UNARY(NAME, BASE, EXPR)                                      \
-  struct NAME : BASE {                                                    \
-    static constexpr const char* name = #NAME;                            \
-    using BASE::BASE;                                                     \
-    template <class C> C operator()(C x) const { return EXPR; }           \
-  };
-
-// Integer floor_div / mod are defined for every operand (C++'s / and % are not, and x86's idiv
-// traps): a zero divisor gives 0 for both (NumPy's result, without its warning), and
-// INT_MIN / -1 wraps to INT_MIN with remainder 0 (as NumPy). The divisor is replaced by 1 in
-// those cases so that the hardware division never sees them; the results are then selected.
-template <class C> C floor_div_impl(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) {
-    return std::floor(a / b);
-  } else if constexpr (std::is_unsigned_v<C>) {
-    return b == 0 ? C(0) : C(a / b);
-  } else {
-    using U = std::make_unsigned_t<C>;
-    const bool zero = b == 0, minus_one = b == C(-1);
-    const C d = (zero || minus_one) ? C(1) : b;
-    C q = C(a / d);
-    q = (a % d != 0 && ((a < 0) != (d < 0))) ? C(q - 1) : q;
-    q = minus_one ? C(U(0) - U(a)) : q;  // -a, wrapping for INT_MIN
-    return zero ? C(0) : q;
-  }
-}
-template <class C> C mod_impl(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) {
-    C r = std::fmod(a, b);
-    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-  } else if constexpr (std::is_unsigned_v<C>) {
-    return b == 0 ? C(0) : C(a % b);
-  } else {
-    const bool zero_rem = b == 0 || b == C(-1);  // x % -1 is 0; x % 0 is defined as 0
-    const C d = zero_rem ? C(1) : b;
-    C r = C(a % d);
-    r = (r != 0 && ((r < 0) != (d < 0))) ? C(r + d) : r;
-    return zero_rem ? C(0) : r;
-  }
-}
-template <class C> C pow_impl(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) {
-    return std::pow(a, b);
-  } else {  // integer power by squaring; negative exponents give 0 except for |a| == 1
-    if (b < 0) {
-      if constexpr (std::is_signed_v<C>) {
-        if (a == 1) return 1;
-        if (a == -1) return (b % 2) ? C(-1) : C(1);
-      }
-      return 0;
-    }
-    C r = 1, base = a;
-    for (auto e = b; e > 0; e >>= 1) {
-      if (e & 1) r = C(r * base);
-      base = C(base * base);
-    }
-    return r;
-  }
-}
-
-SOMA_BINARY(add, NumericOp, C(a + b))
-SOMA_BINARY(subtract, NumericOp, C(a - b))
-SOMA_BINARY(multiply, NumericOp, C(a * b))
-SOMA_BINARY(divide, FloatOp, a / b)
-SOMA_BINARY(floor_div, NumericOp, floor_div_impl<C>(a, b))
-SOMA_BINARY(mod, NumericOp, mod_impl<C>(a, b))
-SOMA_BINARY(pow, NumericOp, pow_impl<C>(a, b))
-SOMA_BINARY(maximum, NumericOp, (a >= b || a != a) ? a : b)
-SOMA_BINARY(minimum, NumericOp, (a <= b || a != a) ? a : b)
-SOMA_BINARY(squared_difference, NumericOp, C((a - b) * (a - b)))
-// (x, g): relu's gradient in one pass, PyTorch's threshold_backward: 0 where x <= 0, else g (so
-// g passes where x is NaN).
-SOMA_BINARY(relu_grad, NumericOp, a <= C(0) ? C(0) : b)
-SOMA_PREDICATE(equal, AnyOp, a == b)
-SOMA_PREDICATE(not_equal, AnyOp, a != b)
-SOMA_PREDICATE(less, AnyOp, a < b)
-SOMA_PREDICATE(less_equal, AnyOp, a <= b)
-SOMA_PREDICATE(greater, AnyOp, a > b)
-SOMA_PREDICATE(greater_equal, AnyOp, a >= b)
-SOMA_BINARY(logical_and, BoolOp, a && b)
-SOMA_BINARY(logical_or, BoolOp, a || b)
-
-template <class C> C sign_impl(C x) {
-  if constexpr (std::is_unsigned_v<C>) return C(x > 0);
-  else return x != x ? x : C((x > 0) - (x < 0));
-}
-template <class C> C abs_impl(C x) {
-  if constexpr (std::is_unsigned_v<C>) return x;
-  else if constexpr (std::is_floating_point_v<C>) return std::abs(x);
-  else return C(x < 0 ? -x : x);
-}
-
-SOMA_UNARY(abs, NumericOp, abs_impl<C>(x))
-SOMA_UNARY(negative, NumericOp, C(-x))
-SOMA_UNARY(sign, NumericOp, sign_impl<C>(x))
-SOMA_UNARY(square, NumericOp, C(x * x))
-SOMA_UNARY(reciprocal, FloatOp, C(1) / x)
-SOMA_UNARY(sqrt, FloatOp, std::sqrt(x))
-SOMA_UNARY(rsqrt, FloatOp, C(1) / std::sqrt(x))
-SOMA_UNARY(exp, FloatOp, std::exp(x))
-SOMA_UNARY(log, FloatOp, std::log(x))
-SOMA_UNARY(log1p, FloatOp, std::log1p(x))
-SOMA_UNARY(expm1, FloatOp, std::expm1(x))
-SOMA_UNARY(sin, FloatOp, std::sin(x))
-SOMA_UNARY(cos, FloatOp, std::cos(x))
-SOMA_UNARY(tanh, FloatOp, std::tanh(x))
-SOMA_UNARY(erf, FloatOp, std::erf(x))
-// Stable for large |x|: never exponentiates a large positive number.
-SOMA_UNARY(sigmoid, FloatOp, x >= 0 ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x)))
-// NaN propagates (as PyTorch's relu): NaN <= 0 is false. relu(-0) is +0.
-SOMA_UNARY(relu, NumericOp, x <= C(0) ? C(0) : x)
-SOMA_UNARY(softplus, FloatOp, std::log1p(std::exp(-std::abs(x))) + (x > 0 ? x : C(0)))
-SOMA_UNARY(round, FloatOp, std::nearbyint(x))
-SOMA_UNARY(ceil, FloatOp, std::ceil(x))
-SOMA_UNARY(floor, FloatOp, std::floor(x))
-SOMA_UNARY(logical_not, BoolOp, !x)
-
-struct leaky_relu : FloatOp {
-  static constexpr const char* name = "leaky_relu";
-  double alpha;
-  explicit leaky_relu(const Attrs& a) : FloatOp(a), alpha(a.f("alpha")) {}
-  template <class C> C operator()(C x) const { return x > 0 ? x : C(alpha) * x; }
-};
-struct elu : FloatOp {
-  static constexpr const char* name = "elu";
-  double alpha;
-  explicit elu(const Attrs& a) : FloatOp(a), alpha(a.f("alpha")) {}
-  template <class C> C operator()(C x) const { return x > 0 ? x : C(alpha) * std::expm1(x); }
-};
+// The table's functors under local names: the loops instantiated for them then have internal
+// linkage, as loops over file-local functors, and GCC inlines them as it did.
+#define SOMA_EW_LOCAL(NAME, ...) \
+  struct NAME : ew::NAME##_fn {};
+SOMA_ELEMENTWISE_UNARY(SOMA_EW_LOCAL)
+SOMA_ELEMENTWISE_BINARY(SOMA_EW_LOCAL)
+#undef SOMA_EW_LOCAL
 
 // where(cond, a, b): a ternary loop, strided with broadcasting.
 // The fast case of where (ReLU's gradient, masking): cond and every operand either dense in
@@ -358,49 +205,12 @@ void where_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
 
 void register_cpu_elementwise_kernels() {
   auto reg = [](const char* name, KernelFn fn) { register_kernel(name, DeviceKind::CPU, fn); };
-  reg("add", binary_kernel<add>);
-  reg("subtract", binary_kernel<subtract>);
-  reg("multiply", binary_kernel<multiply>);
-  reg("divide", binary_kernel<divide>);
-  reg("floor_div", binary_kernel<floor_div>);
-  reg("mod", binary_kernel<mod>);
-  reg("pow", binary_kernel<pow>);
-  reg("maximum", binary_kernel<maximum>);
-  reg("minimum", binary_kernel<minimum>);
-  reg("squared_difference", binary_kernel<squared_difference>);
-  reg("relu_grad", binary_kernel<relu_grad>);
-  reg("equal", binary_kernel<equal, true>);
-  reg("not_equal", binary_kernel<not_equal, true>);
-  reg("less", binary_kernel<less, true>);
-  reg("less_equal", binary_kernel<less_equal, true>);
-  reg("greater", binary_kernel<greater, true>);
-  reg("greater_equal", binary_kernel<greater_equal, true>);
-  reg("logical_and", binary_kernel<logical_and>);
-  reg("logical_or", binary_kernel<logical_or>);
-  reg("abs", unary_kernel<abs>);
-  reg("negative", unary_kernel<negative>);
-  reg("sign", unary_kernel<sign>);
-  reg("square", unary_kernel<square>);
-  reg("reciprocal", unary_kernel<reciprocal>);
-  reg("sqrt", unary_kernel<sqrt>);
-  reg("rsqrt", unary_kernel<rsqrt>);
-  reg("exp", unary_kernel<exp>);
-  reg("log", unary_kernel<log>);
-  reg("log1p", unary_kernel<log1p>);
-  reg("expm1", unary_kernel<expm1>);
-  reg("sin", unary_kernel<sin>);
-  reg("cos", unary_kernel<cos>);
-  reg("tanh", unary_kernel<tanh>);
-  reg("erf", unary_kernel<erf>);
-  reg("sigmoid", unary_kernel<sigmoid>);
-  reg("relu", unary_kernel<relu>);
-  reg("softplus", unary_kernel<softplus>);
-  reg("round", unary_kernel<round>);
-  reg("ceil", unary_kernel<ceil>);
-  reg("floor", unary_kernel<floor>);
-  reg("logical_not", unary_kernel<logical_not>);
-  reg("leaky_relu", unary_kernel<leaky_relu>);
-  reg("elu", unary_kernel<elu>);
+#define SOMA_EW_REG1(NAME, ...) reg(#NAME, unary_kernel<NAME>);
+#define SOMA_EW_REG2(NAME, ...) reg(#NAME, binary_kernel<NAME>);
+  SOMA_ELEMENTWISE_UNARY(SOMA_EW_REG1)
+  SOMA_ELEMENTWISE_BINARY(SOMA_EW_REG2)
+#undef SOMA_EW_REG1
+#undef SOMA_EW_REG2
   reg("where", where_kernel);
 }
 

@@ -1,10 +1,14 @@
-// Inline loops of fused f32 elementwise chains (see fused_block.hpp). Each is written exactly
-// as the op's own CPU kernel computes it, so a fused chain is bit-identical to the unfused one.
+// Inline loops of fused f32 elementwise chains (see fused_block.hpp). Each op is its functor from
+// the elementwise table, so a fused chain is bit-identical to the unfused one: the block loops
+// and the scalar tail call it on floats, the register groups on a vector type whose operators
+// are the same IEEE operations lane by lane.
 #include "backend/cpu/fused_block.hpp"
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <unordered_map>
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -13,10 +17,46 @@
 namespace soma::detail {
 
 namespace {
+
+struct TableEntry {
+  FusedCode code;
+  ew::Fuse fuse;
+};
+const std::unordered_map<std::string_view, TableEntry>& fusion_table() {
+  static const std::unordered_map<std::string_view, TableEntry> table = {
+#define SOMA_FUSED_ENTRY(NAME, ...) {#NAME, {FusedCode::NAME, ew::NAME##_fn::fuse}},
+      SOMA_ELEMENTWISE_UNARY(SOMA_FUSED_ENTRY) SOMA_ELEMENTWISE_BINARY(SOMA_FUSED_ENTRY)
+#undef SOMA_FUSED_ENTRY
+  };
+  return table;
+}
+
+// Calls fn(functor) for the op of `in` when it has an inline form (Fuse::Registers), with the
+// instruction's attributes; returns whether it did.
+template <class Fn>
+inline bool with_inline_op(const FusedInstr& in, Fn&& fn) {
+  switch (in.code) {
+#define SOMA_FUSED_CASE(NAME, ...)                                  \
+  case FusedCode::NAME:                                             \
+    if constexpr (ew::NAME##_fn::fuse == ew::Fuse::Registers) {     \
+      ew::NAME##_fn f;                                              \
+      f.alpha = in.alpha;                                           \
+      f.beta = in.beta;                                             \
+      fn(f);                                                        \
+      return true;                                                  \
+    }                                                               \
+    return false;
+    SOMA_ELEMENTWISE_UNARY(SOMA_FUSED_CASE) SOMA_ELEMENTWISE_BINARY(SOMA_FUSED_CASE)
+#undef SOMA_FUSED_CASE
+    case FusedCode::Kernel: break;
+  }
+  return false;
+}
+
 // dst[i] = f(a[i], b[i]) over one block, one loop per operand kind so that each vectorises.
 template <class F>
 inline void fused_binary(float* __restrict dst, const float* a, float av, const float* b, float bv,
-                         std::int64_t n, F f) {
+                         std::int64_t n, const F& f) {
   if (a && b)
     for (std::int64_t i = 0; i < n; ++i) dst[i] = f(a[i], b[i]);
   else if (a)
@@ -29,41 +69,44 @@ inline void fused_binary(float* __restrict dst, const float* a, float av, const 
 
 }  // namespace
 
-void fused_block_op(FusedCode code, float* __restrict dst, const float* a, float av,
+bool fusable_op(std::string_view op) {
+  auto it = fusion_table().find(op);
+  return it != fusion_table().end() && it->second.fuse != ew::Fuse::No;
+}
+
+FusedInstr fused_instr(std::string_view op, const Attrs& attrs) {
+  FusedInstr in;
+  auto it = fusion_table().find(op);
+  if (it == fusion_table().end() || it->second.fuse != ew::Fuse::Registers) return in;
+  in.code = it->second.code;
+  with_inline_op(in, [&](const auto& f) {
+    const auto g = ew::make_functor<std::decay_t<decltype(f)>>(attrs);
+    in.alpha = g.alpha;
+    in.beta = g.beta;
+  });
+  return in;
+}
+
+void fused_block_op(const FusedInstr& in, float* __restrict dst, const float* a, float av,
                     const float* b, float bv, std::int64_t n) {
-  switch (code) {
-    case FusedCode::Add: fused_binary(dst, a, av, b, bv, n, [](float x, float y) { return x + y; }); break;
-    case FusedCode::Sub: fused_binary(dst, a, av, b, bv, n, [](float x, float y) { return x - y; }); break;
-    case FusedCode::Mul: fused_binary(dst, a, av, b, bv, n, [](float x, float y) { return x * y; }); break;
-    case FusedCode::Div: fused_binary(dst, a, av, b, bv, n, [](float x, float y) { return x / y; }); break;
-    case FusedCode::Abs: for (std::int64_t i = 0; i < n; ++i) dst[i] = std::abs(a[i]); break;
-    case FusedCode::Neg: for (std::int64_t i = 0; i < n; ++i) dst[i] = -a[i]; break;
-    case FusedCode::Square: for (std::int64_t i = 0; i < n; ++i) dst[i] = a[i] * a[i]; break;
-    case FusedCode::Sqrt: for (std::int64_t i = 0; i < n; ++i) dst[i] = std::sqrt(a[i]); break;
-    case FusedCode::Relu: for (std::int64_t i = 0; i < n; ++i) dst[i] = a[i] <= 0.0f ? 0.0f : a[i]; break;
-    case FusedCode::Recip: for (std::int64_t i = 0; i < n; ++i) dst[i] = 1.0f / a[i]; break;
-    case FusedCode::Kernel: break;
-  }
+  with_inline_op(in, [&](const auto& f) {
+    if constexpr (std::decay_t<decltype(f)>::arity == 2)
+      fused_binary(dst, a, av, b, bv, n, f);
+    else
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = f(a[i]);
+  });
 }
 
 namespace {
 
 // The scalar form of each inline op (the tail of a range that fills no register group).
-inline float scalar_op(FusedCode code, float x, float y) {
-  switch (code) {
-    case FusedCode::Add: return x + y;
-    case FusedCode::Sub: return x - y;
-    case FusedCode::Mul: return x * y;
-    case FusedCode::Div: return x / y;
-    case FusedCode::Abs: return std::abs(x);
-    case FusedCode::Neg: return -x;
-    case FusedCode::Square: return x * x;
-    case FusedCode::Sqrt: return std::sqrt(x);
-    case FusedCode::Relu: return x <= 0.0f ? 0.0f : x;
-    case FusedCode::Recip: return 1.0f / x;
-    case FusedCode::Kernel: break;
-  }
-  return x;
+inline float scalar_op(const FusedInstr& in, float x, float y) {
+  float r = x;
+  with_inline_op(in, [&](const auto& f) {
+    if constexpr (std::decay_t<decltype(f)>::arity == 2) r = f(x, y);
+    else r = f(x);
+  });
+  return r;
 }
 
 void scalar_chain(const FusedInstr* prog, int nprog, float* dst, std::int64_t b, std::int64_t e) {
@@ -75,60 +118,80 @@ void scalar_chain(const FusedInstr* prog, int nprog, float* dst, std::int64_t b,
       for (int j = 0; j < in.nargs; ++j)
         a[j] = in.kind[j] == FusedInstr::Chain ? r
                : in.kind[j] == FusedInstr::Array ? in.p[j][i] : in.v[j];
-      r = scalar_op(in.code, a[0], a[1]);
+      r = scalar_op(in, a[0], a[1]);
     }
     dst[i] = r;
   }
 }
 
-// Vector registers of one ISA: the same IEEE operations as the scalar loops (abs and negation
-// clear or flip the sign bit, relu gives +0 where x <= 0 and keeps x elsewhere, NaN included:
-// the compare is "not less or equal, unordered", true for NaN).
+// A vector of floats for the table's functors: the operators, compares (ordered, as C++'s on
+// floats: false for NaN), select, abs (clears the sign bit) and sqrt of one ISA, lane by lane
+// the IEEE operations the scalar code does.
 #if defined(__AVX512F__)
 #define SOMA_FUSED_REGISTERS 1
+struct VMask {
+  __mmask16 m;
+};
 struct Vec {
   using V = __m512;
   static constexpr int kLanes = 16, kRegs = 8;  // 8 chain registers + 16 operands fit in 32
-  static V load(const float* p) { return _mm512_loadu_ps(p); }
-  static V set1(float v) { return _mm512_set1_ps(v); }
-  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  static void stream(float* p, V v) { _mm512_stream_ps(p, v); }
-  static V add(V a, V b) { return _mm512_add_ps(a, b); }
-  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
-  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V div(V a, V b) { return _mm512_div_ps(a, b); }
-  // (maskz with every lane set: _mm512_sqrt_ps draws a -Wmaybe-uninitialized from GCC 12's header)
-  static V sqrt(V a) { return _mm512_maskz_sqrt_ps(__mmask16(0xffff), a); }
-  static V abs(V a) {
-    return _mm512_castsi512_ps(
-        _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7fffffff)));
-  }
-  static V neg(V a) {
-    return _mm512_castsi512_ps(
-        _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(std::int32_t(0x80000000u))));
-  }
-  static V relu(V a) {
-    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_NLE_UQ), a);
-  }
+  V v;
+  Vec() = default;
+  explicit Vec(V x) : v(x) {}
+  explicit Vec(float f) : v(_mm512_set1_ps(f)) {}
+  static Vec load(const float* p) { return Vec(_mm512_loadu_ps(p)); }
+  void store(float* p) const { _mm512_storeu_ps(p, v); }
+  void stream(float* p) const { _mm512_stream_ps(p, v); }
 };
+inline Vec operator+(Vec a, Vec b) { return Vec(_mm512_add_ps(a.v, b.v)); }
+inline Vec operator-(Vec a, Vec b) { return Vec(_mm512_sub_ps(a.v, b.v)); }
+inline Vec operator*(Vec a, Vec b) { return Vec(_mm512_mul_ps(a.v, b.v)); }
+inline Vec operator/(Vec a, Vec b) { return Vec(_mm512_div_ps(a.v, b.v)); }
+inline Vec operator-(Vec a) {
+  return Vec(_mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(std::int32_t(0x80000000u)))));
+}
+inline VMask operator<(Vec a, Vec b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ)}; }
+inline VMask operator<=(Vec a, Vec b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LE_OQ)}; }
+inline VMask operator>(Vec a, Vec b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ)}; }
+inline VMask operator>=(Vec a, Vec b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GE_OQ)}; }
+inline Vec select(VMask m, Vec a, Vec b) { return Vec(_mm512_mask_blend_ps(m.m, b.v, a.v)); }
+inline Vec abs(Vec a) {
+  return Vec(_mm512_castsi512_ps(
+      _mm512_and_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(0x7fffffff))));
+}
+// (maskz with every lane set: _mm512_sqrt_ps draws a -Wmaybe-uninitialized from GCC 12's header)
+inline Vec sqrt(Vec a) { return Vec(_mm512_maskz_sqrt_ps(__mmask16(0xffff), a.v)); }
 #elif defined(__AVX__)
 #define SOMA_FUSED_REGISTERS 1
+struct VMask {
+  __m256 m;
+};
 struct Vec {
   using V = __m256;
   static constexpr int kLanes = 8, kRegs = 4;  // 16 registers only
-  static V load(const float* p) { return _mm256_loadu_ps(p); }
-  static V set1(float v) { return _mm256_set1_ps(v); }
-  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-  static void stream(float* p, V v) { _mm256_stream_ps(p, v); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
-  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static V div(V a, V b) { return _mm256_div_ps(a, b); }
-  static V sqrt(V a) { return _mm256_sqrt_ps(a); }
-  static V abs(V a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
-  static V neg(V a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
-  static V relu(V a) { return _mm256_and_ps(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_NLE_UQ), a); }
+  V v;
+  Vec() = default;
+  explicit Vec(V x) : v(x) {}
+  explicit Vec(float f) : v(_mm256_set1_ps(f)) {}
+  static Vec load(const float* p) { return Vec(_mm256_loadu_ps(p)); }
+  void store(float* p) const { _mm256_storeu_ps(p, v); }
+  void stream(float* p) const { _mm256_stream_ps(p, v); }
 };
+inline Vec operator+(Vec a, Vec b) { return Vec(_mm256_add_ps(a.v, b.v)); }
+inline Vec operator-(Vec a, Vec b) { return Vec(_mm256_sub_ps(a.v, b.v)); }
+inline Vec operator*(Vec a, Vec b) { return Vec(_mm256_mul_ps(a.v, b.v)); }
+inline Vec operator/(Vec a, Vec b) { return Vec(_mm256_div_ps(a.v, b.v)); }
+inline Vec operator-(Vec a) { return Vec(_mm256_xor_ps(a.v, _mm256_set1_ps(-0.0f))); }
+inline VMask operator<(Vec a, Vec b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ)}; }
+inline VMask operator<=(Vec a, Vec b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LE_OQ)}; }
+inline VMask operator>(Vec a, Vec b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)}; }
+inline VMask operator>=(Vec a, Vec b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_GE_OQ)}; }
+inline Vec select(VMask m, Vec a, Vec b) { return Vec(_mm256_blendv_ps(b.v, a.v, m.m)); }
+inline Vec abs(Vec a) {
+  return Vec(_mm256_and_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))));
+}
+inline Vec sqrt(Vec a) { return Vec(_mm256_sqrt_ps(a.v)); }
 #endif
 
 #ifdef SOMA_FUSED_REGISTERS
@@ -138,45 +201,35 @@ struct Vec {
 void vector_groups(const FusedInstr* prog, int nprog, float* dst, std::int64_t i,
                    std::int64_t e, bool stream) {
   constexpr int R = Vec::kRegs, L = Vec::kLanes;
-  using V = Vec::V;
   for (; i + R * L <= e; i += R * L) {
-    V r[R];
-    for (int g = 0; g < R; ++g) r[g] = Vec::set1(0.0f);  // the first op reads no chain value
+    Vec r[R];
+    for (int g = 0; g < R; ++g) r[g] = Vec(0.0f);  // the first op reads no chain value
     for (int k = 0; k < nprog; ++k) {
       const FusedInstr& in = prog[k];
-      V x[R], y[R];
-      auto operand = [&](int j, V* d) {
+      Vec x[R], y[R];
+      auto operand = [&](int j, Vec* d) {
         if (in.kind[j] == FusedInstr::Chain)
           for (int g = 0; g < R; ++g) d[g] = r[g];
         else if (in.kind[j] == FusedInstr::Array)
           for (int g = 0; g < R; ++g) d[g] = Vec::load(in.p[j] + i + g * L);
         else
-          for (int g = 0; g < R; ++g) d[g] = Vec::set1(in.v[j]);
+          for (int g = 0; g < R; ++g) d[g] = Vec(in.v[j]);
       };
       operand(0, x);
       if (in.nargs > 1) operand(1, y);
       else
         for (int g = 0; g < R; ++g) y[g] = x[g];  // unused; keeps y initialised
-      switch (in.code) {
-        case FusedCode::Add: for (int g = 0; g < R; ++g) r[g] = Vec::add(x[g], y[g]); break;
-        case FusedCode::Sub: for (int g = 0; g < R; ++g) r[g] = Vec::sub(x[g], y[g]); break;
-        case FusedCode::Mul: for (int g = 0; g < R; ++g) r[g] = Vec::mul(x[g], y[g]); break;
-        case FusedCode::Div: for (int g = 0; g < R; ++g) r[g] = Vec::div(x[g], y[g]); break;
-        case FusedCode::Abs: for (int g = 0; g < R; ++g) r[g] = Vec::abs(x[g]); break;
-        case FusedCode::Neg: for (int g = 0; g < R; ++g) r[g] = Vec::neg(x[g]); break;
-        case FusedCode::Square: for (int g = 0; g < R; ++g) r[g] = Vec::mul(x[g], x[g]); break;
-        case FusedCode::Sqrt: for (int g = 0; g < R; ++g) r[g] = Vec::sqrt(x[g]); break;
-        case FusedCode::Relu: for (int g = 0; g < R; ++g) r[g] = Vec::relu(x[g]); break;
-        case FusedCode::Recip:
-          for (int g = 0; g < R; ++g) r[g] = Vec::div(Vec::set1(1.0f), x[g]);
-          break;
-        case FusedCode::Kernel: break;
-      }
+      with_inline_op(in, [&](const auto& f) {
+        if constexpr (std::decay_t<decltype(f)>::arity == 2)
+          for (int g = 0; g < R; ++g) r[g] = f(x[g], y[g]);
+        else
+          for (int g = 0; g < R; ++g) r[g] = f(x[g]);
+      });
     }
     if (stream)
-      for (int g = 0; g < R; ++g) Vec::stream(dst + i + g * L, r[g]);
+      for (int g = 0; g < R; ++g) r[g].stream(dst + i + g * L);
     else
-      for (int g = 0; g < R; ++g) Vec::store(dst + i + g * L, r[g]);
+      for (int g = 0; g < R; ++g) r[g].store(dst + i + g * L);
   }
 }
 #endif

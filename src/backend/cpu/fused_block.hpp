@@ -3,22 +3,26 @@
 // chain block by block; each op is one of these loops over an L1-sized block). Compiled with
 // the CPU kernels' flags (-fno-math-errno: std::sqrt vectorises).
 #include <cstdint>
+#include <string_view>
+
+#include "ops/elementwise_table.hpp"
+#include "soma/op.hpp"
 
 namespace soma::detail {
 
-// The ops done inline: exact IEEE arithmetic written exactly as the CPU kernels write it (so the
-// fused result is bit-identical); every other op runs its own kernel on the block.
+// An op of the elementwise table (src/ops/elementwise_table.hpp), or Kernel: an op run by its own
+// kernel on the block. Only the table's Fuse::Registers ops are done inline: their functor,
+// instantiated for f32 and for vector registers, is the very formula the CPU kernels compute
+// (so the fused result is bit-identical).
 enum class FusedCode : std::uint8_t {
-  Kernel, Add, Sub, Mul, Div, Abs, Neg, Square, Sqrt, Relu, Recip
+  Kernel,
+#define SOMA_FUSED_CODE(NAME, ...) NAME,
+  SOMA_ELEMENTWISE_UNARY(SOMA_FUSED_CODE) SOMA_ELEMENTWISE_BINARY(SOMA_FUSED_CODE)
+#undef SOMA_FUSED_CODE
 };
 
-// dst[i] = op(a[i], b[i]) for i < n; a null pointer means the scalar (av or bv) instead. Unary
-// ops read a only.
-void fused_block_op(FusedCode code, float* __restrict dst, const float* a, float av,
-                    const float* b, float bv, std::int64_t n);
-
-// One op of a chain run in registers: operand k is the chain value (the previous op's result),
-// an f32 array indexed like the output, or a scalar.
+// One op of a chain: operand k is the chain value (the previous op's result), an f32 array
+// indexed like the output, or a scalar.
 struct FusedInstr {
   enum Kind : std::uint8_t { Chain, Array, Scalar };
   FusedCode code = FusedCode::Kernel;
@@ -26,7 +30,19 @@ struct FusedInstr {
   Kind kind[2] = {Chain, Chain};
   const float* p[2] = {nullptr, nullptr};  // Array: element 0
   float v[2] = {0, 0};                     // Scalar
+  double alpha = 0, beta = 0;              // the op's attributes (the table's alpha, beta)
 };
+
+// Whether graph mode fuses op into elementwise chains (the table's fuse column: Registers or
+// Blocks; ops outside the table: no).
+bool fusable_op(std::string_view op);
+// The instruction for op with its attributes: code Kernel unless the op has an inline form.
+FusedInstr fused_instr(std::string_view op, const Attrs& attrs);
+
+// dst[i] = op(a[i], b[i]) for i < n; a null pointer means the scalar (av or bv) instead. Unary
+// ops read a only. in.code is an inline op (not Kernel).
+void fused_block_op(const FusedInstr& in, float* __restrict dst, const float* a, float av,
+                    const float* b, float bv, std::int64_t n);
 
 // Whether this build has fused_chain_in_registers (x86 with AVX or AVX-512; elsewhere chains run
 // one fused_block_op per op over an L1 block).

@@ -1,5 +1,5 @@
-// CUDA kernels for elementwise ops (with broadcasting and arbitrary strides), copies and casts,
-// fills, reductions and softmax. The op is a run-time argument (uniform across the grid, so a
+// CUDA kernels for elementwise ops (with broadcasting and arbitrary strides; the formulas are the
+// elementwise table's functors), copies and casts, fills, reductions and softmax. The op is a run-time argument (uniform across the grid, so a
 // warp never diverges on it): one kernel per dtype instead of one per op and dtype keeps nvcc's
 // compile time small. 16-bit floats compute in f32.
 #include <cuda_bf16.h>
@@ -80,55 +80,30 @@ __device__ __forceinline__ void offsets_of(const Space& s, const Operand* const*
   }
 }
 
-// ---- unary ----
+// ---- elementwise: the table's functors (src/ops/elementwise_table.hpp) ----
+// The op of a launch is a run-time value: one switch case per table op, each the op's functor
+// on the compute type. Ops whose family does not take the type are refused by the host.
 template <class C>
-__device__ __forceinline__ C unary_apply(UnaryOp op, C x, double alpha) {
-  if constexpr (std::is_same_v<C, bool>) {
-    return op == UnaryOp::logical_not ? !x : x;
-  } else if constexpr (std::is_floating_point_v<C>) {
-    switch (op) {
-      case UnaryOp::abs: return fabs(x);
-      case UnaryOp::negative: return -x;
-      case UnaryOp::sign: return x != x ? x : C((x > 0) - (x < 0));
-      case UnaryOp::square: return x * x;
-      case UnaryOp::reciprocal: return C(1) / x;
-      case UnaryOp::sqrt: return sqrt(x);
-      case UnaryOp::rsqrt: return C(1) / sqrt(x);
-      case UnaryOp::exp: return exp(x);
-      case UnaryOp::log: return log(x);
-      case UnaryOp::log1p: return log1p(x);
-      case UnaryOp::expm1: return expm1(x);
-      case UnaryOp::sin: return sin(x);
-      case UnaryOp::cos: return cos(x);
-      case UnaryOp::tanh: return tanh(x);
-      case UnaryOp::erf: return erf(x);
-      case UnaryOp::sigmoid:  // never exponentiates a large positive number
-        return x >= 0 ? C(1) / (C(1) + exp(-x)) : exp(x) / (C(1) + exp(x));
-      case UnaryOp::relu: return x <= C(0) ? C(0) : x;  // NaN propagates
-      case UnaryOp::softplus: return log1p(exp(-fabs(x))) + (x > 0 ? x : C(0));
-      case UnaryOp::round: return rint(x);
-      case UnaryOp::ceil: return ceil(x);
-      case UnaryOp::floor: return floor(x);
-      case UnaryOp::leaky_relu: return x > 0 ? x : C(alpha) * x;
-      case UnaryOp::elu: return x > 0 ? x : C(alpha) * expm1(x);
-      default: return x;
-    }
-  } else if constexpr (std::is_unsigned_v<C>) {
-    return x;  // the host lets no unary op through for u8
-  } else {  // signed integers: the ops the host lets through
-    switch (op) {
-      case UnaryOp::abs: return x < 0 ? C(-x) : x;
-      case UnaryOp::negative: return C(-x);
-      case UnaryOp::sign: return C((x > 0) - (x < 0));
-      case UnaryOp::square: return C(x * x);
-      case UnaryOp::relu: return x <= 0 ? C(0) : x;
-      default: return x;
-    }
+__device__ __forceinline__ C unary_apply(UnaryOp op, C x, double alpha, double beta) {
+  switch (op) {
+#define SOMA_CUDA_UNARY_CASE(NAME, ...)                                   \
+  case UnaryOp::NAME:                                                     \
+    if constexpr (ew::supports<ew::NAME##_fn::family, C>()) {            \
+      ew::NAME##_fn f;                                                    \
+      f.alpha = alpha;                                                    \
+      f.beta = beta;                                                      \
+      return C(f(x));                                                     \
+    }                                                                     \
+    break;
+    SOMA_ELEMENTWISE_UNARY(SOMA_CUDA_UNARY_CASE)
+#undef SOMA_CUDA_UNARY_CASE
   }
+  return x;
 }
 
 template <class T>
-__global__ void unary_kernel(UnaryOp op, Operand in, Operand out, Space s, double alpha) {
+__global__ void unary_kernel(UnaryOp op, Operand in, Operand out, Space s, double alpha,
+                             double beta) {
   using C = compute_t<T>;
   const T* a = static_cast<const T*>(in.data);
   T* o = static_cast<T*>(out.data);
@@ -136,84 +111,36 @@ __global__ void unary_kernel(UnaryOp op, Operand in, Operand out, Space s, doubl
   for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < s.numel;
        i += i64(gridDim.x) * blockDim.x) {
     if (s.packed) {
-      o[i] = convert<T>(unary_apply<C>(op, convert<C>(a[i]), alpha));
+      o[i] = convert<T>(unary_apply<C>(op, convert<C>(a[i]), alpha, beta));
     } else {
       i64 off[2];
       offsets_of<2>(s, ops, i, off);
-      o[off[1]] = convert<T>(unary_apply<C>(op, convert<C>(a[off[0]]), alpha));
+      o[off[1]] = convert<T>(unary_apply<C>(op, convert<C>(a[off[0]]), alpha, beta));
     }
   }
 }
 
-// ---- binary ----
-template <class C>
-__device__ __forceinline__ C int_pow(C a, C b) {
-  if constexpr (std::is_signed_v<C>) {
-    if (b < 0) {
-      if (a == 1) return 1;
-      if (a == -1) return (b % 2) ? C(-1) : C(1);
-      return 0;
-    }
-  }
-  C r = 1, base = a;
-  for (C e = b; e > 0; e >>= 1) {
-    if (e & 1) r = C(r * base);
-    base = C(base * base);
-  }
-  return r;
-}
-
-template <class C>
-__device__ __forceinline__ C binary_value(BinaryOp op, C a, C b) {
-  if constexpr (std::is_same_v<C, bool>) {
-    switch (op) {
-      case BinaryOp::logical_and: return a && b;
-      case BinaryOp::logical_or: return a || b;
-      default: return false;
-    }
-  } else {
-    switch (op) {
-      case BinaryOp::add: return C(a + b);
-      case BinaryOp::subtract: return C(a - b);
-      case BinaryOp::multiply: return C(a * b);
-      case BinaryOp::divide: return C(a / b);
-      case BinaryOp::maximum: return (a >= b || a != a) ? a : b;
-      case BinaryOp::minimum: return (a <= b || a != a) ? a : b;
-      case BinaryOp::squared_difference: return C((a - b) * (a - b));
-      default: break;
-    }
-    if constexpr (std::is_floating_point_v<C>) {
-      switch (op) {
-        case BinaryOp::floor_div: return floor(a / b);
-        case BinaryOp::mod: {
-          C r = fmod(a, b);
-          return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-        }
-        case BinaryOp::pow: return pow(a, b);
-        default: return C(0);
-      }
-    } else {
-      return op == BinaryOp::pow ? int_pow(a, b) : C(0);
-    }
-  }
-}
-
-template <class C>
-__device__ __forceinline__ bool binary_predicate(BinaryOp op, C a, C b) {
+// R: the result's compute type, bool for predicates (and the logical ops), else C. Only the ops
+// whose family takes C and gives R have a case.
+template <class C, class R>
+__device__ __forceinline__ R binary_apply(BinaryOp op, C a, C b) {
   switch (op) {
-    case BinaryOp::equal: return a == b;
-    case BinaryOp::not_equal: return a != b;
-    case BinaryOp::less: return a < b;
-    case BinaryOp::less_equal: return a <= b;
-    case BinaryOp::greater: return a > b;
-    case BinaryOp::greater_equal: return a >= b;
-    default: return false;
+#define SOMA_CUDA_BINARY_CASE(NAME, ...)                                            \
+  case BinaryOp::NAME:                                                              \
+    if constexpr (ew::supports<ew::NAME##_fn::family, C>() &&                       \
+                  std::is_same_v<ew::result_t<ew::NAME##_fn::family, C>, R>)        \
+      return ew::NAME##_fn{}(a, b);                                                 \
+    break;
+    SOMA_ELEMENTWISE_BINARY(SOMA_CUDA_BINARY_CASE)
+#undef SOMA_CUDA_BINARY_CASE
   }
+  return R(0);
 }
 
 template <class T, class R>
 __global__ void binary_kernel(BinaryOp op, Operand a, Operand b, Operand out, Space s) {
   using C = compute_t<T>;
+  using RC = std::conditional_t<std::is_same_v<R, bool>, bool, C>;
   const T* pa = static_cast<const T*>(a.data);
   const T* pb = static_cast<const T*>(b.data);
   R* po = static_cast<R*>(out.data);
@@ -223,8 +150,7 @@ __global__ void binary_kernel(BinaryOp op, Operand a, Operand b, Operand out, Sp
     i64 off[3] = {i, i, i};
     if (!s.packed) offsets_of<3>(s, ops, i, off);
     const C x = convert<C>(pa[off[0]]), y = convert<C>(pb[off[1]]);
-    if constexpr (std::is_same_v<R, bool>) po[off[2]] = binary_predicate<C>(op, x, y);
-    else po[off[2]] = convert<R>(binary_value<C>(op, x, y));
+    po[off[2]] = convert<R>(binary_apply<C, RC>(op, x, y));
   }
 }
 
@@ -444,11 +370,12 @@ __global__ void softmax_kernel(const T* in, T* out, ReduceSpace s, i64 out_red_s
 }  // namespace
 
 cudaError_t launch_unary(UnaryOp op, const Operand& in, const Operand& out, const Space& space,
-                         double alpha, cudaStream_t stream) {
+                         double alpha, double beta, cudaStream_t stream) {
   if (space.numel == 0) return cudaSuccess;
   return dispatch(in.type, [&](auto tag_T) {
     using T = typename decltype(tag_T)::type;
-    unary_kernel<T><<<grid_for(space.numel), kThreads, 0, stream>>>(op, in, out, space, alpha);
+    unary_kernel<T><<<grid_for(space.numel), kThreads, 0, stream>>>(op, in, out, space, alpha,
+                                                                     beta);
     return cudaGetLastError();
   });
 }

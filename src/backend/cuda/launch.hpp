@@ -3,9 +3,12 @@
 // and the kernels (kernels.cu, compiled by nvcc). Plain structs only, so that nvcc compiles no
 // soma header and the kernels build fast. Every launcher queues work on `stream` and returns the
 // launch status (cudaSuccess or the error); the host side turns errors into soma::Error.
+// The elementwise ops are the table's (src/ops/elementwise_table.hpp, no soma header either).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "ops/elementwise_table.hpp"
 
 namespace soma::cuda_detail {
 
@@ -30,20 +33,26 @@ struct Space {
   bool packed = false;  // every operand is dense in row-major order over `shape`
 };
 
+// The elementwise table's ops, in its order.
 enum class UnaryOp : int {
-  abs, negative, sign, square, reciprocal, sqrt, rsqrt, exp, log, log1p, expm1, sin, cos, tanh,
-  erf, sigmoid, relu, softplus, round, ceil, floor, leaky_relu, elu, logical_not
+#define SOMA_CUDA_ENUM(NAME, ...) NAME,
+  SOMA_ELEMENTWISE_UNARY(SOMA_CUDA_ENUM)
 };
 enum class BinaryOp : int {
-  add, subtract, multiply, divide, floor_div, mod, pow, maximum, minimum, squared_difference,
-  equal, not_equal, less, less_equal, greater, greater_equal, logical_and, logical_or
+  SOMA_ELEMENTWISE_BINARY(SOMA_CUDA_ENUM)
+#undef SOMA_CUDA_ENUM
 };
-inline bool is_predicate(BinaryOp op) { return op >= BinaryOp::equal && op <= BinaryOp::greater_equal; }
+// Per op: its family (which types it takes, whether it returns bool).
+#define SOMA_CUDA_FAMILY(NAME, FAM, ...) ew::Family::FAM,
+inline constexpr ew::Family kUnaryFamily[] = {SOMA_ELEMENTWISE_UNARY(SOMA_CUDA_FAMILY)};
+inline constexpr ew::Family kBinaryFamily[] = {SOMA_ELEMENTWISE_BINARY(SOMA_CUDA_FAMILY)};
+#undef SOMA_CUDA_FAMILY
+inline bool is_predicate(BinaryOp op) { return kBinaryFamily[int(op)] == ew::Family::Predicate; }
 
-// out = op(in) (alpha: leaky_relu's / elu's attribute). Types: f32, f64, f16, bf16; i32 and i64
-// for the integer-meaningful ops; bool for logical_not. out has in's type.
+// out = op(in) (alpha, beta: the op's attributes, as in the table). The types of the op's family
+// (ew::supports); out has in's type.
 cudaError_t launch_unary(UnaryOp op, const Operand& in, const Operand& out, const Space& space,
-                         double alpha, cudaStream_t stream);
+                         double alpha, double beta, cudaStream_t stream);
 // out = op(a, b); a and b have one type; out has it too, or bool for predicates.
 cudaError_t launch_binary(BinaryOp op, const Operand& a, const Operand& b, const Operand& out,
                           const Space& space, cudaStream_t stream);

@@ -136,52 +136,43 @@ void slice_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, 
   copy_strided(in[0], Tensor::view_of(o, size, st, off));
 }
 
-// ---- elementwise ----
-constexpr const char* kUnaryNames[] = {
-    "abs",  "negative", "sign",  "square", "reciprocal", "sqrt",    "rsqrt", "exp",
-    "log",  "log1p",    "expm1", "sin",    "cos",        "tanh",    "erf",   "sigmoid",
-    "relu", "softplus", "round", "ceil",   "floor",      "leaky_relu", "elu", "logical_not"};
-constexpr const char* kBinaryNames[] = {
-    "add",   "subtract",  "multiply", "divide",     "floor_div", "mod",
-    "pow",   "maximum",   "minimum",  "squared_difference",      "equal", "not_equal",
-    "less",  "less_equal", "greater", "greater_equal",           "logical_and", "logical_or"};
+// ---- elementwise: the ops of the elementwise table (src/ops/elementwise_table.hpp) ----
+#define SOMA_CUDA_NAME(NAME, ...) #NAME,
+constexpr const char* kUnaryNames[] = {SOMA_ELEMENTWISE_UNARY(SOMA_CUDA_NAME)};
+constexpr const char* kBinaryNames[] = {SOMA_ELEMENTWISE_BINARY(SOMA_CUDA_NAME)};
+#undef SOMA_CUDA_NAME
 
-bool unary_supports(UnaryOp op, DType t) {
-  if (op == UnaryOp::logical_not) return t == DType::boolean;
-  if (is_float(t)) return true;
-  const bool integer = t == DType::i32 || t == DType::i64;
-  return integer && (op == UnaryOp::abs || op == UnaryOp::negative || op == UnaryOp::sign ||
-                     op == UnaryOp::square || op == UnaryOp::relu);
+// The dtypes of an op's family: the same as on the CPU (the kernels run the same functors).
+bool family_supports(ew::Family f, DType t) {
+  switch (f) {
+    case ew::Family::Numeric: return t != DType::boolean;
+    case ew::Family::Float: return is_float(t);
+    case ew::Family::Bool: return t == DType::boolean;
+    case ew::Family::Any:
+    case ew::Family::Predicate: return true;
+  }
+  return false;
 }
 
-bool binary_supports(BinaryOp op, DType t) {
-  if (op == BinaryOp::logical_and || op == BinaryOp::logical_or) return t == DType::boolean;
-  if (is_predicate(op)) return true;
-  if (is_float(t)) return true;
-  // Integers: no division (its by-zero check would need a device round trip).
-  const bool integer = t == DType::i32 || t == DType::i64;
-  return integer && op != BinaryOp::divide && op != BinaryOp::floor_div && op != BinaryOp::mod;
-}
-
-template <UnaryOp Op>
+// F: the op's functor (its attributes with the table's defaults).
+template <UnaryOp Op, class F>
 void unary_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   const char* name = kUnaryNames[int(Op)];
-  if (!unary_supports(Op, in[0].dtype()))
+  if (!family_supports(F::family, in[0].dtype()))
     fail(name, "dtype ", dtype_name(in[0].dtype()), " is not supported on ", in[0].device().str());
-  double alpha = 0;
-  if constexpr (Op == UnaryOp::leaky_relu || Op == UnaryOp::elu) alpha = a.f("alpha");
+  const F f = ew::make_functor<F>(a);
   const int d = device_of(out[0], name);
   std::array<Operand, 2> ops;
   Space s = make_space<2>(name, out[0].shape(), {&in[0], &out[0]}, ops);
-  launched(launch_unary(Op, ops[0], ops[1], s, alpha, stream(d)), name, d);
+  launched(launch_unary(Op, ops[0], ops[1], s, f.alpha, f.beta, stream(d)), name, d);
 }
 
-template <BinaryOp Op>
+template <BinaryOp Op, class F>
 void binary_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
   const char* name = kBinaryNames[int(Op)];
   if (in[0].dtype() != in[1].dtype())
     fail(name, "dtypes differ: ", dtype_name(in[0].dtype()), " and ", dtype_name(in[1].dtype()));
-  if (!binary_supports(Op, in[0].dtype()))
+  if (!family_supports(F::family, in[0].dtype()))
     fail(name, "dtype ", dtype_name(in[0].dtype()), " is not supported on ", in[0].device().str());
   const int d = device_of(out[0], name);
   std::array<Operand, 3> ops;
@@ -427,22 +418,11 @@ void register_cuda_kernels() {
   reg("cast", copy_kernel);
   reg("slice_grad", slice_grad_kernel);
   reg("where", where_kernel);
-#define SOMA_CUDA_UNARY(NAME) reg(#NAME, unary_kernel<UnaryOp::NAME>);
-  SOMA_CUDA_UNARY(abs) SOMA_CUDA_UNARY(negative) SOMA_CUDA_UNARY(sign) SOMA_CUDA_UNARY(square)
-  SOMA_CUDA_UNARY(reciprocal) SOMA_CUDA_UNARY(sqrt) SOMA_CUDA_UNARY(rsqrt) SOMA_CUDA_UNARY(exp)
-  SOMA_CUDA_UNARY(log) SOMA_CUDA_UNARY(log1p) SOMA_CUDA_UNARY(expm1) SOMA_CUDA_UNARY(sin)
-  SOMA_CUDA_UNARY(cos) SOMA_CUDA_UNARY(tanh) SOMA_CUDA_UNARY(erf) SOMA_CUDA_UNARY(sigmoid)
-  SOMA_CUDA_UNARY(relu) SOMA_CUDA_UNARY(softplus) SOMA_CUDA_UNARY(round) SOMA_CUDA_UNARY(ceil)
-  SOMA_CUDA_UNARY(floor) SOMA_CUDA_UNARY(leaky_relu) SOMA_CUDA_UNARY(elu)
-  SOMA_CUDA_UNARY(logical_not)
+#define SOMA_CUDA_UNARY(NAME, ...) reg(#NAME, unary_kernel<UnaryOp::NAME, ew::NAME##_fn>);
+#define SOMA_CUDA_BINARY(NAME, ...) reg(#NAME, binary_kernel<BinaryOp::NAME, ew::NAME##_fn>);
+  SOMA_ELEMENTWISE_UNARY(SOMA_CUDA_UNARY)
+  SOMA_ELEMENTWISE_BINARY(SOMA_CUDA_BINARY)
 #undef SOMA_CUDA_UNARY
-#define SOMA_CUDA_BINARY(NAME) reg(#NAME, binary_kernel<BinaryOp::NAME>);
-  SOMA_CUDA_BINARY(add) SOMA_CUDA_BINARY(subtract) SOMA_CUDA_BINARY(multiply)
-  SOMA_CUDA_BINARY(divide) SOMA_CUDA_BINARY(floor_div) SOMA_CUDA_BINARY(mod) SOMA_CUDA_BINARY(pow)
-  SOMA_CUDA_BINARY(maximum) SOMA_CUDA_BINARY(minimum) SOMA_CUDA_BINARY(squared_difference)
-  SOMA_CUDA_BINARY(equal) SOMA_CUDA_BINARY(not_equal) SOMA_CUDA_BINARY(less)
-  SOMA_CUDA_BINARY(less_equal) SOMA_CUDA_BINARY(greater) SOMA_CUDA_BINARY(greater_equal)
-  SOMA_CUDA_BINARY(logical_and) SOMA_CUDA_BINARY(logical_or)
 #undef SOMA_CUDA_BINARY
   reg("sum", reduce_kernel<ReduceOp::sum>);
   reg("mean", reduce_kernel<ReduceOp::mean>);
