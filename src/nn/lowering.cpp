@@ -112,6 +112,7 @@ std::string lower_activation(Lowering& l, const Activation& a, const std::string
 
 std::vector<LoweredValue> Module::lower(Lowering& l, const std::vector<LoweredValue>&) {
   l.unsupported("");
+  return {};
 }
 
 // ---- core layers ----------------------------------------------------------------------------
@@ -415,16 +416,16 @@ Values LSTM::lower(Lowering& l, const Values& in) {
   auto w = weights();
   RecurrentLowering r{"lstm", {0, 3, 1, 2},  // soma i, f, c, o -> i, o, f, c
                       {&options().recurrent_activation, &options().activation,
-                       &options().activation}};
-  r.input_bias = w.bias;
+                       &options().activation},
+                      w.bias, Tensor(), false};
   return lower_recurrent(l, *this, in, r, w.kernel, w.recurrent_kernel);
 }
 
 Values GRU::lower(Lowering& l, const Values& in) {
   auto w = weights();
   RecurrentLowering r{"gru", {0, 1, 2},  // z, r, h in both
-                      {&options().recurrent_activation, &options().activation}};
-  r.linear_before_reset = options().reset_after;
+                      {&options().recurrent_activation, &options().activation},
+                      Tensor(), Tensor(), options().reset_after};
   if (w.bias.defined()) {
     if (w.bias.rank() == 2) {
       r.input_bias = w.bias[0];
@@ -438,8 +439,7 @@ Values GRU::lower(Lowering& l, const Values& in) {
 
 Values SimpleRNN::lower(Lowering& l, const Values& in) {
   auto w = weights();
-  RecurrentLowering r{"rnn", {0}, {&options().activation}};
-  r.input_bias = w.bias;
+  RecurrentLowering r{"rnn", {0}, {&options().activation}, w.bias, Tensor(), false};
   return lower_recurrent(l, *this, in, r, w.kernel, w.recurrent_kernel);
 }
 
