@@ -58,7 +58,8 @@ std::string gelu(Lowering& l, const std::string& x, const Attrs& a) {
   } else {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
     auto x3 = l.emit1("multiply", {l.emit1("multiply", {x, x}), x});
     auto s = l.emit1("add", {x, l.emit1("multiply", {x3, l.scalar(0.044715)})});
-    inner = l.emit1("tanh", {l.emit1("multiply", {s, l.scalar(std::sqrt(2.0 / std::numbers::pi))})});
+    const double k = std::sqrt(2.0 / std::numbers::pi);
+    inner = l.emit1("tanh", {l.emit1("multiply", {s, l.scalar(k)})});
   }
   auto one_plus = l.emit1("add", {inner, l.scalar(1.0)});
   auto half_x = l.emit1("multiply", {x, l.scalar(0.5)});

@@ -10,14 +10,8 @@
 #ifdef SOMA_HAS_ONNX
 #include <algorithm>
 #include <climits>
-#include <cmath>
-#include <fstream>
-#include <functional>
 #include <map>
-#include <numbers>
 #include <set>
-#include <unordered_map>
-
 #include <sstream>
 
 #include "internal/atomic_file.hpp"
@@ -196,6 +190,8 @@ class Exporter final : public nn::Lowering {
 
 using detail::attr;
 
+Names one(Exporter& e, const char* type, const Names& in) { return {e.op(type, in)}; }
+
 std::vector<std::int64_t> onnx_pads(const Ints& p) {
   return {p[0], p[2], p[1], p[3]};  // soma {top, bottom, left, right} -> ONNX {t, l, b, r}
 }
@@ -262,15 +258,16 @@ Names recurrent(Exporter& e, const Names& in, const Attrs& a, int num_outputs, c
 const std::vector<OpWriter>& op_writers() {
   using A = const Attrs&;
   static const std::vector<OpWriter> table = {
-      {"dense", 13, [](Exporter& e, const Names& in, A, int) -> Names { return {e.op("Gemm", in)}; }},
+      {"dense", 13, [](Exporter& e, const Names& in, A, int) { return one(e, "Gemm", in); }},
       {"conv2d", 13, [](Exporter& e, const Names& in, A a, int) { return conv(e, in, a, "Conv"); }},
       {"conv2d_transpose", 13,
        [](Exporter& e, const Names& in, A a, int) { return conv(e, in, a, "ConvTranspose"); }},
-      {"max_pool2d", 13, [](Exporter& e, const Names& in, A a, int) { return pool(e, in, a, "MaxPool"); }},
+      {"max_pool2d", 13,
+       [](Exporter& e, const Names& in, A a, int) { return pool(e, in, a, "MaxPool"); }},
       {"avg_pool2d", 13,
        [](Exporter& e, const Names& in, A a, int) { return pool(e, in, a, "AveragePool"); }},
       {"global_avg_pool2d", 13,
-       [](Exporter& e, const Names& in, A, int) -> Names { return {e.op("GlobalAveragePool", in)}; }},
+       [](Exporter& e, const Names& in, A, int) { return one(e, "GlobalAveragePool", in); }},
       {"flatten", 13,
        [](Exporter& e, const Names& in, A a, int) -> Names {
          ::onnx::NodeProto* n = nullptr;
@@ -292,8 +289,9 @@ const std::vector<OpWriter>& op_writers() {
        }},
       {"reverse", 13,
        [](Exporter& e, const Names& in, A a, int) -> Names {
-         return {e.op("Slice", {in.at(0), e.ints("rev_starts", {-1}), e.ints("rev_ends", {INT64_MIN}),
-                                e.ints("rev_axes", {a.i("axis")}), e.ints("rev_steps", {-1})})};
+         return one(e, "Slice",
+                    {in.at(0), e.ints("rev_starts", {-1}), e.ints("rev_ends", {INT64_MIN}),
+                     e.ints("rev_axes", {a.i("axis")}), e.ints("rev_steps", {-1})});
        }},
       {"reduce_mean", 13,  // axes is an attribute up to opset 17
        [](Exporter& e, const Names& in, A a, int) -> Names {
@@ -321,8 +319,8 @@ const std::vector<OpWriter>& op_writers() {
          attr(*n, "epsilon", a.f("epsilon"));
          return {y};
        }},
-      {"add_n", 13, [](Exporter& e, const Names& in, A, int) -> Names { return {e.op("Sum", in)}; }},
-      {"mean_n", 13, [](Exporter& e, const Names& in, A, int) -> Names { return {e.op("Mean", in)}; }},
+      {"add_n", 13, [](Exporter& e, const Names& in, A, int) { return one(e, "Sum", in); }},
+      {"mean_n", 13, [](Exporter& e, const Names& in, A, int) { return one(e, "Mean", in); }},
       {"lstm", 13,
        [](Exporter& e, const Names& in, A a, int k) {
          return recurrent(e, in, a, k, "LSTM", "Sigmoid,Tanh,Tanh");
@@ -332,7 +330,9 @@ const std::vector<OpWriter>& op_writers() {
          return recurrent(e, in, a, k, "GRU", "Sigmoid,Tanh");
        }},
       {"rnn", 13,
-       [](Exporter& e, const Names& in, A a, int k) { return recurrent(e, in, a, k, "RNN", "Tanh"); }},
+       [](Exporter& e, const Names& in, A a, int k) {
+         return recurrent(e, in, a, k, "RNN", "Tanh");
+       }},
   };
   return table;
 }
@@ -403,7 +403,8 @@ void set_value_info(::onnx::ValueInfoProto& vi, const Value& v) {
     ex.reserve(n);
     ex.node("Identity", {outs[i].name}, {n});
     auto it = input_types.find(outs[i].name);
-    set_value_info(*g.add_output(), {n, outs[i].shape, it == input_types.end() ? ftype : it->second});
+    const ElemType t = it == input_types.end() ? ftype : it->second;
+    set_value_info(*g.add_output(), {n, outs[i].shape, t});
   }
   return m;
 }

@@ -134,7 +134,8 @@ void write_node(::onnx::NodeProto& n, const std::string& op, const OnnxMapping& 
          m.max_opset ? std::to_string(m.max_opset) : std::string("now"), ", not opset ", opset);
   n.set_op_type(m.op_type);
   for (auto& [k, v] : attrs.items())
-    if (std::none_of(m.attrs.begin(), m.attrs.end(), [&](const OnnxAttr& a) { return a.soma == k; }))
+    if (std::none_of(m.attrs.begin(), m.attrs.end(),
+                     [&](const OnnxAttr& a) { return a.soma == k; }))
       fail(who, "op '", op, "': attribute '", k, "' has no counterpart in ONNX ", m.op_type);
   const OpDef* def = find_def(op);
   for (const OnnxAttr& a : m.attrs) {
@@ -182,7 +183,8 @@ std::string single_op_model(const OpDef& def, const std::vector<TensorSpec>& inp
     value_info(*g.add_output(), name, outs[i]);
   }
   std::string bytes;
-  if (!m.SerializeToString(&bytes)) fail(kWho, "could not serialise the model of op '", def.name, "'");
+  if (!m.SerializeToString(&bytes))
+    fail(kWho, "could not serialise the model of op '", def.name, "'");
   return bytes;
 }
 

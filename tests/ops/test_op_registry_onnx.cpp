@@ -53,7 +53,8 @@ TEST_P(OpRegistryOnnx, OneNodeModelLoadsAndMatchesTheEagerOp) {
     model->eval();
     actual = model->call(inputs);
   });
-  ASSERT_EQ(error, soma::testing::kNoError) << def.name << " (ONNX " << def.onnx.op_type << "): " << error;
+  ASSERT_EQ(error, soma::testing::kNoError)
+      << def.name << " (ONNX " << def.onnx.op_type << "): " << error;
   ASSERT_EQ(actual.size(), expected.size()) << def.name;
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(actual[i].dtype(), expected[i].dtype()) << def.name << " output " << i;

@@ -8,10 +8,11 @@
 // one op. Attributes use soma's names and types; the consumer converts them.
 //
 //   lowering op          inputs                       attributes
-//   dense                x, kernel [, bias]           -            (x @ kernel + bias)
-//   conv2d               x, kernel [, bias]           strides, dilations, pads {t, b, l, r}, groups
+//   dense                x [N, K], kernel [, bias]    -            (x @ kernel + bias)
+//   conv2d               x, kernel [, bias]           kernel_size, strides, dilation,
+//                                                     pads {top, bottom, left, right}, groups
 //   conv2d_transpose     x, kernel [, bias]           the same + output_padding
-//   max_pool2d           x                            pool_size, strides, pads {t, b, l, r}
+//   max_pool2d           x                            pool, strides, pads {t, b, l, r}
 //   avg_pool2d           x                            the same (divides by unpadded elements)
 //   global_avg_pool2d    x [N, C, H, W]               - (-> [N, C, 1, 1])
 //   flatten              x                            axis
@@ -23,11 +24,12 @@
 //   reverse              x                            axis
 //   reduce_mean          x                            axes (keepdims)
 //   add_n, mean_n        x1, x2, ...                  -
-//   lstm, gru, rnn       x [time, batch, f], W, R, B [, h0 [, c0]]   hidden_size,
-//                        activations ("sigmoid,tanh,tanh"), linear_before_reset (gru);
-//                        weights in the standard gate order (lstm i, o, f, c; gru z, r, h),
-//                        W [1, gates*units, f], R [1, gates*units, units], B [1, 2*gates*units];
-//                        outputs Y [time, 1, batch, units], Y_h [1, batch, units] (, Y_c)
+//   lstm, gru, rnn       x [time, batch, f], W, R [, B [, "", h0 [, c0]]]   hidden_size,
+//                        activations ("sigmoid,tanh,tanh": activation names), and for gru
+//                        linear_before_reset; weights in the standard gate order (lstm i, o, f,
+//                        c; gru z, r, h): W [1, gates*units, f], R [1, gates*units, units],
+//                        B [1, 2*gates*units] (input bias, then recurrent bias); outputs
+//                        Y [time, 1, batch, units], Y_h [1, batch, units] (, Y_c for lstm)
 #include <cstdint>
 #include <string>
 #include <vector>
