@@ -14,18 +14,21 @@ namespace soma::nn {
 class Add : public Module {
  public:
   std::string type_name() const override { return "Add"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
 };
 
 class Multiply : public Module {
  public:
   std::string type_name() const override { return "Multiply"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
 };
 
 class Average : public Module {
  public:
   std::string type_name() const override { return "Average"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
 };
 
@@ -34,6 +37,7 @@ class Concatenate : public Module {
  public:
   explicit Concatenate(std::int64_t axis = -1) : axis_(axis) {}
   std::string type_name() const override { return "Concatenate"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
   std::int64_t axis() const { return axis_; }
 

@@ -158,6 +158,10 @@ class Model : public Module {
   Model(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs);
 
   std::string type_name() const override { return graph_ ? "Functional" : "Model"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
+  // The model's inputs when it is lowered on its own (ONNX export): shapes with the batch axis
+  // -1, dtypes. l.fail where it cannot say (a subclassed model; an unbuilt Sequential).
+  virtual std::vector<TensorSpec> lowered_inputs(Lowering& l) const;
 
   using Module::operator();
   // Several inputs (functional models); returns every output.

@@ -36,6 +36,8 @@ class Sequential : public Model {
   }
 
   std::string type_name() const override { return "Sequential"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
+  std::vector<TensorSpec> lowered_inputs(Lowering& l) const override;
 
   // Appends a layer; builds it at once when the model's input shape is known. A named layer
   // value is refused (it would be copied, so training would not reach it): pass a temporary,

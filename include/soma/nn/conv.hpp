@@ -35,6 +35,7 @@ class Conv2D : public Module {
  public:
   Conv2D(std::int64_t filters, Size2 kernel_size, Conv2DOptions options = {});
   std::string type_name() const override { return "Conv2D"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
 
   std::int64_t filters() const { return filters_; }
@@ -74,6 +75,7 @@ class Conv2DTranspose : public Module {
  public:
   Conv2DTranspose(std::int64_t filters, Size2 kernel_size, Conv2DTransposeOptions options = {});
   std::string type_name() const override { return "Conv2DTranspose"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
 
   std::int64_t filters() const { return filters_; }
@@ -100,6 +102,7 @@ class MaxPool2D : public Module {
   explicit MaxPool2D(Size2 pool_size = {2, 2}, std::optional<Size2> strides = std::nullopt,
                      Padding padding = "valid");
   std::string type_name() const override { return "MaxPool2D"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
   Size2 pool_size() const { return pool_; }
   Size2 strides() const { return strides_; }
@@ -118,6 +121,7 @@ class AvgPool2D : public Module {
   explicit AvgPool2D(Size2 pool_size = {2, 2}, std::optional<Size2> strides = std::nullopt,
                      Padding padding = "valid");
   std::string type_name() const override { return "AvgPool2D"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
   Size2 pool_size() const { return pool_; }
   Size2 strides() const { return strides_; }
@@ -136,6 +140,7 @@ class GlobalAveragePooling2D : public Module {
  public:
   explicit GlobalAveragePooling2D(bool keepdims = false) : keepdims_(keepdims) {}
   std::string type_name() const override { return "GlobalAveragePooling2D"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   bool keepdims() const { return keepdims_; }
   Shape output_shape(const Shape& input_shape) override;
 

@@ -28,6 +28,7 @@ class Dense : public Module {
   explicit Dense(std::int64_t units, Activation activation = {}, DenseOptions options = {});
   Dense(std::int64_t units, DenseOptions options) : Dense(units, Activation(), std::move(options)) {}
   std::string type_name() const override { return "Dense"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
 
   std::int64_t units() const { return units_; }
@@ -53,6 +54,7 @@ class Flatten : public Module {
  public:
   Flatten() = default;
   std::string type_name() const override { return "Flatten"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
 
  protected:
@@ -64,6 +66,7 @@ class Reshape : public Module {
  public:
   explicit Reshape(Shape target_shape);
   std::string type_name() const override { return "Reshape"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
   const Shape& target_shape() const { return target_; }
 
@@ -82,6 +85,7 @@ class Dropout : public Module {
  public:
   explicit Dropout(double rate, std::optional<std::uint64_t> seed = std::nullopt);
   std::string type_name() const override { return "Dropout"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   double rate() const { return rate_; }
   std::optional<std::uint64_t> seed() const { return seed_; }
@@ -100,6 +104,7 @@ class ActivationLayer : public Module {
  public:
   explicit ActivationLayer(Activation activation) : ActivationLayer("Activation", std::move(activation)) {}
   std::string type_name() const override { return type_; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   const Activation& activation() const { return activation_; }
 
@@ -121,6 +126,7 @@ class ReLU : public ActivationLayer {
 class LeakyReLU : public ActivationLayer {
  public:
   explicit LeakyReLU(double alpha = 0.3);
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   double alpha() const { return alpha_; }
 
  private:
@@ -129,6 +135,7 @@ class LeakyReLU : public ActivationLayer {
 class ELU : public ActivationLayer {
  public:
   explicit ELU(double alpha = 1.0);
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   double alpha() const { return alpha_; }
 
  private:
@@ -137,6 +144,7 @@ class ELU : public ActivationLayer {
 class GELU : public ActivationLayer {
  public:
   explicit GELU(bool approximate = false);
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   bool approximate() const { return approximate_; }
 
  private:
@@ -153,6 +161,7 @@ class Tanh : public ActivationLayer {
 class Softmax : public ActivationLayer {
  public:
   explicit Softmax(std::int64_t axis = -1);
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   std::int64_t axis() const { return axis_; }
 
  private:
@@ -176,6 +185,8 @@ class Embedding : public Module {
  public:
   Embedding(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options = {});
   std::string type_name() const override { return "Embedding"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
+  std::optional<DType> input_dtype() const override { return DType::i64; }
   Shape output_shape(const Shape& input_shape) override;
   std::int64_t input_dim() const { return input_dim_; }
   std::int64_t output_dim() const { return output_dim_; }

@@ -4,6 +4,7 @@
 // input shape is known (as Keras layers do).
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "soma/device.hpp"
 #include "soma/nn/activation.hpp"
 #include "soma/nn/initializers.hpp"
+#include "soma/nn/lowering.hpp"
 #include "soma/ref.hpp"
 #include "soma/tensor.hpp"
 #include "soma/variable.hpp"
@@ -68,6 +70,12 @@ class Module {
 
   // Penalties from regularisers of this module and its submodules, to add to the loss.
   std::vector<Tensor> regularization_losses() const;
+
+  // Describes the layer as ops on `l` (soma/nn/lowering.hpp; ONNX export) from `inputs`, in
+  // eval mode; returns its outputs. Default: l.unsupported (no lowering).
+  virtual std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs);
+  // The dtype the layer's input has when it is fixed (Embedding: indices); nullopt: floating.
+  virtual std::optional<DType> input_dtype() const { return std::nullopt; }
 
  protected:
   Module();

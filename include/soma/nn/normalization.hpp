@@ -35,6 +35,7 @@ class BatchNormalization : public Module {
  public:
   explicit BatchNormalization(BatchNormOptions options = {});
   std::string type_name() const override { return "BatchNormalization"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   const BatchNormOptions& options() const { return opt_; }
   const Variable& gamma() const { return gamma_; }  // undefined without scale
@@ -71,6 +72,7 @@ class LayerNormalization : public Module {
  public:
   explicit LayerNormalization(LayerNormOptions options = {});
   std::string type_name() const override { return "LayerNormalization"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   const LayerNormOptions& options() const { return opt_; }
   const Variable& gamma() const { return gamma_; }

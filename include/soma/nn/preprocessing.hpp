@@ -44,6 +44,7 @@ class Normalization : public Module {
   explicit Normalization(NormalizationOptions options = {});
   Normalization(const Normalization& other);
   std::string type_name() const override { return "Normalization"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   const NormalizationOptions& options() const { return opt_; }
 

@@ -126,6 +126,7 @@ class SimpleRNN : public RecurrentBase {
  public:
   explicit SimpleRNN(std::int64_t units, SimpleRNNOptions options = {});
   std::string type_name() const override { return "SimpleRNN"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   const SimpleRNNOptions& options() const { return opt_; }
 
  protected:
@@ -144,6 +145,7 @@ class LSTM : public RecurrentBase {
  public:
   explicit LSTM(std::int64_t units, LSTMOptions options = {});
   std::string type_name() const override { return "LSTM"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   const LSTMOptions& options() const { return opt_; }
 
  protected:
@@ -162,6 +164,7 @@ class GRU : public RecurrentBase {
  public:
   explicit GRU(std::int64_t units, GRUOptions options = {});
   std::string type_name() const override { return "GRU"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   const GRUOptions& options() const { return opt_; }
 
  protected:
