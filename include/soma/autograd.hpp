@@ -85,7 +85,8 @@ class GradientTape {
   std::size_t num_recorded() const { return nodes_.size(); }
   void reset();
 
-  // Called by call_op for every op run while this tape is active.
+  // Called for every op with a gradient run while this tape is active (call_op reaches it
+  // through the observe hook of src/ops/dispatch_hooks.hpp, which src/autograd/tape.cpp sets).
   void record(const OpDef& def, const std::vector<Tensor>& inputs,
               const std::vector<Tensor>& outputs, const Attrs& attrs);
 

@@ -2,6 +2,7 @@
 #include <unordered_map>
 
 #include "internal/tensor_vector_pool.hpp"
+#include "ops/dispatch_hooks.hpp"
 #include "soma/autograd.hpp"
 #include "soma/ops.hpp"
 #include "soma/variable.hpp"
@@ -33,19 +34,43 @@ void release_nodes(Nodes& nodes) {
 }
 }  // namespace
 
+namespace {
+// Dispatch's kTapeRecord bit (ops/dispatch_hooks.hpp) follows t_tapes and t_no_grad: call_op
+// hands an op to record_on_tapes only while this thread has a tape and recording is not off.
+void sync_dispatch_bit() {
+  dispatch::set_active(dispatch::kTapeRecord, !t_tapes.empty() && !t_no_grad);
+}
+// The tape's hook into op dispatch, registered when libsoma loads.
+void record_on_tapes(const OpDef& def, const std::vector<Tensor>& inputs,
+                     const std::vector<Tensor>& outputs, const Attrs& attrs) {
+  for (GradientTape* tape : t_tapes) tape->record(def, inputs, outputs, attrs);
+}
+[[maybe_unused]] const bool g_hook_registered = (dispatch::set_observe(&record_on_tapes), true);
+}  // namespace
+
 const std::vector<GradientTape*>& active_tapes() { return t_tapes; }
 bool grad_recording_disabled() { return t_no_grad; }
 
-NoGradScope::NoGradScope() : was_(t_no_grad) { t_no_grad = true; }
-NoGradScope::~NoGradScope() { t_no_grad = was_; }
+NoGradScope::NoGradScope() : was_(t_no_grad) {
+  t_no_grad = true;
+  sync_dispatch_bit();
+}
+NoGradScope::~NoGradScope() {
+  t_no_grad = was_;
+  sync_dispatch_bit();
+}
 
 GradientTape::GradientTape(bool persistent) : GradientTape(TapeOptions{.persistent = persistent}) {}
 
-GradientTape::GradientTape(TapeOptions options) : options_(options) { t_tapes.push_back(this); }
+GradientTape::GradientTape(TapeOptions options) : options_(options) {
+  t_tapes.push_back(this);
+  sync_dispatch_bit();
+}
 
 GradientTape::~GradientTape() {
   auto it = std::find(t_tapes.begin(), t_tapes.end(), this);
   if (it != t_tapes.end()) t_tapes.erase(it);
+  sync_dispatch_bit();
   release_nodes(nodes_);
 }
 

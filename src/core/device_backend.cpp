@@ -1,7 +1,6 @@
 #include "core/device_backend.hpp"
 
 #include "soma/cuda.hpp"
-#include "soma/ops.hpp"
 
 namespace soma::detail {
 

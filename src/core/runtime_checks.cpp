@@ -13,12 +13,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include "internal/cpu_allocator.hpp"
 
 #include "internal/runtime_checks.hpp"
 #include "soma/error.hpp"
-#include "soma/op.hpp"
 #include "soma/tensor.hpp"
 
 namespace soma {
@@ -361,7 +361,7 @@ void allocation_failed(std::size_t nbytes, Device device, const std::string* wha
        ": ", why);
 }
 
-void check_op_numerics(const OpDef& def, const std::vector<Tensor>& inputs,
+void check_op_numerics(std::string_view op, const std::vector<Tensor>& inputs,
                        const std::vector<Tensor>& outputs) {
   for (std::size_t o = 0; o < outputs.size(); ++o) {
     const Tensor& t = outputs[o];
@@ -378,7 +378,7 @@ void check_op_numerics(const OpDef& def, const std::vector<Tensor>& inputs,
       ins += (i ? ", " : "") + shape_str(inputs[i].shape()) + " " + dtype_name(inputs[i].dtype()) +
              (bad ? " (holds inf/nan)" : "");
     }
-    fail("check_numerics", "op '", def.name, "' produced ", nan ? "nan" : "inf",
+    fail("check_numerics", "op '", std::string(op), "' produced ", nan ? "nan" : "inf",
          " at flat index ", at, " of output ", o, " (", shape_str(t.shape()), " ",
          dtype_name(t.dtype()), ") from inputs ", ins.empty() ? std::string("(none)") : ins,
          inputs_finite ? " that were all finite" : "",

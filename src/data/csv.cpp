@@ -9,7 +9,7 @@
 
 #include "data/input_file.hpp"
 #include "soma/error.hpp"
-#include "soma/model/input_limits.hpp"
+#include "soma/input_limits.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::data {

@@ -12,7 +12,7 @@
 
 #include "data/input_file.hpp"
 #include "soma/error.hpp"
-#include "soma/model/input_limits.hpp"
+#include "soma/input_limits.hpp"
 
 namespace soma::data {
 

@@ -281,17 +281,26 @@ std::vector<Tensor> add_op_node(const OpDef& def, const std::vector<Tensor>& inp
   return outs;
 }
 
+namespace {
+// Graph mode's hook into op dispatch (ops/dispatch_hooks.hpp), registered when libsoma loads.
+void intercept_op(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& attrs,
+                  std::vector<Tensor>& outputs) {
+  outputs = add_op_node(def, inputs, attrs);
+}
+[[maybe_unused]] const bool g_hook_registered = (dispatch::set_intercept(&intercept_op), true);
+}  // namespace
+
 DataScope::DataScope(std::shared_ptr<Graph::Data> g) {
   t_graphs.emplace_back(std::move(g));
-  t_build_depth = int(t_graphs.size());
+  set_build_depth(int(t_graphs.size()));
 }
 DataScope::~DataScope() {
   t_graphs.pop_back();
-  t_build_depth = int(t_graphs.size());
+  set_build_depth(int(t_graphs.size()));
 }
 
-EagerScope::EagerScope() : saved_(t_build_depth) { t_build_depth = 0; }
-EagerScope::~EagerScope() { t_build_depth = saved_; }
+EagerScope::EagerScope() : saved_(t_build_depth) { set_build_depth(0); }
+EagerScope::~EagerScope() { set_build_depth(saved_); }
 
 namespace {
 std::uint64_t key_of(Endpoint e) { return (std::uint64_t(e.node) << 16) | std::uint64_t(e.index); }
@@ -505,11 +514,11 @@ std::vector<Variable> Graph::trainable_variables() const {
 
 GraphScope::GraphScope(Graph& g) {
   t_graphs.push_back(g);
-  t_build_depth = int(t_graphs.size());
+  set_build_depth(int(t_graphs.size()));
 }
 GraphScope::~GraphScope() {
   t_graphs.pop_back();
-  t_build_depth = int(t_graphs.size());
+  set_build_depth(int(t_graphs.size()));
 }
 
 Graph* current_graph() { return t_build_depth > 0 ? &t_graphs.back() : nullptr; }

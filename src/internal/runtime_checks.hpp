@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "soma/device.hpp"
@@ -16,7 +17,10 @@ namespace soma::detail {
 
 extern std::atomic<bool> g_check_numerics;
 inline bool check_numerics_on() { return g_check_numerics.load(std::memory_order_relaxed); }
-// Throws soma::Error when an output of `def` holds an inf or nan.
+// Throws soma::Error when an output of the op named `op` holds an inf or nan.
+void check_op_numerics(std::string_view op, const std::vector<Tensor>& inputs,
+                       const std::vector<Tensor>& outputs);
+// The same for an op definition (defined in src/ops/registry.cpp: core does not read OpDef).
 void check_op_numerics(const OpDef& def, const std::vector<Tensor>& inputs,
                        const std::vector<Tensor>& outputs);
 // Throws soma::Error when nbytes exceeds max_allocation_bytes(), the memory limit less the bytes

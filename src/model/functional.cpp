@@ -6,7 +6,9 @@
 #include "soma/autograd.hpp"
 #include "soma/ops.hpp"
 
-namespace soma::nn {
+namespace soma::model {
+
+using namespace soma::nn;  // the layers models are made of
 
 namespace {
 const detail::SymbolicNode& node_of(const std::shared_ptr<detail::SymbolicNode>& n) {
@@ -130,4 +132,4 @@ std::string format_shape(const Shape& shape) {
   return os.str();
 }
 
-}  // namespace soma::nn
+}  // namespace soma::model

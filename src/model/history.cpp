@@ -2,7 +2,9 @@
 
 #include "soma/error.hpp"
 
-namespace soma::nn {
+namespace soma::model {
+
+using namespace soma::nn;  // the layers models are made of
 
 const std::vector<double>& History::operator[](const std::string& key) const {
   auto it = history.find(key);
@@ -25,4 +27,4 @@ void History::append(int epoch_index, const Logs& logs) {
   for (auto& [k, v] : logs) history[k].push_back(v);
 }
 
-}  // namespace soma::nn
+}  // namespace soma::model

@@ -26,7 +26,9 @@
 #include "soma/optim/optimizers.hpp"
 #include "soma/nn/losses.hpp"
 
-namespace soma::nn {
+namespace soma::model {
+
+using namespace soma::nn;  // the layers models are made of
 
 // ---- the functional graph -------------------------------------------------------------------
 struct Model::Graph {
@@ -1173,4 +1175,4 @@ void Model::summary_functional(std::ostream& os) const {
   print_totals(os);
 }
 
-}  // namespace soma::nn
+}  // namespace soma::model

@@ -6,7 +6,9 @@
 #include "soma/nn/layers.hpp"
 #include "soma/nn/losses.hpp"
 
-namespace soma::nn {
+namespace soma::model {
+
+using namespace soma::nn;  // the layers models are made of
 
 namespace {
 
@@ -68,4 +70,4 @@ LossRef loss_for_model(const std::string& name, const Model& model) {
   return loss_from_name(name, from_logits_for(model));
 }
 
-}  // namespace soma::nn
+}  // namespace soma::model

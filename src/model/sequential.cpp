@@ -4,7 +4,9 @@
 #include "model/summary_table.hpp"
 #include "soma/ops.hpp"
 
-namespace soma::nn {
+namespace soma::model {
+
+using namespace soma::nn;  // the layers models are made of
 
 namespace {
 Shape with_batch(Shape s, std::int64_t b) {
@@ -120,4 +122,4 @@ void Sequential::summary(std::ostream& os) const {
   print_totals(os);
 }
 
-}  // namespace soma::nn
+}  // namespace soma::model

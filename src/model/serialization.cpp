@@ -1312,7 +1312,7 @@ namespace soma {
 namespace ser = serialization;
 using ser::json;
 
-namespace nn {
+namespace model {
 
 void Model::save(const std::string& path) const {
   json doc;
@@ -1381,7 +1381,7 @@ void Model::load_weights(const std::string& path) {
   }
 }
 
-}  // namespace nn
+}  // namespace model
 
 std::shared_ptr<nn::Model> load_model(const std::string& path) {
   auto f = ser::read_file(path);

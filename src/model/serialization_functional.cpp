@@ -38,7 +38,7 @@ json functional_config(const nn::Model& model) {
   const auto& outs = model.outputs();
   std::vector<NodePtr> order;
   std::unordered_set<const nn::detail::SymbolicNode*> seen;
-  for (auto& o : outs) nn::detail::topo_visit(o.node(), seen, order);
+  for (auto& o : outs) model::detail::topo_visit(o.node(), seen, order);
 
   // Files name layers (and the weights' owners) by name, so names must be unique here.
   std::set<std::string> names;

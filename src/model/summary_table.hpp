@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace soma::nn::detail {
+namespace soma::model::detail {
 
 // 101770 -> "101,770"
 inline std::string thousands(std::int64_t v) {
@@ -79,4 +79,4 @@ class SummaryTable {
   std::vector<std::vector<std::string>> rows_;
 };
 
-}  // namespace soma::nn::detail
+}  // namespace soma::model::detail

@@ -9,7 +9,7 @@
 
 #include "soma/model/functional.hpp"
 
-namespace soma::nn::detail {
+namespace soma::model::detail {
 
 // Appends to `order` every node reachable from `root` not yet in `seen`, inputs first. Iterative:
 // a chain of layers read from a file may be arbitrarily long.
@@ -32,4 +32,4 @@ inline void topo_visit(const std::shared_ptr<SymbolicNode>& root,
   }
 }
 
-}  // namespace soma::nn::detail
+}  // namespace soma::model::detail

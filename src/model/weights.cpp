@@ -8,7 +8,9 @@
 #include "soma/model/serialization.hpp"
 #include "soma/ops.hpp"
 
-namespace soma::nn {
+namespace soma::model {
+
+using namespace soma::nn;  // the layers models are made of
 
 namespace {
 constexpr char kMagic[8] = {'S', 'O', 'M', 'A', 'W', 'T', 'S', '1'};
@@ -82,4 +84,4 @@ std::map<std::string, Tensor> read_weights_file(const std::string& path) {
   return out;
 }
 
-}  // namespace soma::nn
+}  // namespace soma::model

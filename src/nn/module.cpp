@@ -7,7 +7,7 @@
 
 #include "internal/tensor_vector_pool.hpp"
 #include "soma/autograd.hpp"
-#include "soma/model/input_limits.hpp"
+#include "soma/input_limits.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::nn {

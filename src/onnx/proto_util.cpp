@@ -5,7 +5,7 @@
 
 #include "soma/autograd.hpp"
 #include "soma/error.hpp"
-#include "soma/model/input_limits.hpp"
+#include "soma/input_limits.hpp"
 
 namespace soma::onnx_detail {
 

@@ -2,12 +2,11 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "graph/hook.hpp"
 #include "internal/tensor_vector_pool.hpp"
 #include "internal/registration.hpp"
 #include "internal/runtime_checks.hpp"
 #include "internal/tensor_alloc.hpp"
-#include "soma/autograd.hpp"
+#include "ops/dispatch_hooks.hpp"
 #include "soma/op.hpp"
 
 namespace soma {
@@ -134,8 +133,39 @@ std::vector<const OpDef*> all_ops() {
   return defs;
 }
 
+// ---- dispatch hooks (ops/dispatch_hooks.hpp) ----------------------------------------------------
+namespace dispatch {
+[[gnu::tls_model("initial-exec")]] thread_local constinit std::uint32_t t_active = 0;
+namespace {
+constinit InterceptFn g_intercept = nullptr;
+constinit ObserveFn g_observe = nullptr;
+}  // namespace
+void set_intercept(InterceptFn fn) { g_intercept = fn; }
+void set_observe(ObserveFn fn) { g_observe = fn; }
+}  // namespace dispatch
+
+namespace detail {
+void check_op_numerics(const OpDef& def, const std::vector<Tensor>& inputs,
+                       const std::vector<Tensor>& outputs) {
+  check_op_numerics(std::string_view(def.name), inputs, outputs);
+}
+}  // namespace detail
+
 // ---- eager execution --------------------------------------------------------------------------
 namespace {
+// The hooks' calls, out of run_op's fast path. A bit is set only by the layer that registered
+// the hook, so a missing one is a build without that layer's object.
+[[gnu::noinline]] void intercept(const OpDef& def, const std::vector<Tensor>& inputs,
+                                 const Attrs& attrs, std::vector<Tensor>& outputs) {
+  if (!dispatch::g_intercept)
+    fail(def.name, "a symbolic input or an open graph scope, but graph mode is not linked in");
+  dispatch::g_intercept(def, inputs, attrs, outputs);
+}
+[[gnu::noinline]] void observe(const OpDef& def, const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& outputs, const Attrs& attrs) {
+  if (dispatch::g_observe) dispatch::g_observe(def, inputs, outputs, attrs);
+}
+
 // Inputs on different devices. A 0-d CPU tensor is a value (like `x * 2.0`'s scalar, or a
 // constant in a gradient) and follows the others to their device (PyTorch's rule for CPU
 // scalars); any other mix is an error. Returns the device and, in `moved`, the inputs to use.
@@ -165,10 +195,11 @@ void run_op(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& at
             std::vector<Tensor>& outputs) {
   if (def.num_inputs >= 0 && std::size_t(def.num_inputs) != inputs.size())
     fail(def.name, "expected ", def.num_inputs, " inputs, got ", inputs.size());
-  // Graph mode (src/graph): while a GraphScope is open, or for a symbolic input, the op becomes
-  // a graph node instead of running. Eager cost: one thread-local read and one bit per input.
-  if (graph_detail::t_build_depth > 0) [[unlikely]] {
-    outputs = graph_detail::add_op_node(def, inputs, attrs);
+  // Graph mode (src/graph, through ops/dispatch_hooks.hpp): while a GraphScope is open, or for a
+  // symbolic input, the op becomes a graph node instead of running. Eager cost: one thread-local
+  // read and one bit per input.
+  if (dispatch::t_active & dispatch::kGraphBuild) [[unlikely]] {
+    intercept(def, inputs, attrs, outputs);
     return;
   }
   // The fields are read through the impl pointers (no undefined-handle check per accessor).
@@ -176,8 +207,8 @@ void run_op(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& at
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const TensorImpl* t = inputs[i].impl_ptr().get();
     if (!t) fail(def.name, "input ", i, " is an undefined (empty) Tensor");
-    if (graph_detail::is_symbolic_id(t->id)) [[unlikely]] {
-      outputs = graph_detail::add_op_node(def, inputs, attrs);
+    if (dispatch::is_symbolic_id(t->id)) [[unlikely]] {
+      intercept(def, inputs, attrs, outputs);
       return;
     }
     if (i == 0) dev = t->device;
@@ -230,11 +261,9 @@ void run_op(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& at
   // when off).
   if (detail::check_numerics_on()) [[unlikely]] detail::check_op_numerics(def, inputs, outputs);
 
-  if (def.grad) {
-    const std::vector<GradientTape*>& tapes = active_tapes();  // usually empty: one call
-    if (!tapes.empty() && !grad_recording_disabled())
-      for (GradientTape* tape : tapes) tape->record(def, inputs, outputs, attrs);
-  }
+  // The tape (src/autograd, through ops/dispatch_hooks.hpp): one thread-local read when off.
+  if ((dispatch::t_active & dispatch::kTapeRecord) && def.grad) [[unlikely]]
+    observe(def, inputs, outputs, attrs);
 }
 
 // The braced-list inputs and call_op1's outputs come from the per-thread tensor-vector pool

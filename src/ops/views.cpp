@@ -4,7 +4,6 @@
 
 #include "internal/copy.hpp"
 #include "internal/registration.hpp"
-#include "soma/autograd.hpp"
 #include "soma/op.hpp"
 #include "soma/ops.hpp"
 

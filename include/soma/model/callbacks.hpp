@@ -24,13 +24,16 @@
 #include "soma/ref.hpp"
 #include "soma/tensor.hpp"
 
-namespace soma::nn {
+namespace soma::model {
 class Model;
+}
+namespace soma::nn {
+using model::Model;  // source compatibility (model.hpp)
 }
 
 namespace soma::callbacks {
 
-using nn::Logs;
+using model::Logs;
 
 // What fit() tells callbacks before training starts.
 struct TrainParams {

@@ -24,7 +24,10 @@
 #include "soma/nn/module.hpp"
 #include "soma/shape.hpp"
 
-namespace soma::nn {
+namespace soma::model {
+
+using nn::Module;  // the layers a functional model is made of
+using nn::ModuleRef;
 
 namespace detail {
 struct SymbolicNode;
@@ -99,4 +102,16 @@ std::vector<SymbolicTensor> call(L&& layer, const std::vector<SymbolicTensor>& x
 // "(None, 128)": a shape as summary() prints it, -1 shown as None.
 std::string format_shape(const Shape& shape);
 
+}  // namespace soma::model
+
+// Source compatibility: these lived in soma::nn before issue 21 (namespace = folder).
+namespace soma::nn {
+using model::SymbolicTensor;
+using model::InputOptions;
+using model::Input;
+using model::call;
+using model::format_shape;
+namespace detail {
+using model::detail::SymbolicNode;
+}  // namespace detail
 }  // namespace soma::nn

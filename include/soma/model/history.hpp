@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace soma::nn {
+namespace soma::model {
 
 using Logs = std::map<std::string, double>;
 
@@ -21,4 +21,10 @@ struct History {
   void append(int epoch_index, const Logs& logs);
 };
 
+}  // namespace soma::model
+
+// Source compatibility: these lived in soma::nn before issue 21 (namespace = folder).
+namespace soma::nn {
+using model::Logs;
+using model::History;
 }  // namespace soma::nn

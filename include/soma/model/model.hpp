@@ -33,7 +33,9 @@ namespace soma::dist {
 class GradientReducer;
 }
 
-namespace soma::nn {
+namespace soma::model {
+
+using nn::LossRef;
 
 struct CompileOptions {
   // One weight per output: the total loss is sum_i loss_weights[i] * loss_i. Empty: all 1.
@@ -274,4 +276,19 @@ class Model : public Module {
   optim::OptimizerRef optimizer_;
 };
 
+}  // namespace soma::model
+
+// Source compatibility: these lived in soma::nn before issue 21 (namespace = folder).
+namespace soma::nn {
+using model::CompileOptions;
+using model::RefOrName;
+using model::OptimizerArg;
+using model::LossArg;
+using model::MetricArg;
+using model::MetricArgs;
+using model::ValidationData;
+using model::FitOptions;
+using model::EvaluateOptions;
+using model::PredictOptions;
+using model::Model;
 }  // namespace soma::nn

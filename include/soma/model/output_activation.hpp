@@ -12,7 +12,7 @@
 #include "soma/model/model.hpp"
 #include "soma/nn/loss.hpp"
 
-namespace soma::nn {
+namespace soma::model {
 
 // The activation the model's single output ends with: "softmax", "sigmoid", "linear", "relu",
 // ... read from the last layer of a Sequential (through nested Sequentials and shape-only
@@ -34,4 +34,12 @@ bool from_logits_for(const Model& model);
 // loss_from_name(name, from_logits_for(model)) (soma/nn/losses.hpp).
 LossRef loss_for_model(const std::string& name, const Model& model);
 
+}  // namespace soma::model
+
+// Source compatibility: these lived in soma::nn before issue 21 (namespace = folder).
+namespace soma::nn {
+using model::output_activation;
+using model::outputs_probabilities;
+using model::from_logits_for;
+using model::loss_for_model;
 }  // namespace soma::nn

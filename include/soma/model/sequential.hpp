@@ -19,7 +19,7 @@
 #include "soma/model/functional.hpp"
 #include "soma/model/model.hpp"
 
-namespace soma::nn {
+namespace soma::model {
 
 class Sequential : public Model {
  public:
@@ -81,4 +81,9 @@ class Sequential : public Model {
   std::vector<Shape> shapes_;         // per layer, batch axis -1
 };
 
+}  // namespace soma::model
+
+// Source compatibility: these lived in soma::nn before issue 21 (namespace = folder).
+namespace soma::nn {
+using model::Sequential;
 }  // namespace soma::nn

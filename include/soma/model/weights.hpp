@@ -11,9 +11,15 @@
 
 #include "soma/tensor.hpp"
 
-namespace soma::nn {
+namespace soma::model {
 
 void write_weights_file(const std::string& path, const std::map<std::string, Tensor>& tensors);
 std::map<std::string, Tensor> read_weights_file(const std::string& path);
 
+}  // namespace soma::model
+
+// Source compatibility: these lived in soma::nn before issue 21 (namespace = folder).
+namespace soma::nn {
+using model::write_weights_file;
+using model::read_weights_file;
 }  // namespace soma::nn

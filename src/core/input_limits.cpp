@@ -1,5 +1,5 @@
-// Limits on untrusted input (include/soma/model/input_limits.hpp).
-#include "soma/model/input_limits.hpp"
+// Limits on untrusted input (include/soma/input_limits.hpp).
+#include "soma/input_limits.hpp"
 
 #include "soma/error.hpp"
 
