@@ -256,13 +256,6 @@ std::vector<Tensor> clip_(const Node& n) {
   return {clip(n.x(), lo, hi)};
 }
 
-std::vector<Tensor> hard_sigmoid(const Node& n) {
-  return {clip(n.x() * n.attr.f("alpha") + n.attr.f("beta"), 0.0, 1.0)};
-}
-std::vector<Tensor> hard_swish(const Node& n) {
-  const Tensor& x = n.x();
-  return {x * clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)};
-}
 
 std::vector<Tensor> expand(const Node& n) {
   auto s = ints_of(n.arg(1));
@@ -800,8 +793,6 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Max", {variadic<max2>, legacy()}},
       {"Min", {variadic<min2>, legacy()}},
       {"Clip", {clip_, legacy({F("min", -FLT_MAX), F("max", FLT_MAX)})}},
-      {"HardSigmoid", {hard_sigmoid, legacy({F("alpha", 0.2f), F("beta", 0.5f)})}},
-      {"HardSwish", {hard_swish}},
       {"Expand", {expand}},
       {"Softmax", {softmax_<false>, {I("axis")}}},
       {"LogSoftmax", {softmax_<true>, {I("axis")}}},
@@ -844,24 +835,6 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
   return ops;
 }
 
-// Elementwise ops whose definition does not carry its ONNX mapping yet: the elementwise table
-// (issue 21) fills OpDef::onnx for them; an op's own mapping takes over, and these can go.
-struct PendingMapping {
-  const char* onnx;
-  const char* soma;
-  std::vector<OnnxAttr> attrs = {};
-};
-const std::vector<PendingMapping>& pending_mappings() {
-  static const std::vector<PendingMapping> v{
-      {"Add", "add"}, {"Sub", "subtract"}, {"Mul", "multiply"}, {"Equal", "equal"},
-      {"Greater", "greater"}, {"GreaterOrEqual", "greater_equal"}, {"Less", "less"},
-      {"LessOrEqual", "less_equal"}, {"Relu", "relu"}, {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"},
-      {"Erf", "erf"}, {"Exp", "exp"}, {"Log", "log"}, {"Sqrt", "sqrt"}, {"Abs", "abs"},
-      {"Neg", "negative"}, {"Reciprocal", "reciprocal"}, {"Softplus", "softplus"},
-      {"LeakyRelu", "leaky_relu", {{"alpha", "alpha"}}}, {"Elu", "elu", {{"alpha", "alpha"}}}};
-  return v;
-}
-
 // An op definition that maps to an ONNX operator.
 struct Mapped {
   const OpDef* def;
@@ -876,10 +849,6 @@ const std::unordered_map<std::string, std::vector<Mapped>>& mapped_ops() {
     std::unordered_map<std::string, std::vector<Mapped>> m;
     for (const OpDef* d : all_ops())
       if (!d->onnx.op_type.empty()) m[d->onnx.op_type].push_back({d, &d->onnx});
-    static std::vector<std::pair<const OpDef*, OnnxMapping>> pending;
-    for (auto& p : pending_mappings())
-      if (!m.count(p.onnx)) pending.push_back({&get_op(p.soma), {p.onnx, 1, 0, p.attrs}});
-    for (auto& [d, map] : pending) m[map.op_type].push_back({d, &map});
     return m;
   }();
   return table;
