@@ -781,6 +781,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Reciprocal", {nullptr, legacy()}},
       {"LeakyRelu", {nullptr, legacy({F("alpha", 0.01f)})}},
       {"Elu", {nullptr, legacy({F("alpha", 1.0f)})}},
+      {"HardSigmoid", {nullptr, legacy({F("alpha", 0.2f), F("beta", 0.5f)})}},
       {"Concat", {nullptr, {I("axis", 0)}}},
       {"Cast", {nullptr, {I("to", 1), I("saturate", 1)}}},
       // handlers
