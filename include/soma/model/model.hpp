@@ -158,6 +158,8 @@ class Model : public Module {
   Model(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs);
 
   std::string type_name() const override { return graph_ ? "Functional" : "Model"; }
+  // A functional model's single output's activation (see nn::output_activation).
+  std::string output_activation_name() const override;
 
   using Module::operator();
   // Several inputs (functional models); returns every output.

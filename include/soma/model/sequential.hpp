@@ -36,6 +36,8 @@ class Sequential : public Model {
   }
 
   std::string type_name() const override { return "Sequential"; }
+  // The last layer's activation, through shape-only layers (see nn::output_activation).
+  std::string output_activation_name() const override;
 
   // Appends a layer; builds it at once when the model's input shape is known. A named layer
   // value is refused (it would be copied, so training would not reach it): pass a temporary,

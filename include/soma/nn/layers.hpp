@@ -32,6 +32,7 @@ class Dense : public Module {
 
   std::int64_t units() const { return units_; }
   const Activation& activation() const { return activation_; }
+  std::string output_activation_name() const override { return activation_.name; }
   const DenseOptions& options() const { return opt_; }
   // Undefined before the layer is built (and bias without use_bias).
   const Variable& kernel() const { return kernel_; }
@@ -54,6 +55,7 @@ class Flatten : public Module {
   Flatten() = default;
   std::string type_name() const override { return "Flatten"; }
   Shape output_shape(const Shape& input_shape) override;
+  bool passes_activation_through() const override { return true; }
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -66,6 +68,7 @@ class Reshape : public Module {
   std::string type_name() const override { return "Reshape"; }
   Shape output_shape(const Shape& input_shape) override;
   const Shape& target_shape() const { return target_; }
+  bool passes_activation_through() const override { return true; }
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -85,6 +88,7 @@ class Dropout : public Module {
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   double rate() const { return rate_; }
   std::optional<std::uint64_t> seed() const { return seed_; }
+  bool passes_activation_through() const override { return true; }
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -102,6 +106,7 @@ class ActivationLayer : public Module {
   std::string type_name() const override { return type_; }
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   const Activation& activation() const { return activation_; }
+  std::string output_activation_name() const override { return activation_.name; }
 
  protected:
   ActivationLayer(std::string type, Activation activation)
