@@ -113,7 +113,7 @@ TEST(ExtensionPoints, ALayerSaysItsOutputActivation) {
   EXPECT_EQ(nn::output_activation(m), "softmax");
   EXPECT_FALSE(nn::from_logits_for(m));
   auto in = nn::Input({3});
-  auto out = Shuffle()(Probabilities()(nn::Dense(3)(in)));
+  auto out = nn::call(Shuffle(), nn::call(Probabilities(), nn::call(nn::Dense(3), in)));
   nn::Model f(in, out);
   EXPECT_EQ(nn::output_activation(f), "softmax");
 }
