@@ -1,5 +1,6 @@
 #include "soma/nn/activation.hpp"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -86,22 +87,26 @@ class OpActivation {
  public:
   explicit OpActivation(std::string op) : s_(std::make_shared<State>()) { s_->op = std::move(op); }
   Tensor operator()(const Tensor& x) const {
-    std::call_once(s_->once, [this] { resolve(*s_); });
-    if (s_->float_only && x.defined() && !is_floating(x.dtype()))
-      fail(s_->op, "dtype ", dtype_name(x.dtype()),
+    State& s = *s_;
+    if (!s.ready.load(std::memory_order_acquire)) resolve(s);
+    if (s.float_only && x.defined() && !is_floating(x.dtype()))
+      fail(s.op, "dtype ", dtype_name(x.dtype()),
            " is not supported (expected f32, f64, f16 or bf16)");
-    return call_op1(*s_->def, {x}, s_->attrs);
+    return call_op1(*s.def, {x}, s.attrs);
   }
 
  private:
   struct State {
     std::string op;
-    std::once_flag once;
+    std::mutex mutex;
+    std::atomic<bool> ready{false};
     const OpDef* def = nullptr;
     Attrs attrs;
     bool float_only = false;
   };
   static void resolve(State& s) {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.ready.load(std::memory_order_relaxed)) return;
     s.def = &get_op(s.op);
     for (const auto& a : s.def->attrs) s.attrs.set(a.name, a.default_value);
     s.float_only = s.def->has(kFloatOnly);
@@ -109,6 +114,7 @@ class OpActivation {
       s.float_only = s.float_only || f->float_only;
       if (f->attr) s.attrs.set(f->attr, f->value);
     }
+    s.ready.store(true, std::memory_order_release);
   }
   std::shared_ptr<State> s_;
 };
