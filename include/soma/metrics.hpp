@@ -108,7 +108,7 @@ class Accuracy : public MeanBase {
   // binary_crossentropy -> Binary, categorical_crossentropy -> Categorical,
   // sparse_categorical_crossentropy -> SparseCategorical; other losses leave the mode alone.
   // Only an Auto metric is changed.
-  void resolve_for_loss(const nn::Loss& loss);
+  void resolve_for_loss(const nn::Loss& loss) override;
 
  private:
   AccuracyOptions o_;

@@ -33,6 +33,11 @@ std::string name_of(const std::string& path) {
   const auto slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
+// The path of `name` in `dir`, spelled as `dir` + "/" + name (the form temporaries are
+// registered under), except that the root gives "/name".
+std::string path_in(const std::string& dir, const std::string& name) {
+  return (dir == "/" ? std::string() : dir) + "/" + name;
+}
 
 // Writes all of [p, p + n) to fd; returns 0 or the errno of the failure.
 int write_all(int fd, const char* p, std::size_t n) {
@@ -97,7 +102,7 @@ void remove_stale_temporaries(const std::string& path) {
       for (std::size_t k = i + 1; k < name.size(); ++k) digits = digits && name[k] >= '0' && name[k] <= '9';
       if (!digits) continue;
     }
-    const std::string full = dir == "/" ? "/" + name : dir + "/" + name;
+    const std::string full = path_in(dir, name);
     bool stale;
     if (pid == self) {
       std::lock_guard<std::mutex> lock(g_live_mutex);
@@ -243,9 +248,8 @@ std::string check_writable_location(const std::string& path) {
   struct stat st{};
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "'" + path + "' is a directory";
   const std::string dir = dir_of(path);
-  const std::string probe =
-      (dir == "/" ? std::string() : dir) + "/.soma-write-check." + std::to_string(::getpid()) + "." +
-      std::to_string(g_counter++);
+  const std::string probe = path_in(dir, ".soma-write-check." + std::to_string(::getpid()) + "." +
+                                               std::to_string(g_counter++));
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return "cannot create a file in '" + dir + "': " + std::strerror(errno);
   const int err = write_all(fd, "x", 1);  // a full disk fails here, not after the run

@@ -24,12 +24,25 @@ AutocastScope::AutocastScope(DType dtype) : saved_(tl_autocast) {
 
 AutocastScope::~AutocastScope() { tl_autocast = saved_; }
 
+namespace {
+// Spellings of the autocast precisions (lower case; "" is f32: autocast off).
+struct PrecisionName {
+  const char* name;
+  DType dtype;
+};
+const PrecisionName kPrecisionNames[] = {
+    {"", DType::f32},       {"f32", DType::f32},     {"fp32", DType::f32},
+    {"float32", DType::f32}, {"bf16", DType::bf16},   {"bfloat16", DType::bf16},
+    {"f16", DType::f16},    {"fp16", DType::f16},    {"float16", DType::f16},
+    {"half", DType::f16},
+};
+}  // namespace
+
 DType parse_autocast_dtype(const std::string& name, const char* who) {
   std::string s = name;
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  if (s.empty() || s == "f32" || s == "fp32" || s == "float32") return DType::f32;
-  if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  if (s == "f16" || s == "fp16" || s == "float16" || s == "half") return DType::f16;
+  for (const auto& p : kPrecisionNames)
+    if (s == p.name) return p.dtype;
   fail(who, "unknown precision '", name, "' (expected f32, bf16 or f16)");
 }
 

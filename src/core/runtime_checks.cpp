@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -34,6 +35,27 @@ namespace {
 
 std::atomic<std::size_t> g_max_alloc{0};
 
+// The fields of a /proc/meminfo file ("MemAvailable:", "SwapTotal:", ...) in bytes; empty when
+// it cannot be read.
+std::map<std::string, std::size_t> read_meminfo(const std::string& path) {
+  std::map<std::string, std::size_t> fields;
+  std::ifstream meminfo(path);
+  std::string key;
+  std::size_t kb = 0;
+  while (meminfo >> key >> kb) {
+    fields.emplace(key, kb * 1024);
+    meminfo.ignore(256, '\n');
+  }
+  return fields;
+}
+
+// A field of read_meminfo's result, or nullptr.
+const std::size_t* meminfo_field(const std::map<std::string, std::size_t>& fields,
+                                 const std::string& key) {
+  const auto it = fields.find(key);
+  return it == fields.end() ? nullptr : &it->second;
+}
+
 // Physical memory plus swap: a tensor larger than this can never be backed, and with Linux's
 // overcommit a plain malloc of it would succeed and the process die later on first touch.
 std::size_t machine_memory() {
@@ -41,16 +63,8 @@ std::size_t machine_memory() {
     long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
     std::size_t total = pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page)
                                               : std::size_t(1) << 40;
-    std::ifstream meminfo("/proc/meminfo");
-    std::string key;
-    std::size_t kb = 0;
-    while (meminfo >> key >> kb) {
-      if (key == "SwapTotal:") {
-        total += kb * 1024;
-        break;
-      }
-      meminfo.ignore(256, '\n');
-    }
+    if (const std::size_t* swap = meminfo_field(read_meminfo("/proc/meminfo"), "SwapTotal:"))
+      total += *swap;
     return total;
   }();
   return bytes;
@@ -239,16 +253,12 @@ SystemMemory read_system_memory(const std::string& root) {
   };
   // /proc/meminfo: MemAvailable (what can be had without swapping) plus free swap.
   {
-    std::ifstream meminfo(root + "/proc/meminfo");
-    std::string key;
-    std::size_t kb = 0, available = 0, swap_free = 0;
-    bool have = false;
-    while (meminfo >> key >> kb) {
-      if (key == "MemAvailable:") available = kb * 1024, have = true;
-      else if (key == "SwapFree:") swap_free = kb * 1024;
-      meminfo.ignore(256, '\n');
-    }
-    if (have)
+    const auto fields = read_meminfo(root + "/proc/meminfo");
+    const std::size_t* mem_available = meminfo_field(fields, "MemAvailable:");
+    const std::size_t* swap = meminfo_field(fields, "SwapFree:");
+    const std::size_t available = mem_available ? *mem_available : 0;
+    const std::size_t swap_free = swap ? *swap : 0;
+    if (mem_available)
       consider(available + swap_free,
                swap_free ? "MemAvailable " + memory_size_str(available) + " and SwapFree " +
                                memory_size_str(swap_free) + " in /proc/meminfo"

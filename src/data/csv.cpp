@@ -18,6 +18,8 @@ namespace {
 
 constexpr const char* kOp = "read_csv";
 // Text files larger than this are not what this reader is for (it holds the whole file).
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";  // skipped at the start of a file
+
 constexpr std::uint64_t kMaxCsvBytes = std::uint64_t(1) << 34;
 // A row may have at most this many columns (2^20; spreadsheets stop at 16384).
 constexpr std::size_t kMaxCsvColumns = std::size_t(1) << 20;
@@ -33,7 +35,7 @@ class CsvParser {
  public:
   CsvParser(std::string_view text, char delim, const std::string& path)
       : s_(text), delim_(delim), path_(path) {
-    if (s_.substr(0, 3) == "\xEF\xBB\xBF") pos_ = 3;  // UTF-8 byte-order mark
+    if (s_.starts_with(kUtf8Bom)) pos_ = kUtf8Bom.size();
   }
 
   // The next record that is not blank; false at the end of the text.

@@ -37,9 +37,9 @@ void scaled_copy(const Tensor& src, T* dst, std::int64_t n, double weight) {
 
 // Data-parallel training is handed the world communicator (MPI, CPU tensors); tensors on a GPU
 // take the NCCL communicator of their device instead (dist::communicator_for), device to device.
-// Null: keep `comm`.
+// Null: keep `comm` (also when `comm` is already a device communicator: the world never is).
 CommunicatorRef route(const Communicator& comm, Device device) {
-  if (device.is_cpu() || comm.backend() == "nccl" || !initialized() || &comm != &world())
+  if (device.is_cpu() || !initialized() || &comm != &world())
     return nullptr;
   return communicator_for(device);
 }

@@ -72,11 +72,20 @@ class LocalCommunicator : public Communicator {
   }
 };
 
+// InitOptions::backend, parsed once by backend_option().
+enum class Backend { Auto, Mpi, Nccl };
+struct BackendName {
+  const char* name;
+  Backend backend;
+};
+const BackendName kBackendNames[] = {
+    {"auto", Backend::Auto}, {"mpi", Backend::Mpi}, {"nccl", Backend::Nccl}};
+
 struct State {
   CommunicatorRef world;
   CommunicatorRef nccl;  // CUDA tensors' communicator, created by communicator_for
   int nccl_device = -1;
-  std::string backend = "auto";
+  Backend backend = Backend::Auto;
   std::chrono::milliseconds timeout{0};
   int local_rank = 0;
   bool owns_mpi = false;
@@ -104,15 +113,19 @@ bool started_by_launcher() {
 
 void finalize_at_exit() { finalize(); }
 
-std::string backend_option(const InitOptions& options) {
-  std::string b = options.backend;
-  if (b.empty())
-    if (const char* env = std::getenv("SOMA_DIST_BACKEND")) b = env;
-  if (b.empty()) b = "auto";
-  if (b != "auto" && b != "mpi" && b != "nccl")
+Backend backend_option(const InitOptions& options) {
+  std::string name = options.backend;
+  if (name.empty())
+    if (const char* env = std::getenv("SOMA_DIST_BACKEND")) name = env;
+  if (name.empty()) return Backend::Auto;
+  const BackendName* found = nullptr;
+  for (const auto& e : kBackendNames)
+    if (name == e.name) found = &e;
+  if (!found)
     fail("dist.init", "backend must be \"auto\", \"mpi\" or \"nccl\" (InitOptions::backend or "
-         "$SOMA_DIST_BACKEND), got \"", b, "\"");
-  if (b == "nccl" && !built_with_nccl())
+         "$SOMA_DIST_BACKEND), got \"", name, "\"");
+  const Backend b = found->backend;
+  if (b == Backend::Nccl && !built_with_nccl())
     fail("dist.init", "backend \"nccl\" was asked for, but libsoma was built without NCCL (CMake "
          "builds the NCCL communicator when it finds MPI, the CUDA toolkit and NCCL: nccl.h and "
          "libnccl.so under the toolkit); use \"mpi\" (CPU tensors) or rebuild");
@@ -183,8 +196,8 @@ CommunicatorRef communicator_for(Device device) {
     return g_state.nccl;
   }
   // One process: nothing to exchange, any device will do.
-  if (w->size() == 1 && g_state.backend != "nccl") return w;
-  if (g_state.backend == "mpi")
+  if (w->size() == 1 && g_state.backend != Backend::Nccl) return w;
+  if (g_state.backend == Backend::Mpi)
     fail(who, "collectives on ", device.str(), " tensors need NCCL, but dist::init was asked for "
          "backend \"mpi\"; use backend \"auto\" or \"nccl\", or move the tensors to the CPU");
 #ifdef SOMA_HAS_NCCL
@@ -202,9 +215,9 @@ void init(const InitOptions& options) {
   if (g_state.world) return;
   const auto timeout = options.timeout ? *options.timeout : default_timeout();
   if (timeout.count() <= 0) fail("dist.init", "the timeout must be positive");
-  const std::string backend = backend_option(options);
+  const Backend backend = backend_option(options);
   // "nccl" now: a GPU must be there (one process per GPU).
-  if (backend == "nccl" && !cuda::is_available())
+  if (backend == Backend::Nccl && !cuda::is_available())
     fail("dist.init", "backend \"nccl\" needs a usable CUDA device on every rank: ",
          cuda::unavailable_reason());
   g_state.backend = backend;
@@ -220,7 +233,7 @@ void init(const InitOptions& options) {
     if (!registered) std::atexit(finalize_at_exit);  // MPI wants MPI_Finalize before exit
     registered = true;
     g_state.local_rank = find_local_rank(*g_state.world);
-    if (backend == "nccl") communicator_for(local_device());
+    if (backend == Backend::Nccl) communicator_for(local_device());
     return;
   }
 #else
@@ -233,7 +246,7 @@ void init(const InitOptions& options) {
   (void)started_by_launcher;
   g_state.world = make_local_communicator();
   g_state.local_rank = 0;
-  if (backend == "nccl") communicator_for(local_device());
+  if (backend == Backend::Nccl) communicator_for(local_device());
 }
 
 void finalize() {

@@ -96,13 +96,19 @@ DType parse_dtype(const std::string& s) {
   fail("Graph.load", "unknown dtype '", s, "'");
 }
 
+// The first line of a graph file.
+constexpr const char* kGraphHeader = "soma-graph 1";
+
+// A flag in a graph file: "1" is true (attributes "b:1", "trainable 1"), anything else false.
+bool read_flag(const std::string& s) { return s == "1"; }
+
 AttrValue parse_attr(const std::string& enc) {
   if (enc.size() < 2 || enc[1] != ':') fail("Graph.load", "bad attribute '", enc, "'");
   std::string v = enc.substr(2);
   switch (enc[0]) {
     case 'i': return std::int64_t(std::stoll(v));
     case 'f': return std::strtod(v.c_str(), nullptr);
-    case 'b': return v == "1";
+    case 'b': return read_flag(v);
     case 'd': return parse_dtype(v);
     case 's': return v;
     case 'l': {
@@ -123,6 +129,113 @@ int hexval(char c) {
   fail("Graph.load", "bad hex digit in a value");
 }
 
+// ---- reading a graph file: one reader per entry of a node ----------------------------------
+struct LoadState {
+  const std::shared_ptr<Graph::Data>& d;
+  GraphNode cur{};
+  bool in_node = false, trainable = true;
+  int lineno = 1;
+};
+
+Shape read_shape(std::istringstream& ls, std::string& dtype) {
+  std::size_t rank;
+  ls >> dtype >> rank;
+  Shape s(rank);
+  for (auto& x : s) ls >> x;
+  return s;
+}
+
+void read_node(LoadState& st, const std::string& rest) {
+  st.cur = GraphNode{};
+  st.trainable = true;
+  st.in_node = true;
+  int id = std::stoi(rest);
+  if (id != int(st.d->nodes.size()))
+    fail("Graph.load", "line ", st.lineno, ": node ", id, " out of order");
+}
+
+void read_kind(LoadState& st, const std::string& rest) {
+  for (int k = 0; k <= int(NodeKind::Update); ++k)
+    if (rest == node_kind_name(NodeKind(k))) {
+      st.cur.kind = NodeKind(k);
+      return;
+    }
+  fail("Graph.load", "line ", st.lineno, ": unknown node kind '", rest, "'");
+}
+
+void read_inputs(LoadState& st, const std::string& rest) {
+  std::istringstream ls(rest);
+  std::string item;
+  while (ls >> item) {
+    auto c = item.find(':');
+    Endpoint e{std::stoi(item.substr(0, c)), std::stoi(item.substr(c + 1))};
+    if (e.node < 0 || e.node >= int(st.d->nodes.size()) ||
+        e.index >= int(st.d->nodes[std::size_t(e.node)].outputs.size()))
+      fail("Graph.load", "line ", st.lineno, ": input ", item, " does not exist");
+    st.cur.inputs.push_back(e);
+  }
+}
+
+void read_output(LoadState& st, const std::string& rest) {
+  std::istringstream ls(rest);
+  std::string dt;
+  Shape s = read_shape(ls, dt);
+  st.cur.outputs.push_back({s, parse_dtype(dt)});
+}
+
+void read_value(LoadState& st, const std::string& rest) {
+  std::istringstream ls(rest);
+  std::string dt, hex;
+  Shape s = read_shape(ls, dt);
+  ls >> hex;
+  Tensor t = Tensor::empty(s, parse_dtype(dt));
+  std::size_t nb = std::size_t(t.numel()) * dtype_size(t.dtype());
+  if (hex.size() != nb * 2) fail("Graph.load", "line ", st.lineno, ": value has the wrong size");
+  auto* p = static_cast<unsigned char*>(t.raw_data());
+  for (std::size_t i = 0; i < nb; ++i)
+    p[i] = (unsigned char)(hexval(hex[2 * i]) * 16 + hexval(hex[2 * i + 1]));
+  st.cur.value = t;
+}
+
+void read_end(LoadState& st, const std::string&) {
+  st.in_node = false;
+  GraphNode& cur = st.cur;
+  if (cur.kind == NodeKind::Op && !cur.op) fail("Graph.load", "line ", st.lineno, ": op node without op");
+  if (cur.kind == NodeKind::Update) fail("Graph.load", "update nodes cannot be loaded");
+  if (cur.kind == NodeKind::Variable) {
+    EagerScope eager;
+    cur.variable = Variable(cur.value, cur.name, st.trainable);
+    cur.value = cur.variable.value();
+  }
+  Tensor captured = cur.value;
+  int id = add_node(st.d, std::move(cur));
+  if (captured.defined()) st.d->captures[captured.impl_ptr().get()] = id;
+}
+
+// The entries of a node, as Graph::serialize writes them (docs/graph.md).
+struct EntryReader {
+  const char* word;
+  void (*read)(LoadState&, const std::string& rest);
+  bool opens_node = false;  // allowed outside a node
+};
+const EntryReader kEntryReaders[] = {
+    {"node", read_node, true},
+    {"kind", read_kind},
+    {"name", [](LoadState& st, const std::string& rest) { st.cur.name = rest; }},
+    {"op", [](LoadState& st, const std::string& rest) { st.cur.op = &get_op(rest); }},
+    {"in", read_inputs},
+    {"num_ys", [](LoadState& st, const std::string& rest) { st.cur.num_ys = std::stoi(rest); }},
+    {"attr",
+     [](LoadState& st, const std::string& rest) {
+       auto sp = rest.find(' ');
+       st.cur.attrs.set(rest.substr(0, sp), parse_attr(rest.substr(sp + 1)));
+     }},
+    {"out", read_output},
+    {"trainable", [](LoadState& st, const std::string& rest) { st.trainable = read_flag(rest); }},
+    {"value", read_value},
+    {"end", read_end},
+};
+
 }  // namespace
 
 std::string plan_dot_of(const Graph::Data& g) {
@@ -142,7 +255,7 @@ std::string Graph::to_dot() const { return dot_of(*d_, static_groups(*d_), nullp
 
 std::string Graph::serialize() const {
   std::ostringstream os;
-  os << "soma-graph 1\n";
+  os << kGraphHeader << "\n";
   for (const auto& n : d_->nodes) {
     if (n.kind == NodeKind::Update)
       fail("Graph.save", "node '", n.name,
@@ -174,102 +287,30 @@ std::string Graph::serialize() const {
 Graph Graph::deserialize(const std::string& text) {
   std::istringstream is(text);
   std::string line;
-  if (!std::getline(is, line) || line != "soma-graph 1")
-    fail("Graph.load", "not a soma graph file (expected the header 'soma-graph 1')");
+  if (!std::getline(is, line) || line != kGraphHeader)
+    fail("Graph.load", "not a soma graph file (expected the header '", kGraphHeader, "')");
   Graph g;
-  auto& d = g.d_;
-  GraphNode cur;
-  bool in_node = false, trainable = true;
-  int lineno = 1;
+  LoadState st{g.d_};
   while (std::getline(is, line)) {
-    ++lineno;
+    ++st.lineno;
     if (line.empty()) continue;
     std::string word = line.substr(0, line.find(' '));
     std::string rest = line.size() > word.size() ? line.substr(word.size() + 1) : "";
-    std::istringstream ls(rest);
+    const EntryReader* entry = nullptr;
+    for (const auto& e : kEntryReaders)
+      if (word == e.word) entry = &e;
     try {
-      if (word == "node") {
-        cur = GraphNode{};
-        trainable = true;
-        in_node = true;
-        int id = std::stoi(rest);
-        if (id != int(d->nodes.size()))
-          fail("Graph.load", "line ", lineno, ": node ", id, " out of order");
-      } else if (!in_node) {
-        fail("Graph.load", "line ", lineno, ": '", word, "' outside a node");
-      } else if (word == "kind") {
-        bool found = false;
-        for (int k = 0; k <= int(NodeKind::Update); ++k)
-          if (rest == node_kind_name(NodeKind(k))) {
-            cur.kind = NodeKind(k);
-            found = true;
-          }
-        if (!found) fail("Graph.load", "line ", lineno, ": unknown node kind '", rest, "'");
-      } else if (word == "name") {
-        cur.name = rest;
-      } else if (word == "op") {
-        cur.op = &get_op(rest);
-      } else if (word == "in") {
-        std::string item;
-        while (ls >> item) {
-          auto c = item.find(':');
-          Endpoint e{std::stoi(item.substr(0, c)), std::stoi(item.substr(c + 1))};
-          if (e.node < 0 || e.node >= int(d->nodes.size()) ||
-              e.index >= int(d->nodes[std::size_t(e.node)].outputs.size()))
-            fail("Graph.load", "line ", lineno, ": input ", item, " does not exist");
-          cur.inputs.push_back(e);
-        }
-      } else if (word == "num_ys") {
-        cur.num_ys = std::stoi(rest);
-      } else if (word == "attr") {
-        auto sp = rest.find(' ');
-        cur.attrs.set(rest.substr(0, sp), parse_attr(rest.substr(sp + 1)));
-      } else if (word == "out") {
-        std::string dt;
-        std::size_t rank;
-        ls >> dt >> rank;
-        Shape s(rank);
-        for (auto& x : s) ls >> x;
-        cur.outputs.push_back({s, parse_dtype(dt)});
-      } else if (word == "trainable") {
-        trainable = rest == "1";
-      } else if (word == "value") {
-        std::string dt, hex;
-        std::size_t rank;
-        ls >> dt >> rank;
-        Shape s(rank);
-        for (auto& x : s) ls >> x;
-        ls >> hex;
-        Tensor t = Tensor::empty(s, parse_dtype(dt));
-        std::size_t nb = std::size_t(t.numel()) * dtype_size(t.dtype());
-        if (hex.size() != nb * 2) fail("Graph.load", "line ", lineno, ": value has the wrong size");
-        auto* p = static_cast<unsigned char*>(t.raw_data());
-        for (std::size_t i = 0; i < nb; ++i)
-          p[i] = (unsigned char)(hexval(hex[2 * i]) * 16 + hexval(hex[2 * i + 1]));
-        cur.value = t;
-      } else if (word == "end") {
-        in_node = false;
-        if (cur.kind == NodeKind::Op && !cur.op) fail("Graph.load", "line ", lineno, ": op node without op");
-        if (cur.kind == NodeKind::Update) fail("Graph.load", "update nodes cannot be loaded");
-        int id;
-        if (cur.kind == NodeKind::Variable) {
-          EagerScope eager;
-          cur.variable = Variable(cur.value, cur.name, trainable);
-          cur.value = cur.variable.value();
-        }
-        Tensor captured = cur.value;
-        id = add_node(d, std::move(cur));
-        if (captured.defined()) d->captures[captured.impl_ptr().get()] = id;
-      } else {
-        fail("Graph.load", "line ", lineno, ": unknown entry '", word, "'");
-      }
+      if (!(entry && entry->opens_node) && !st.in_node)
+        fail("Graph.load", "line ", st.lineno, ": '", word, "' outside a node");
+      if (!entry) fail("Graph.load", "line ", st.lineno, ": unknown entry '", word, "'");
+      entry->read(st, rest);
     } catch (const std::invalid_argument&) {
-      fail("Graph.load", "line ", lineno, ": bad number in '", line, "'");
+      fail("Graph.load", "line ", st.lineno, ": bad number in '", line, "'");
     } catch (const std::out_of_range&) {
-      fail("Graph.load", "line ", lineno, ": number out of range in '", line, "'");
+      fail("Graph.load", "line ", st.lineno, ": number out of range in '", line, "'");
     }
   }
-  if (in_node) fail("Graph.load", "the file ends inside a node (truncated?)");
+  if (st.in_node) fail("Graph.load", "the file ends inside a node (truncated?)");
   return g;
 }
 

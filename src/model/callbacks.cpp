@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "internal/atomic_file.hpp"
+#include "internal/monitor_mode.hpp"
 #include "soma/error.hpp"
 #include "soma/model/model.hpp"
 #include "soma/model/serialization.hpp"
@@ -86,9 +87,8 @@ SOMA_FORWARD1(on_predict_batch_end, std::int64_t)
 #undef SOMA_FORWARD1
 
 bool monitor_maximises(const std::string& monitor, const std::string& mode, const char* who) {
-  if (mode == "min") return false;
-  if (mode == "max") return true;
-  if (mode != "auto") fail(who, "mode must be \"auto\", \"min\" or \"max\", got \"", mode, "\"");
+  const detail::MonitorMode m = detail::parse_monitor_mode(mode, who);
+  if (m != detail::MonitorMode::Auto) return m == detail::MonitorMode::Max;
   for (const char* k : {"acc", "auc", "precision", "recall", "f1"})
     if (monitor.find(k) != std::string::npos) return true;
   return false;

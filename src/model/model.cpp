@@ -223,8 +223,7 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
   // "accuracy" means the variant that fits the loss (sparse categorical for a sparse loss, ...).
   for (std::size_t i = 0; i < metrics.size(); ++i)
     for (auto& m : metrics[i])
-      if (auto* acc = dynamic_cast<metrics::Accuracy*>(m.get()))
-        acc->resolve_for_loss(*losses[losses.size() == 1 ? 0 : std::min(i, losses.size() - 1)]);
+      m->resolve_for_loss(*losses[losses.size() == 1 ? 0 : std::min(i, losses.size() - 1)]);
   auto c = std::make_shared<Compiled>();
   c->losses = std::move(losses);
   c->loss_weights = std::move(options.loss_weights);
@@ -553,11 +552,7 @@ std::vector<callbacks::CallbackRef> callbacks_for_rank(
   if (!distributed || dist::is_main()) return cbs;
   std::vector<callbacks::CallbackRef> out;
   for (auto& cb : cbs) {
-    callbacks::Callback* p = cb.get();
-    if (dynamic_cast<callbacks::ModelCheckpoint*>(p) || dynamic_cast<callbacks::CSVLogger*>(p) ||
-        dynamic_cast<callbacks::TensorBoard*>(p))
-      continue;
-    out.push_back(cb);
+    if (!cb->writes_files()) out.push_back(cb);
   }
   return out;
 }

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <sstream>
+#include <string_view>
 
 namespace soma::callbacks {
 
@@ -45,16 +47,16 @@ ProgressBar::ProgressBar(std::ostream& os, bool is_terminal, int verbose)
     : os_(os), terminal_(is_terminal), verbose_(verbose) {}
 
 std::string ProgressBar::format_logs(const nn::Logs& logs) {
-  std::vector<std::pair<std::string, double>> order;
-  auto take = [&](auto pred) {
-    for (auto& kv : logs)
-      if (pred(kv.first)) order.push_back(kv);
+  // Keras' order: training values, then validation ones ("val_..."); in each, the loss first,
+  // then the metrics by name.
+  auto group = [](const std::string& k) {
+    const bool val = k.rfind("val_", 0) == 0;
+    const std::string_view base = std::string_view(k).substr(val ? 4 : 0);
+    return 2 * int(val) + int(base != "loss");
   };
-  auto is_val = [](const std::string& k) { return k.rfind("val_", 0) == 0; };
-  take([](const std::string& k) { return k == "loss"; });
-  take([&](const std::string& k) { return k != "loss" && !is_val(k); });
-  take([](const std::string& k) { return k == "val_loss"; });
-  take([&](const std::string& k) { return k != "val_loss" && is_val(k); });
+  std::vector<std::pair<std::string, double>> order(logs.begin(), logs.end());
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const auto& a, const auto& b) { return group(a.first) < group(b.first); });
   std::string out;
   for (auto& [k, v] : order) out += (out.empty() ? "" : " - ") + k + ": " + format_value(v);
   return out;

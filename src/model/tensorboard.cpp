@@ -277,11 +277,19 @@ TensorBoard::TensorBoard(TensorBoardOptions options) : o_(std::move(options)) {
   if (o_.histogram_buckets < 1)
     fail("TensorBoard", "histogram_buckets must be >= 1, got ", o_.histogram_buckets);
   if (const auto* s = std::get_if<std::string>(&o_.update_freq)) {
-    if (*s == "batch")
-      batch_every_ = 1;
-    else if (*s != "epoch")
+    // The named frequencies: batches between writes (0: once per epoch only).
+    struct Freq {
+      const char* name;
+      std::int64_t batch_every;
+    };
+    static constexpr Freq kFreqs[] = {{"epoch", 0}, {"batch", 1}};
+    const Freq* f = nullptr;
+    for (const auto& e : kFreqs)
+      if (*s == e.name) f = &e;
+    if (!f)
       fail("TensorBoard", "update_freq must be \"epoch\", \"batch\" or a positive number, got \"",
            *s, "\"");
+    batch_every_ = f->batch_every;
   } else {
     batch_every_ = std::get<std::int64_t>(o_.update_freq);
     if (batch_every_ < 1)

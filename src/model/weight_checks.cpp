@@ -1,12 +1,13 @@
 // check_weights: NaN / inf weights and negative batch-norm variances.
 #include "soma/model/weight_checks.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
 #include "soma/autograd.hpp"
 #include "soma/error.hpp"
-#include "soma/nn/normalization.hpp"
+#include "soma/nn/module.hpp"
 #include "soma/ops.hpp"
 
 namespace soma {
@@ -15,7 +16,7 @@ namespace {
 
 void check_module(const nn::Module& m, const std::string& layer, const std::string& key_prefix,
                   std::vector<WeightProblem>& out) {
-  const bool batch_norm = dynamic_cast<const nn::BatchNormalization*>(&m) != nullptr;
+  const std::vector<std::string> nonnegative = m.nonnegative_weights();
   for (auto& [name, var] : m.named_parameters(false)) {
     const Tensor& v = var.value();
     if (!v.defined() || !is_floating(v.dtype())) continue;
@@ -29,7 +30,7 @@ void check_module(const nn::Module& m, const std::string& layer, const std::stri
     p.variable = name;
     p.key = key_prefix + name;
     p.size = std::int64_t(host.size());
-    const bool variance = batch_norm && name == "moving_variance";
+    const bool variance = std::find(nonnegative.begin(), nonnegative.end(), name) != nonnegative.end();
     for (double x : host) {
       if (std::isnan(x)) ++p.nan_count;
       else if (std::isinf(x)) ++p.inf_count;

@@ -1,6 +1,11 @@
 #include "soma/nn/activation.hpp"
 
+#include <atomic>
+#include <memory>
+#include <mutex>
+
 #include "soma/error.hpp"
+#include "soma/op.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::nn {
@@ -12,26 +17,132 @@ Tensor heaviside(const Tensor& x) {
 }
 
 namespace {
-Activation make(const std::string& name) {
-  if (name == "linear" || name == "identity" || name.empty()) return Activation();
-  if (name == "relu") return {"relu", [](const Tensor& x) { return soma::relu(x); }};
-  if (name == "sigmoid") return {"sigmoid", [](const Tensor& x) { return soma::sigmoid(x); }};
-  if (name == "tanh") return {"tanh", [](const Tensor& x) { return soma::tanh(x); }};
-  if (name == "softmax") return {"softmax", [](const Tensor& x) { return soma::softmax(x, -1); }};
-  if (name == "log_softmax")
-    return {"log_softmax", [](const Tensor& x) { return soma::log_softmax(x, -1); }};
-  if (name == "gelu") return {"gelu", [](const Tensor& x) { return soma::gelu(x); }};
-  if (name == "elu") return {"elu", [](const Tensor& x) { return soma::elu(x); }};
-  if (name == "leaky_relu")
-    return {"leaky_relu", [](const Tensor& x) { return soma::leaky_relu(x, 0.2); }};
-  if (name == "softplus") return {"softplus", [](const Tensor& x) { return soma::softplus(x); }};
-  if (name == "swish" || name == "silu")
-    return {"swish", [](const Tensor& x) { return x * soma::sigmoid(x); }};
-  if (name == "step" || name == "heaviside") return {"step", heaviside};
-  fail("activation", "unknown activation '", name,
-       "'; expected one of linear, relu, sigmoid, tanh, softmax, log_softmax, gelu, elu, "
-       "leaky_relu, softplus, swish, step");
+
+// An activation name resolves, in order: through kAliases to its canonical name; to a composite
+// of kComposites; to a registered op tagged kActivation (a new such op is usable by name, in
+// layers and model files, with no edit here).
+
+// Other spellings (Keras' among them) of the canonical names.
+struct Alias {
+  const char* name;
+  const char* canonical;
+};
+const Alias kAliases[] = {
+    {"", "linear"},      {"identity", "linear"},     {"silu", "swish"},
+    {"heaviside", "step"}, {"hard_swish", "hardswish"}, {"hard_silu", "hardswish"},
+};
+
+// Activations that are not one op. fn == nullptr: the identity (linear).
+struct Composite {
+  const char* name;
+  Tensor (*fn)(const Tensor&);
+};
+const Composite kComposites[] = {
+    {"linear", nullptr},
+    {"softmax", [](const Tensor& x) { return soma::softmax(x, -1); }},
+    {"log_softmax", [](const Tensor& x) { return soma::log_softmax(x, -1); }},
+    {"gelu", [](const Tensor& x) { return soma::gelu(x); }},
+    {"swish", [](const Tensor& x) { return x * soma::sigmoid(x); }},
+    {"step", heaviside},
+};
+
+// The unary ops usable as activations today, until their definitions carry kActivation,
+// kFloatOnly and their attribute defaults (issue 21); remove the table then. attr/value: an
+// attribute the activation passes (leaky_relu's slope is Keras' 0.2, elu's alpha 1.0).
+struct OpFallback {
+  const char* op;
+  bool float_only;
+  const char* attr = nullptr;
+  double value = 0.0;
+};
+const OpFallback kOpFallbacks[] = {
+    {"relu", false},
+    {"sigmoid", true},
+    {"tanh", true},
+    {"elu", true, "alpha", 1.0},
+    {"leaky_relu", true, "alpha", 0.2},
+    {"softplus", true},
+};
+
+// The activations whose outputs are probabilities (in [0, 1]; softmax's sum to 1): a
+// cross-entropy after them takes from_logits = false.
+const char* const kProbabilityActivations[] = {"softmax", "sigmoid"};
+
+const OpFallback* op_fallback(const std::string& op) {
+  for (const auto& f : kOpFallbacks)
+    if (op == f.op) return &f;
+  return nullptr;
 }
+
+const OpDef* activation_op(const std::string& name) {
+  for (const OpDef* d : all_ops())
+    if (d->name == name && d->has(kActivation)) return d;
+  return nullptr;
+}
+
+// Calls one registered op with its default attributes. The op is looked up on the first call,
+// not at construction: the constants at the end of this file are built during static
+// initialisation and must not start the registry.
+class OpActivation {
+ public:
+  explicit OpActivation(std::string op) : s_(std::make_shared<State>()) { s_->op = std::move(op); }
+  Tensor operator()(const Tensor& x) const {
+    State& s = *s_;
+    if (!s.ready.load(std::memory_order_acquire)) resolve(s);
+    if (s.float_only && x.defined() && !is_floating(x.dtype()))
+      fail(s.op, "dtype ", dtype_name(x.dtype()),
+           " is not supported (expected f32, f64, f16 or bf16)");
+    return call_op1(*s.def, {x}, s.attrs);
+  }
+
+ private:
+  struct State {
+    std::string op;
+    std::mutex mutex;
+    std::atomic<bool> ready{false};
+    const OpDef* def = nullptr;
+    Attrs attrs;
+    bool float_only = false;
+  };
+  static void resolve(State& s) {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.ready.load(std::memory_order_relaxed)) return;
+    s.def = &get_op(s.op);
+    for (const auto& a : s.def->attrs) s.attrs.set(a.name, a.default_value);
+    s.float_only = s.def->has(kFloatOnly);
+    if (const OpFallback* f = op_fallback(s.op)) {
+      s.float_only = s.float_only || f->float_only;
+      if (f->attr) s.attrs.set(f->attr, f->value);
+    }
+    s.ready.store(true, std::memory_order_release);
+  }
+  std::shared_ptr<State> s_;
+};
+
+Activation op_activation(const std::string& op) { return {op, OpActivation(op)}; }
+
+std::string known_names() {
+  std::string out;
+  auto add = [&](const std::string& n) { out += (out.empty() ? "" : ", ") + n; };
+  for (const auto& c : kComposites) add(c.name);
+  for (const auto& f : kOpFallbacks) add(f.op);
+  for (const OpDef* d : all_ops())
+    if (d->has(kActivation) && !op_fallback(d->name)) add(d->name);
+  for (const auto& a : kAliases)
+    if (*a.name) add(std::string(a.name) + " (" + a.canonical + ")");
+  return out;
+}
+
+Activation make(const std::string& given) {
+  std::string name = given;
+  for (const auto& a : kAliases)
+    if (name == a.name) name = a.canonical;
+  for (const auto& c : kComposites)
+    if (name == c.name) return c.fn ? Activation(name, c.fn) : Activation();
+  if (op_fallback(name) || activation_op(name)) return op_activation(name);
+  fail("activation", "unknown activation '", given, "'; expected one of ", known_names());
+}
+
 }  // namespace
 
 Activation::Activation(const char* n) : Activation(make(n ? std::string(n) : std::string())) {}
@@ -39,16 +150,23 @@ Activation::Activation(const std::string& n) : Activation(make(n)) {}
 
 Activation activation(const std::string& name) { return make(name); }
 
+bool is_probability_activation(const std::string& name) {
+  for (const char* p : kProbabilityActivations)
+    if (name == p) return true;
+  return false;
+}
+
 const Activation linear = make("linear");
-const Activation relu = make("relu");
-const Activation sigmoid = make("sigmoid");
-const Activation tanh = make("tanh");
+// The op-based constants skip make()'s check against the registry (static initialisation).
+const Activation relu = op_activation("relu");
+const Activation sigmoid = op_activation("sigmoid");
+const Activation tanh = op_activation("tanh");
 const Activation softmax = make("softmax");
 const Activation log_softmax = make("log_softmax");
 const Activation gelu = make("gelu");
-const Activation elu = make("elu");
-const Activation leaky_relu = make("leaky_relu");
-const Activation softplus = make("softplus");
+const Activation elu = op_activation("elu");
+const Activation leaky_relu = op_activation("leaky_relu");
+const Activation softplus = op_activation("softplus");
 const Activation swish = make("swish");
 const Activation step = make("step");
 

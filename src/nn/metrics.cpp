@@ -243,15 +243,22 @@ LossMean::LossMean(nn::LossRef loss, std::string name)
 
 // ---- accuracies --------------------------------------------------------------------------------
 
+namespace {
+// The accuracy variant for a loss's targets; Auto when the loss does not say.
+AccuracyMode accuracy_mode_for(nn::TargetKind k) {
+  switch (k) {
+    case nn::TargetKind::Binary: return AccuracyMode::Binary;
+    case nn::TargetKind::Categorical: return AccuracyMode::Categorical;
+    case nn::TargetKind::SparseCategorical: return AccuracyMode::SparseCategorical;
+    case nn::TargetKind::Unspecified: break;
+  }
+  return AccuracyMode::Auto;
+}
+}  // namespace
+
 void Accuracy::resolve_for_loss(const nn::Loss& loss) {
   if (mode_ != AccuracyMode::Auto) return;
-  const std::string n = loss.name();
-  if (n == "binary_crossentropy")
-    mode_ = AccuracyMode::Binary;
-  else if (n == "categorical_crossentropy")
-    mode_ = AccuracyMode::Categorical;
-  else if (n == "sparse_categorical_crossentropy")
-    mode_ = AccuracyMode::SparseCategorical;
+  mode_ = accuracy_mode_for(loss.target_kind());
 }
 
 void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
@@ -401,41 +408,31 @@ void MeanAbsoluteError::update_state(const Tensor& y_true, const Tensor& y_pred,
 
 namespace {
 
-// The cross-entropy variant that goes with `loss` (Keras' compile() pairing), if it is one.
-const char* crossentropy_kind(const nn::Loss* loss) {
-  if (!loss) return nullptr;
-  const std::string n = loss->name();
-  if (n == "binary_crossentropy") return "binary";
-  if (n == "categorical_crossentropy") return "categorical";
-  if (n == "sparse_categorical_crossentropy") return "sparse";
-  return nullptr;
+// The targets of `loss` (Keras' compile() pairing); Unspecified without a loss.
+nn::TargetKind target_kind(const nn::Loss* loss) {
+  return loss ? loss->target_kind() : nn::TargetKind::Unspecified;
 }
 
-bool loss_from_logits(const nn::Loss* loss) {
-  if (auto* l = dynamic_cast<const nn::BinaryCrossentropy*>(loss)) return l->options().from_logits;
-  if (auto* l = dynamic_cast<const nn::CategoricalCrossentropy*>(loss)) return l->options().from_logits;
-  if (auto* l = dynamic_cast<const nn::SparseCategoricalCrossentropy*>(loss)) return l->options().from_logits;
-  if (auto* l = dynamic_cast<const nn::Crossentropy*>(loss)) return l->options().from_logits;
-  return false;
-}
+bool loss_from_logits(const nn::Loss* loss) { return loss && loss->from_logits(); }
 
 MetricRef accuracy_for(const nn::Loss* loss) {
   AccuracyOptions o;
-  if (const char* k = crossentropy_kind(loss))
-    o.mode = k == std::string("binary")        ? AccuracyMode::Binary
-             : k == std::string("categorical") ? AccuracyMode::Categorical
-                                               : AccuracyMode::SparseCategorical;
+  o.mode = accuracy_mode_for(target_kind(loss));
   return Accuracy(o);
 }
 
+// The cross-entropy that matches the loss's targets, with its from_logits.
 MetricRef crossentropy_for(const nn::Loss* loss, const std::string& name) {
   const bool logits = loss_from_logits(loss);
-  const char* k = crossentropy_kind(loss);
   nn::LossRef l;
-  if (!k) l = nn::Crossentropy({.from_logits = logits});
-  else if (k == std::string("binary")) l = nn::BinaryCrossentropy({.from_logits = logits});
-  else if (k == std::string("categorical")) l = nn::CategoricalCrossentropy({.from_logits = logits});
-  else l = nn::SparseCategoricalCrossentropy({.from_logits = logits});
+  switch (target_kind(loss)) {
+    case nn::TargetKind::Binary: l = nn::BinaryCrossentropy({.from_logits = logits}); break;
+    case nn::TargetKind::Categorical: l = nn::CategoricalCrossentropy({.from_logits = logits}); break;
+    case nn::TargetKind::SparseCategorical:
+      l = nn::SparseCategoricalCrossentropy({.from_logits = logits});
+      break;
+    case nn::TargetKind::Unspecified: l = nn::Crossentropy({.from_logits = logits}); break;
+  }
   return LossMean(l, name);
 }
 

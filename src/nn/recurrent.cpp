@@ -42,15 +42,18 @@ Shape RecurrentBase::output_shape(const Shape& input_shape) {
 }
 
 RecurrentBase::Weights RecurrentBase::weights() const {
+  // The parameter names build_weights() gives, and where each goes.
+  struct Slot {
+    const char* name;
+    Tensor Weights::*field;
+  };
+  static constexpr Slot kSlots[] = {{"kernel", &Weights::kernel},
+                                    {"recurrent_kernel", &Weights::recurrent_kernel},
+                                    {"bias", &Weights::bias}};
   Weights w;
-  for (const auto& [name, v] : named_parameters(/*recurse=*/false)) {
-    if (name == "kernel")
-      w.kernel = v.value();
-    else if (name == "recurrent_kernel")
-      w.recurrent_kernel = v.value();
-    else if (name == "bias")
-      w.bias = v.value();
-  }
+  for (const auto& [name, v] : named_parameters(/*recurse=*/false))
+    for (const auto& s : kSlots)
+      if (name == s.name) w.*s.field = v.value();
   if (!w.kernel.defined() || !w.recurrent_kernel.defined())
     fail(where(), "the layer has no kernel/recurrent_kernel parameters (not built?)");
   return w;

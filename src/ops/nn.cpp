@@ -31,11 +31,18 @@ Padding::Padding(const char* mode) : Padding(std::string(mode ? mode : "")) {}
 Padding::Padding(const std::string& mode) {
   std::string m = mode;
   for (char& ch : m) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  if (m == "valid") mode_ = Mode::valid;
-  else if (m == "same") mode_ = Mode::same;
-  else
-    fail("padding", "unknown padding '", mode,
-         "' (expected \"valid\", \"same\" or explicit amounts {top, bottom, left, right})");
+  struct ModeName {
+    const char* name;
+    Mode mode;
+  };
+  static constexpr ModeName kModes[] = {{"valid", Mode::valid}, {"same", Mode::same}};
+  for (const auto& e : kModes)
+    if (m == e.name) {
+      mode_ = e.mode;
+      return;
+    }
+  fail("padding", "unknown padding '", mode,
+       "' (expected \"valid\", \"same\" or explicit amounts {top, bottom, left, right})");
 }
 
 Padding::Padding(std::int64_t p) : Padding(p, p, p, p) {}

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "internal/monitor_mode.hpp"
 #include "soma/error.hpp"
 
 namespace soma::optim {
@@ -122,9 +123,10 @@ ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions o) : o_(std::move(
   require_non_negative("ReduceLROnPlateau", "min_delta", o_.min_delta);
   if (o_.patience < 0) fail("ReduceLROnPlateau", "patience must be >= 0, got ", o_.patience);
   if (o_.cooldown < 0) fail("ReduceLROnPlateau", "cooldown must be >= 0, got ", o_.cooldown);
-  if (o_.mode != "auto" && o_.mode != "min" && o_.mode != "max")
-    fail("ReduceLROnPlateau", "mode must be \"auto\", \"min\" or \"max\", got \"", o_.mode, "\"");
-  maximise_ = o_.mode == "max" || (o_.mode == "auto" && o_.monitor.find("acc") != std::string::npos);
+  const detail::MonitorMode mode = detail::parse_monitor_mode(o_.mode, "ReduceLROnPlateau");
+  // Keras' ReduceLROnPlateau: "auto" maximises a monitor whose name contains "acc".
+  maximise_ = mode == detail::MonitorMode::Max ||
+              (mode == detail::MonitorMode::Auto && o_.monitor.find("acc") != std::string::npos);
   reset();
 }
 

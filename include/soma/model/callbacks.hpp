@@ -72,6 +72,11 @@ class Callback {
  private:
   nn::Model* model_ = nullptr;
   TrainParams params_;
+
+ public:
+  // True for callbacks that write files (checkpoints, logs): a distributed fit runs them on
+  // rank 0 only.
+  virtual bool writes_files() const { return false; }
 };
 using CallbackRef = Ref<Callback>;
 
@@ -141,6 +146,7 @@ class ModelCheckpoint : public Callback {
   void on_epoch_end(int epoch, Logs& logs) override;
   double best() const { return best_; }
   const std::vector<std::string>& saved_paths() const { return saved_; }
+  bool writes_files() const override { return true; }
 
  private:
   std::string filepath_;
@@ -190,6 +196,7 @@ class CSVLogger : public Callback {
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(Logs& logs) override;
+  bool writes_files() const override { return true; }
 
  private:
   std::string filename_;

@@ -164,6 +164,8 @@ class Model : public Module {
   // The model's inputs when it is lowered on its own (ONNX export): shapes with the batch axis
   // -1, dtypes. l.fail where it cannot say (a subclassed model; an unbuilt Sequential).
   virtual std::vector<TensorSpec> lowered_inputs(Lowering& l) const;
+  // A functional model's single output's activation (see nn::output_activation).
+  std::string output_activation_name() const override;
 
   using Module::operator();
   // Several inputs (functional models); returns every output.

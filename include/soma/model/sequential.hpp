@@ -38,6 +38,8 @@ class Sequential : public Model {
   std::string type_name() const override { return "Sequential"; }
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   std::vector<TensorSpec> lowered_inputs(Lowering& l) const override;
+  // The last layer's activation, through shape-only layers (see nn::output_activation).
+  std::string output_activation_name() const override;
 
   // Appends a layer; builds it at once when the model's input shape is known. A named layer
   // value is refused (it would be copied, so training would not reach it): pass a temporary,

@@ -104,6 +104,7 @@ class TensorBoard : public Callback {
 
   std::string train_dir() const;
   std::string validation_dir() const;
+  bool writes_files() const override { return true; }
 
  private:
   void write_histograms(int epoch);

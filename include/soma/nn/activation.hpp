@@ -21,8 +21,13 @@ struct Activation {
 };
 
 // linear, relu, sigmoid, tanh, softmax (last axis), log_softmax, gelu, elu, leaky_relu (0.2),
-// softplus, swish, step (Heaviside: 1 where x >= 0, else 0; zero gradient).
+// softplus, swish, step (Heaviside: 1 where x >= 0, else 0; zero gradient), and every other
+// registered op tagged kActivation (soma/op.hpp), by its op name with its default attributes.
+// Aliases: identity and "" (linear), silu (swish), heaviside (step), hard_swish and hard_silu
+// (hardswish). An unknown name is a soma::Error listing the known ones.
 Activation activation(const std::string& name);
+// True for the activations whose outputs are probabilities: softmax and sigmoid.
+bool is_probability_activation(const std::string& name);
 extern const Activation linear, relu, sigmoid, tanh, softmax, log_softmax, gelu, elu, leaky_relu,
     softplus, swish, step;
 

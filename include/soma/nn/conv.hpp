@@ -41,6 +41,7 @@ class Conv2D : public Module {
   std::int64_t filters() const { return filters_; }
   Size2 kernel_size() const { return kernel_size_; }
   const Conv2DOptions& options() const { return opt_; }
+  std::string output_activation_name() const override { return opt_.activation.name; }
   const Variable& kernel() const { return kernel_; }  // undefined until built
   const Variable& bias() const { return bias_; }      // undefined until built / without bias
 
@@ -81,6 +82,7 @@ class Conv2DTranspose : public Module {
   std::int64_t filters() const { return filters_; }
   Size2 kernel_size() const { return kernel_size_; }
   const Conv2DTransposeOptions& options() const { return opt_; }
+  std::string output_activation_name() const override { return opt_.activation.name; }
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
 

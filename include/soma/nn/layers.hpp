@@ -33,6 +33,7 @@ class Dense : public Module {
 
   std::int64_t units() const { return units_; }
   const Activation& activation() const { return activation_; }
+  std::string output_activation_name() const override { return activation_.name; }
   const DenseOptions& options() const { return opt_; }
   // Undefined before the layer is built (and bias without use_bias).
   const Variable& kernel() const { return kernel_; }
@@ -56,6 +57,7 @@ class Flatten : public Module {
   std::string type_name() const override { return "Flatten"; }
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
+  bool passes_activation_through() const override { return true; }
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -69,6 +71,7 @@ class Reshape : public Module {
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
   const Shape& target_shape() const { return target_; }
+  bool passes_activation_through() const override { return true; }
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -89,6 +92,7 @@ class Dropout : public Module {
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   double rate() const { return rate_; }
   std::optional<std::uint64_t> seed() const { return seed_; }
+  bool passes_activation_through() const override { return true; }
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -107,6 +111,7 @@ class ActivationLayer : public Module {
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   const Activation& activation() const { return activation_; }
+  std::string output_activation_name() const override { return activation_.name; }
 
  protected:
   ActivationLayer(std::string type, Activation activation)

@@ -10,6 +10,11 @@ namespace soma::nn {
 
 enum class Reduction { SumOverBatchSize, Sum, None };  // Keras' names; mean is the default
 
+// The targets a loss expects, read where a metric must match the loss (the "accuracy" or
+// cross-entropy metric that goes with it): Unspecified when the loss does not say (it is not a
+// cross-entropy, or it picks binary/categorical/sparse per call).
+enum class TargetKind { Unspecified, Binary, Categorical, SparseCategorical };
+
 class Loss {
  public:
   virtual ~Loss() = default;
@@ -36,6 +41,12 @@ class Loss {
 
  private:
   Reduction reduction_;
+
+ public:
+  // See TargetKind.
+  virtual TargetKind target_kind() const { return TargetKind::Unspecified; }
+  // True when the loss takes logits rather than probabilities (a cross-entropy's from_logits).
+  virtual bool from_logits() const { return false; }
 };
 using LossRef = Ref<Loss>;
 

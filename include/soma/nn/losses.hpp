@@ -95,6 +95,8 @@ class BinaryCrossentropy : public Loss {
   explicit BinaryCrossentropy(Options o = {});
   std::string name() const override { return "binary_crossentropy"; }
   const Options& options() const { return o_; }
+  TargetKind target_kind() const override { return TargetKind::Binary; }
+  bool from_logits() const override { return o_.from_logits; }
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -117,6 +119,8 @@ class CategoricalCrossentropy : public Loss {
   explicit CategoricalCrossentropy(Options o = {});
   std::string name() const override { return "categorical_crossentropy"; }
   const Options& options() const { return o_; }
+  TargetKind target_kind() const override { return TargetKind::Categorical; }
+  bool from_logits() const override { return o_.from_logits; }
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -137,6 +141,8 @@ class SparseCategoricalCrossentropy : public Loss {
   explicit SparseCategoricalCrossentropy(Options o = {}) : Loss(o.reduction), o_(o) {}
   std::string name() const override { return "sparse_categorical_crossentropy"; }
   const Options& options() const { return o_; }
+  TargetKind target_kind() const override { return TargetKind::SparseCategorical; }
+  bool from_logits() const override { return o_.from_logits; }
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -158,6 +164,7 @@ class Crossentropy : public Loss {
   explicit Crossentropy(Options o = {}) : Loss(o.reduction), o_(o) {}
   std::string name() const override { return "crossentropy"; }
   const Options& options() const { return o_; }
+  bool from_logits() const override { return o_.from_logits; }
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;

@@ -6,6 +6,10 @@
 #include "soma/ref.hpp"
 #include "soma/tensor.hpp"
 
+namespace soma::nn {
+class Loss;
+}
+
 namespace soma::metrics {
 
 class Metric {
@@ -16,6 +20,9 @@ class Metric {
   virtual double result() const = 0;
   virtual void reset_state() = 0;
   virtual std::string name() const = 0;  // the key in logs/History ("accuracy", "precision")
+  // Model::compile passes the loss of the metric's output: a metric whose meaning depends on
+  // the loss (Accuracy's variant) settles it here. Default: nothing.
+  virtual void resolve_for_loss(const nn::Loss& loss) { (void)loss; }
 };
 using MetricRef = Ref<Metric>;
 

@@ -117,6 +117,17 @@ class Module {
   std::vector<bool> child_from_build_;  // parallel to children_: registered inside build()
   std::vector<std::pair<Variable, Regularizer>> regularizers_;
   std::vector<bool> regularizer_from_build_;  // parallel to regularizers_
+
+ public:
+  // The activation this module's output ends with ("softmax", "linear", ...), read by
+  // nn::output_activation (soma/model/output_activation.hpp); "" when it cannot be told.
+  virtual std::string output_activation_name() const { return ""; }
+  // True for layers that only move or drop values (Flatten, Reshape, Dropout): their output
+  // activation is that of the layer before them.
+  virtual bool passes_activation_through() const { return false; }
+  // The names of this module's own weights whose values must be >= 0 (a batch norm's moving
+  // variance), read by check_weights (soma/model/weight_checks.hpp).
+  virtual std::vector<std::string> nonnegative_weights() const { return {}; }
 };
 
 // "Dense" -> "dense", then "dense_1", "dense_2", ... (process-wide counters, like Keras).

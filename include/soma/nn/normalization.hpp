@@ -42,6 +42,7 @@ class BatchNormalization : public Module {
   const Variable& beta() const { return beta_; }    // undefined without center
   const Variable& moving_mean() const { return moving_mean_; }
   const Variable& moving_variance() const { return moving_variance_; }
+  std::vector<std::string> nonnegative_weights() const override { return {"moving_variance"}; }
 
  protected:
   void build(const Shape& input_shape) override;
