@@ -42,6 +42,7 @@ class Conv2D : public Module {
   const Conv2DOptions& options() const { return opt_; }
   const Variable& kernel() const { return kernel_; }  // undefined until built
   const Variable& bias() const { return bias_; }      // undefined until built / without bias
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;
@@ -81,6 +82,7 @@ class Conv2DTranspose : public Module {
   const Conv2DTransposeOptions& options() const { return opt_; }
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;
@@ -104,6 +106,7 @@ class MaxPool2D : public Module {
   Size2 pool_size() const { return pool_; }
   Size2 strides() const { return strides_; }
   const Padding& padding() const { return padding_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -122,6 +125,7 @@ class AvgPool2D : public Module {
   Size2 pool_size() const { return pool_; }
   Size2 strides() const { return strides_; }
   const Padding& padding() const { return padding_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -137,6 +141,7 @@ class GlobalAveragePooling2D : public Module {
   explicit GlobalAveragePooling2D(bool keepdims = false) : keepdims_(keepdims) {}
   std::string type_name() const override { return "GlobalAveragePooling2D"; }
   bool keepdims() const { return keepdims_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
   Shape output_shape(const Shape& input_shape) override;
 
  protected:

@@ -36,6 +36,7 @@ class Dense : public Module {
   // Undefined before the layer is built (and bias without use_bias).
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;
@@ -66,6 +67,7 @@ class Reshape : public Module {
   std::string type_name() const override { return "Reshape"; }
   Shape output_shape(const Shape& input_shape) override;
   const Shape& target_shape() const { return target_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -85,6 +87,7 @@ class Dropout : public Module {
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   double rate() const { return rate_; }
   std::optional<std::uint64_t> seed() const { return seed_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -102,6 +105,7 @@ class ActivationLayer : public Module {
   std::string type_name() const override { return type_; }
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   const Activation& activation() const { return activation_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   ActivationLayer(std::string type, Activation activation)
@@ -116,12 +120,14 @@ class ActivationLayer : public Module {
 class ReLU : public ActivationLayer {
  public:
   ReLU();
+  void visit_config(ConfigVisitor&) override {}  // no config fields
 };
 // Keras' LeakyReLU layer default slope is 0.3 (the leaky_relu function's is 0.2).
 class LeakyReLU : public ActivationLayer {
  public:
   explicit LeakyReLU(double alpha = 0.3);
   double alpha() const { return alpha_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   double alpha_;
@@ -130,6 +136,7 @@ class ELU : public ActivationLayer {
  public:
   explicit ELU(double alpha = 1.0);
   double alpha() const { return alpha_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   double alpha_;
@@ -138,6 +145,7 @@ class GELU : public ActivationLayer {
  public:
   explicit GELU(bool approximate = false);
   bool approximate() const { return approximate_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   bool approximate_ = false;
@@ -145,15 +153,18 @@ class GELU : public ActivationLayer {
 class Sigmoid : public ActivationLayer {
  public:
   Sigmoid();
+  void visit_config(ConfigVisitor&) override {}  // no config fields
 };
 class Tanh : public ActivationLayer {
  public:
   Tanh();
+  void visit_config(ConfigVisitor&) override {}  // no config fields
 };
 class Softmax : public ActivationLayer {
  public:
   explicit Softmax(std::int64_t axis = -1);
   std::int64_t axis() const { return axis_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   std::int64_t axis_;
@@ -162,6 +173,7 @@ class Softmax : public ActivationLayer {
 class Step : public ActivationLayer {
  public:
   Step();
+  void visit_config(ConfigVisitor&) override {}  // no config fields
 };
 
 struct EmbeddingOptions {
@@ -181,6 +193,7 @@ class Embedding : public Module {
   std::int64_t output_dim() const { return output_dim_; }
   const EmbeddingOptions& options() const { return opt_; }
   const Variable& embeddings() const { return table_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;

@@ -9,6 +9,7 @@
 namespace soma::nn {
 
 enum class Reduction { SumOverBatchSize, Sum, None };  // Keras' names; mean is the default
+class ConfigVisitor;
 
 class Loss {
  public:
@@ -27,6 +28,8 @@ class Loss {
   }
   virtual std::string name() const = 0;
   Reduction reduction() const { return reduction_; }
+  // Lists the loss's config fields, once (soma/nn/config.hpp): "reduction", then the loss's own.
+  virtual void visit_config(ConfigVisitor& v);
 
  protected:
   explicit Loss(Reduction r = Reduction::SumOverBatchSize) : reduction_(r) {}

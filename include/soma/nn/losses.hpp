@@ -74,6 +74,7 @@ class Huber : public Loss {
   explicit Huber(Options o = {});
   std::string name() const override { return "huber_loss"; }
   double delta() const { return delta_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -95,6 +96,7 @@ class BinaryCrossentropy : public Loss {
   explicit BinaryCrossentropy(Options o = {});
   std::string name() const override { return "binary_crossentropy"; }
   const Options& options() const { return o_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -117,6 +119,7 @@ class CategoricalCrossentropy : public Loss {
   explicit CategoricalCrossentropy(Options o = {});
   std::string name() const override { return "categorical_crossentropy"; }
   const Options& options() const { return o_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -137,6 +140,7 @@ class SparseCategoricalCrossentropy : public Loss {
   explicit SparseCategoricalCrossentropy(Options o = {}) : Loss(o.reduction), o_(o) {}
   std::string name() const override { return "sparse_categorical_crossentropy"; }
   const Options& options() const { return o_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -158,6 +162,7 @@ class Crossentropy : public Loss {
   explicit Crossentropy(Options o = {}) : Loss(o.reduction), o_(o) {}
   std::string name() const override { return "crossentropy"; }
   const Options& options() const { return o_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;

@@ -19,6 +19,7 @@ namespace soma::nn {
 
 class Module;
 using ModuleRef = Ref<Module>;
+class ConfigVisitor;
 
 class Module {
  public:
@@ -68,6 +69,10 @@ class Module {
 
   // Penalties from regularisers of this module and its submodules, to add to the loss.
   std::vector<Tensor> regularization_losses() const;
+
+  // Lists the layer's config fields, once (soma/nn/config.hpp): model files, layer_config() and
+  // layer_from_config() read this list. None by default.
+  virtual void visit_config(ConfigVisitor& v) { (void)v; }
 
  protected:
   Module();

@@ -41,6 +41,7 @@ class BatchNormalization : public Module {
   const Variable& beta() const { return beta_; }    // undefined without center
   const Variable& moving_mean() const { return moving_mean_; }
   const Variable& moving_variance() const { return moving_variance_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;
@@ -75,6 +76,7 @@ class LayerNormalization : public Module {
   const LayerNormOptions& options() const { return opt_; }
   const Variable& gamma() const { return gamma_; }
   const Variable& beta() const { return beta_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;

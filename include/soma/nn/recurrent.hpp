@@ -127,6 +127,7 @@ class SimpleRNN : public RecurrentBase {
   explicit SimpleRNN(std::int64_t units, SimpleRNNOptions options = {});
   std::string type_name() const override { return "SimpleRNN"; }
   const SimpleRNNOptions& options() const { return opt_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor project_inputs(const Weights& w, const Tensor& x) const override;
@@ -145,6 +146,7 @@ class LSTM : public RecurrentBase {
   explicit LSTM(std::int64_t units, LSTMOptions options = {});
   std::string type_name() const override { return "LSTM"; }
   const LSTMOptions& options() const { return opt_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor project_inputs(const Weights& w, const Tensor& x) const override;
@@ -163,6 +165,7 @@ class GRU : public RecurrentBase {
   explicit GRU(std::int64_t units, GRUOptions options = {});
   std::string type_name() const override { return "GRU"; }
   const GRUOptions& options() const { return opt_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor project_inputs(const Weights& w, const Tensor& x) const override;
