@@ -214,7 +214,7 @@ json sequential_config(const nn::Sequential& s) {
   json layers = json::array();
   for (auto& l : s.layers()) layers.push_back(layer_json(*l));
   json cfg{{"layers", layers}};
-  if (s.input_shape()) cfg["input_shape"] = json(std::vector<std::int64_t>(s.input_shape()->begin(), s.input_shape()->end()));  // batch axis included (-1)
+  if (auto in = s.input_shape()) cfg["input_shape"] = json(std::vector<std::int64_t>(in->begin(), in->end()));  // batch axis included (-1)
   else cfg["input_shape"] = nullptr;
   return cfg;
 }
@@ -391,14 +391,17 @@ MetricCodec metric_codec(std::string class_name, void (*fields)(nn::ConfigVisito
 template <class O>
 void no_fields(nn::ConfigVisitor&, O&) {}
 
+// Precision's and Recall's fields.
+template <class O>
+void threshold_and_class(nn::ConfigVisitor& v, O& o) {
+  v.field("threshold", o.threshold);
+  v.field("class_id", o.class_id);
+}
+
 constexpr const char* kAccuracyModes[] = {"auto", "exact", "binary", "categorical", "sparse_categorical"};
 
 const std::map<std::type_index, MetricCodec>& metric_codecs() {
   namespace M = metrics;
-  auto threshold_and_class = [](nn::ConfigVisitor& v, auto& o) {
-    v.field("threshold", o.threshold);
-    v.field("class_id", o.class_id);
-  };
   static const std::map<std::type_index, MetricCodec> table = {
       {typeid(M::Accuracy),
        metric_codec<M::Accuracy, M::AccuracyOptions>(
@@ -950,7 +953,8 @@ void register_layer(const std::string& class_name, std::function<std::string(con
   std::lock_guard lock(registry_mutex());
   registry()[class_name] = {
       [to = std::move(to_config)](const nn::Module& m) { return json::parse(to(m)); },
-      [from = std::move(from_config)](const json& c) { return from(c.dump()); }};
+      [from = std::move(from_config)](const json& c) { return from(c.dump()); },
+      nullptr};
 }
 
 }  // namespace soma::serialization

@@ -67,7 +67,7 @@ const std::map<std::string, ScheduleFactory>& builtin_schedules() {
            })},
       {"CosineDecay",
        schedule_factory<optim::CosineDecay>(
-           "CosineDecay", [] { return optim::CosineDecay({.initial_learning_rate = 1, .decay_steps = 1}); },
+           "CosineDecay", [] { return optim::CosineDecay({.initial_learning_rate = 1, .decay_steps = 1, .warmup_target = std::nullopt}); },
            [](const optim::CosineDecay& p) { return optim::ScheduleRef(optim::CosineDecay(p.options())); })},
       {"StepDecay",
        schedule_factory<optim::StepDecay>(

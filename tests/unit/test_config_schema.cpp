@@ -189,6 +189,7 @@ TEST(ConfigSchema, AMissingFieldNamesTheField) {
     serialization::layer_from_config(R"({"class_name":"Dropout","config":{"name":"d"}})");
   });
   EXPECT_NE(e.find("'rate'"), std::string::npos) << e;
+  EXPECT_NE(e.find("Dropout"), std::string::npos) << e;
 }
 
 }  // namespace
