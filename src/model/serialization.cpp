@@ -37,7 +37,6 @@
 namespace soma::serialization {
 
 using json = nlohmann::json;
-using internal::int_of;
 
 namespace {
 
@@ -362,10 +361,22 @@ std::function<metrics::MetricRef()> custom_metric(const std::string& name) {
 // field list of what O holds beyond the name. Keyed by the metric's exact type, so that a
 // subclass (a custom metric) is not taken for its base.
 struct MetricCodec {
+  const std::type_info* type = nullptr;  // the metric's exact class
   std::string class_name;
   std::function<json(const metrics::Metric&)> to;
   std::function<metrics::MetricRef(const json&)> from;
 };
+
+template <class M>
+MetricCodec of_type(MetricCodec c) {
+  c.type = &typeid(M);
+  return c;
+}
+std::map<std::type_index, MetricCodec> by_type(std::vector<MetricCodec> codecs) {
+  std::map<std::type_index, MetricCodec> out;
+  for (auto& c : codecs) out.emplace(std::type_index(*c.type), std::move(c));
+  return out;
+}
 
 template <class M, class O>
 MetricCodec metric_codec(std::string class_name, void (*fields)(nn::ConfigVisitor&, O&),
@@ -386,7 +397,7 @@ MetricCodec metric_codec(std::string class_name, void (*fields)(nn::ConfigVisito
     fields(r, o);
     return M(std::move(o));
   };
-  return c;
+  return of_type<M>(std::move(c));
 }
 template <class O>
 void no_fields(nn::ConfigVisitor&, O&) {}
@@ -402,9 +413,8 @@ constexpr const char* kAccuracyModes[] = {"auto", "exact", "binary", "categorica
 
 const std::map<std::type_index, MetricCodec>& metric_codecs() {
   namespace M = metrics;
-  static const std::map<std::type_index, MetricCodec> table = {
-      {typeid(M::Accuracy),
-       metric_codec<M::Accuracy, M::AccuracyOptions>(
+  static const std::map<std::type_index, MetricCodec> table = by_type({
+      metric_codec<M::Accuracy, M::AccuracyOptions>(
            "Accuracy",
            [](nn::ConfigVisitor& v, M::AccuracyOptions& o) {
              v.field("mode", o.mode, nn::EnumNames{kAccuracyModes});
@@ -414,47 +424,38 @@ const std::map<std::type_index, MetricCodec>& metric_codecs() {
              auto o = a.options();
              o.mode = a.mode();  // as resolved (by the first batch or the loss)
              return o;
-           })},
-      {typeid(M::BinaryAccuracy),
-       metric_codec<M::BinaryAccuracy, M::BinaryAccuracyOptions>(
+           }),
+      metric_codec<M::BinaryAccuracy, M::BinaryAccuracyOptions>(
            "BinaryAccuracy", [](nn::ConfigVisitor& v, M::BinaryAccuracyOptions& o) { v.field("threshold", o.threshold); },
-           [](const M::BinaryAccuracy& a) { return a.options(); })},
-      {typeid(M::CategoricalAccuracy),
-       metric_codec<M::CategoricalAccuracy, M::CategoricalAccuracyOptions>("CategoricalAccuracy", no_fields)},
-      {typeid(M::SparseCategoricalAccuracy),
-       metric_codec<M::SparseCategoricalAccuracy, M::SparseCategoricalAccuracyOptions>("SparseCategoricalAccuracy",
-                                                                                         no_fields)},
-      {typeid(M::TopKCategoricalAccuracy),
-       metric_codec<M::TopKCategoricalAccuracy, M::TopKCategoricalAccuracyOptions>(
+           [](const M::BinaryAccuracy& a) { return a.options(); }),
+      metric_codec<M::CategoricalAccuracy, M::CategoricalAccuracyOptions>("CategoricalAccuracy", no_fields),
+      metric_codec<M::SparseCategoricalAccuracy, M::SparseCategoricalAccuracyOptions>("SparseCategoricalAccuracy",
+                                                                                         no_fields),
+      metric_codec<M::TopKCategoricalAccuracy, M::TopKCategoricalAccuracyOptions>(
            "TopKCategoricalAccuracy", [](nn::ConfigVisitor& v, M::TopKCategoricalAccuracyOptions& o) { v.field("k", o.k); },
-           [](const M::TopKCategoricalAccuracy& a) { return a.options(); })},
-      {typeid(M::SparseTopKCategoricalAccuracy),
-       metric_codec<M::SparseTopKCategoricalAccuracy, M::SparseTopKCategoricalAccuracyOptions>(
+           [](const M::TopKCategoricalAccuracy& a) { return a.options(); }),
+      metric_codec<M::SparseTopKCategoricalAccuracy, M::SparseTopKCategoricalAccuracyOptions>(
            "SparseTopKCategoricalAccuracy",
            [](nn::ConfigVisitor& v, M::SparseTopKCategoricalAccuracyOptions& o) { v.field("k", o.k); },
-           [](const M::SparseTopKCategoricalAccuracy& a) { return a.options(); })},
-      {typeid(M::Precision),
-       metric_codec<M::Precision, M::PrecisionOptions>(
+           [](const M::SparseTopKCategoricalAccuracy& a) { return a.options(); }),
+      metric_codec<M::Precision, M::PrecisionOptions>(
            "Precision", [](nn::ConfigVisitor& v, M::PrecisionOptions& o) { threshold_and_class(v, o); },
-           [](const M::Precision& p) { return M::PrecisionOptions{p.threshold(), p.class_id(), p.name()}; })},
-      {typeid(M::Recall),
-       metric_codec<M::Recall, M::RecallOptions>(
+           [](const M::Precision& p) { return M::PrecisionOptions{p.threshold(), p.class_id(), p.name()}; }),
+      metric_codec<M::Recall, M::RecallOptions>(
            "Recall", [](nn::ConfigVisitor& v, M::RecallOptions& o) { threshold_and_class(v, o); },
-           [](const M::Recall& p) { return M::RecallOptions{p.threshold(), p.class_id(), p.name()}; })},
-      {typeid(M::MeanSquaredError),
-       metric_codec<M::MeanSquaredError, M::MeanSquaredErrorOptions>("MeanSquaredError", no_fields)},
-      {typeid(M::MeanAbsoluteError),
-       metric_codec<M::MeanAbsoluteError, M::MeanAbsoluteErrorOptions>("MeanAbsoluteError", no_fields)},
-      {typeid(M::Mean), metric_codec<M::Mean, M::MeanOptions>("Mean", no_fields)},
-      {typeid(M::LossMean),
-       {"LossMean",
-        [](const M::Metric& m) {
-          return json{{"name", m.name()}, {"loss", loss_json(*static_cast<const M::LossMean&>(m).loss())}};
-        },
-        [](const json& c) -> M::MetricRef {
-          return M::LossMean(loss_from_json(c.at("loss")), c.at("name").get<std::string>());
-        }}},
-  };
+           [](const M::Recall& p) { return M::RecallOptions{p.threshold(), p.class_id(), p.name()}; }),
+      metric_codec<M::MeanSquaredError, M::MeanSquaredErrorOptions>("MeanSquaredError", no_fields),
+      metric_codec<M::MeanAbsoluteError, M::MeanAbsoluteErrorOptions>("MeanAbsoluteError", no_fields),
+      metric_codec<M::Mean, M::MeanOptions>("Mean", no_fields),
+      of_type<M::LossMean>({.class_name = "LossMean",
+                            .to = [](const M::Metric& m) {
+                              return json{{"name", m.name()},
+                                          {"loss", loss_json(*static_cast<const M::LossMean&>(m).loss())}};
+                            },
+                            .from = [](const json& c) -> M::MetricRef {
+                              return M::LossMean(loss_from_json(c.at("loss")), c.at("name").get<std::string>());
+                            }}),
+  });
   return table;
 }
 
@@ -662,6 +663,17 @@ constexpr std::uint64_t kMaxJson = 64ull << 20;
 constexpr std::uint32_t kMaxName = 1u << 16;
 
 enum : std::uint32_t { kKindModel = 1, kKindWeights = 2 };
+// FileContents::kind by the header's code.
+const std::map<std::uint32_t, std::string>& kinds() {
+  static const std::map<std::uint32_t, std::string> table = {{kKindModel, "model"}, {kKindWeights, "weights"}};
+  return table;
+}
+// Any kind but "weights" is written as a model (as before the table).
+std::uint32_t kind_code(const std::string& kind) {
+  for (auto& [code, name] : kinds())
+    if (name == kind) return code;
+  return kKindModel;
+}
 
 template <class T>
 void put(std::string& out, T v) {
@@ -724,7 +736,7 @@ void write_file(const std::string& path, const FileContents& f) {
   }
   std::string header(kMagic, sizeof kMagic);
   put<std::uint32_t>(header, kFormatVersion);
-  put<std::uint32_t>(header, f.kind == "weights" ? kKindWeights : kKindModel);
+  put<std::uint32_t>(header, kind_code(f.kind));
   put<std::uint64_t>(header, payload.size());
   put<std::uint32_t>(header, crc_of(payload.data(), payload.size()));
 
@@ -760,7 +772,7 @@ FileContents read_file(const std::string& path) {
   if (version < kOldestFormatVersion || version > kFormatVersion)
     fail(who, "'", path, "' has format version ", version, "; this soma reads versions ", kOldestFormatVersion,
          " to ", kFormatVersion);
-  if (kind != kKindModel && kind != kKindWeights) fail(who, "'", path, "' is corrupt: unknown kind ", kind);
+  if (!kinds().count(kind)) fail(who, "'", path, "' is corrupt: unknown kind ", kind);
   const std::uint64_t have = std::uint64_t(size) - kHeaderSize;
   if (payload_size > have)
     fail(who, "'", path, "' is truncated: the header announces ", payload_size, " bytes of data, the file holds ",
@@ -775,7 +787,7 @@ FileContents read_file(const std::string& path) {
     fail(who, "'", path, "' is corrupt: ", os.str());
   }
   FileContents f;
-  f.kind = kind == kKindWeights ? "weights" : "model";
+  f.kind = kinds().at(kind);
   Reader r{payload, 0, path, who};
   const auto json_len = r.get<std::uint64_t>("header length");
   if (json_len > kMaxJson) fail(who, "'", path, "' is corrupt: header of ", json_len, " bytes");

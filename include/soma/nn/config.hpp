@@ -9,10 +9,12 @@
 //     ...
 //   }
 //
-// Every reader of a config is a visitor over that list: model files and layer_config() write
-// the fields as JSON, load_model() and layer_from_config() read them back (into a fresh object,
-// which is then rebuilt through its constructor, so that the constructor's checks run), and
-// config_fields() lists them for display. A field's default is the value the fresh object holds.
+// Every reader of a config is a visitor over that list: model files, layer_config(),
+// optimizer_config() and loss_config() write the fields as JSON; load_model() and the
+// *_from_config() functions read them back into a fresh object (from a table of built-in types
+// keyed by class name, src/model/serialization.cpp), which is then rebuilt through its public
+// constructor so that the constructor's checks run. A field's default is the value the fresh
+// object holds.
 #include <cstdint>
 #include <optional>
 #include <span>
