@@ -63,9 +63,9 @@ const L& as(const nn::Module& m) {
 
 // "layer 'd' (Dense)", for errors while reading a config.
 std::string layer_where(const std::string& class_name, const json& c) {
-  auto it = c.find("name");
-  const std::string name = it != c.end() && it->is_string() ? "'" + it->get<std::string>() + "' " : "";
-  return "layer " + name + "(" + class_name + ")";
+  std::string where = "layer ";
+  if (auto it = c.find("name"); it != c.end() && it->is_string()) where.append("'").append(it->get_ref<const std::string&>()).append("' ");
+  return where.append("(").append(class_name).append(")");
 }
 
 // A built-in layer through its field list: written by visiting it; read by visiting a fresh
