@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <typeindex>
 #include <typeinfo>
 
 #include "internal/atomic_file.hpp"
@@ -36,92 +37,18 @@
 namespace soma::serialization {
 
 using json = nlohmann::json;
-using internal::int_of;
 
 namespace {
 
-// ---- small value conversions ----------------------------------------------------------------
-DType dtype_from(const std::string& s) {
-  for (int i = 0; i < kNumDTypes; ++i)
-    if (s == dtype_name(DType(i))) return DType(i);
-  fail("load_model", "unknown dtype '", s, "'");
-}
-
-json size2(Size2 s) { return json::array({s.h, s.w}); }
-Size2 size2_from(const json& j) {
-  if (j.is_number_integer()) return Size2(int_of(j));
-  return Size2(int_of(j.at(0)), int_of(j.at(1)));
-}
-
-json padding(const Padding& p) {
-  if (p.mode() == Padding::Mode::explicit_) {
-    auto& a = p.pads();
-    return json::array({a[0], a[1], a[2], a[3]});
-  }
-  return p.str();
-}
-Padding padding_from(const json& j) {
-  if (j.is_string()) return Padding(j.get<std::string>());
-  return Padding(int_of(j.at(0)), int_of(j.at(1)),
-                 int_of(j.at(2)), int_of(j.at(3)));
-}
-
-json shape(const Shape& s) { return json(std::vector<std::int64_t>(s.begin(), s.end())); }
-Shape shape_from(const json& j) {
-  Shape s;
-  for (auto& d : j) s.push_back(int_of(d));
-  return s;
-}
-
-// Initialisers keep only their name: the weights are restored from the file, so their
-// parameters matter only if the layer is re-initialised (documented in model-format.md).
-json initializer(const nn::Initializer& i) { return json{{"class_name", i.name}}; }
-nn::Initializer initializer_from(const json& j) {
-  const std::string n = j.is_string() ? j.get<std::string>() : j.at("class_name").get<std::string>();
-  namespace I = nn::init;
-  if (n == "zeros") return I::zeros();
-  if (n == "ones") return I::ones();
-  if (n == "constant") return I::constant(0.0);
-  if (n == "random_normal") return I::random_normal();
-  if (n == "random_uniform") return I::random_uniform();
-  if (n == "truncated_normal") return I::truncated_normal();
-  if (n == "glorot_uniform") return I::glorot_uniform();
-  if (n == "glorot_normal") return I::glorot_normal();
-  if (n == "he_uniform") return I::he_uniform();
-  if (n == "he_normal") return I::he_normal();
-  if (n == "lecun_uniform") return I::lecun_uniform();
-  if (n == "lecun_normal") return I::lecun_normal();
-  if (n == "orthogonal") return I::orthogonal();
-  return I::zeros();  // unknown (custom) initialiser: the loaded weights replace its values
-}
-
-json regularizer(const nn::Regularizer& r) {
-  if (!r.active()) return nullptr;
-  return json{{"l1", r.l1}, {"l2", r.l2}};
-}
-nn::Regularizer regularizer_from(const json& j) {
-  if (j.is_null()) return {};
-  return {j.value("l1", 0.0), j.value("l2", 0.0)};
-}
-
-json activation(const nn::Activation& a) { return a.is_linear() ? std::string("linear") : a.name; }
-nn::Activation activation_from(const json& j) { return nn::Activation(j.get<std::string>()); }
-
-template <class T>
-json opt(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
-template <class T>
-std::optional<T> opt_from(const json& j, const char* key) {
-  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return internal::int_of<T>(j.at(key));
-  else return j.at(key).get<T>();
-}
-
 // ---- layer registry -------------------------------------------------------------------------
+// A layer type's config: built-in layers go through their field list (visit_config); Sequential,
+// Functional and registered custom layers have their own functions.
 struct LayerCodec {
   std::function<json(const nn::Module&)> to;
   std::function<nn::ModuleRef(const json&)> from;
+  // The built-in model kinds (Sequential, Functional) only: whether a model of this type name is
+  // one (else it is a subclassed model that took the name).
+  std::function<bool(const nn::Model&)> whole_model;
 };
 
 json sequential_config(const nn::Sequential& s);
@@ -129,325 +56,121 @@ std::shared_ptr<nn::Sequential> sequential_from(const json& cfg);
 
 template <class L>
 const L& as(const nn::Module& m) {
-  return dynamic_cast<const L&>(m);
+  auto* p = dynamic_cast<const L*>(&m);
+  if (!p) fail("save", "layer '", m.name(), "' of type '", m.type_name(), "' is not the built-in layer of that name");
+  return *p;
+}
+
+// "layer 'd' (Dense)", for errors while reading a config.
+std::string layer_where(const std::string& class_name, const json& c) {
+  std::string where = "layer ";
+  if (auto it = c.find("name"); it != c.end() && it->is_string()) where.append("'").append(it->get_ref<const std::string&>()).append("' ");
+  return where.append("(").append(class_name).append(")");
+}
+
+// A built-in layer through its field list: written by visiting it; read by visiting a fresh
+// `prototype`, then rebuilt by `remake` (its public constructor, so that its checks run).
+template <class L>
+LayerCodec schema_codec(const std::string& class_name, L (*prototype)(), nn::ModuleRef (*remake)(const L&)) {
+  return {[](const nn::Module& m) { return internal::fields_json(m); },
+          [=](const json& c) {
+            L p = prototype();
+            internal::read_fields(p, c, layer_where(class_name, c));
+            return remake(p);
+          },
+          nullptr};
+}
+// A layer without fields.
+template <class L>
+LayerCodec plain_codec(const std::string& class_name) {
+  return schema_codec<L>(class_name, [] { return L(); }, [](const L&) { return nn::ModuleRef(L()); });
 }
 
 std::map<std::string, LayerCodec> builtin_codecs() {
   std::map<std::string, LayerCodec> r;
-  r["Dense"] = {[](const nn::Module& m) {
-                  auto& l = as<nn::Dense>(m);
-                  auto& o = l.options();
-                  return json{{"units", l.units()},
-                              {"activation", activation(l.activation())},
-                              {"use_bias", o.use_bias},
-                              {"kernel_initializer", initializer(o.kernel_initializer)},
-                              {"bias_initializer", initializer(o.bias_initializer)},
-                              {"kernel_regularizer", regularizer(o.kernel_regularizer)},
-                              {"bias_regularizer", regularizer(o.bias_regularizer)},
-                              {"dtype", dtype_name(o.dtype)}};
-                },
-                [](const json& c) -> nn::ModuleRef {
-                  return nn::Dense(int_of(c.at("units")), activation_from(c.at("activation")),
-                                   {.use_bias = c.at("use_bias").get<bool>(),
-                                    .kernel_initializer = initializer_from(c.at("kernel_initializer")),
-                                    .bias_initializer = initializer_from(c.at("bias_initializer")),
-                                    .kernel_regularizer = regularizer_from(c.at("kernel_regularizer")),
-                                    .bias_regularizer = regularizer_from(c.at("bias_regularizer")),
-                                    .dtype = dtype_from(c.at("dtype"))});
-                }};
-  r["Conv2D"] = {[](const nn::Module& m) {
-                   auto& l = as<nn::Conv2D>(m);
-                   auto& o = l.options();
-                   return json{{"filters", l.filters()},
-                               {"kernel_size", size2(l.kernel_size())},
-                               {"strides", size2(o.strides)},
-                               {"padding", padding(o.padding)},
-                               {"dilation_rate", size2(o.dilation_rate)},
-                               {"groups", o.groups},
-                               {"activation", activation(o.activation)},
-                               {"use_bias", o.use_bias},
-                               {"kernel_initializer", initializer(o.kernel_initializer)},
-                               {"bias_initializer", initializer(o.bias_initializer)},
-                               {"kernel_regularizer", regularizer(o.kernel_regularizer)},
-                               {"bias_regularizer", regularizer(o.bias_regularizer)},
-                               {"dtype", dtype_name(o.dtype)}};
-                 },
-                 [](const json& c) -> nn::ModuleRef {
-                   return nn::Conv2D(int_of(c.at("filters")), size2_from(c.at("kernel_size")),
-                                     {.strides = size2_from(c.at("strides")),
-                                      .padding = padding_from(c.at("padding")),
-                                      .dilation_rate = size2_from(c.at("dilation_rate")),
-                                      .groups = int_of(c.at("groups")),
-                                      .activation = activation_from(c.at("activation")),
-                                      .use_bias = c.at("use_bias").get<bool>(),
-                                      .kernel_initializer = initializer_from(c.at("kernel_initializer")),
-                                      .bias_initializer = initializer_from(c.at("bias_initializer")),
-                                      .kernel_regularizer = regularizer_from(c.at("kernel_regularizer")),
-                                      .bias_regularizer = regularizer_from(c.at("bias_regularizer")),
-                                      .dtype = dtype_from(c.at("dtype"))});
-                 }};
-  r["Conv2DTranspose"] = {
-      [](const nn::Module& m) {
-        auto& l = as<nn::Conv2DTranspose>(m);
-        auto& o = l.options();
-        return json{{"filters", l.filters()},
-                    {"kernel_size", size2(l.kernel_size())},
-                    {"strides", size2(o.strides)},
-                    {"padding", padding(o.padding)},
-                    {"output_padding", o.output_padding ? size2(*o.output_padding) : json(nullptr)},
-                    {"dilation_rate", size2(o.dilation_rate)},
-                    {"groups", o.groups},
-                    {"activation", activation(o.activation)},
-                    {"use_bias", o.use_bias},
-                    {"kernel_initializer", initializer(o.kernel_initializer)},
-                    {"bias_initializer", initializer(o.bias_initializer)},
-                    {"kernel_regularizer", regularizer(o.kernel_regularizer)},
-                    {"bias_regularizer", regularizer(o.bias_regularizer)},
-                    {"dtype", dtype_name(o.dtype)}};
-      },
-      [](const json& c) -> nn::ModuleRef {
-        std::optional<Size2> op;
-        if (!c.at("output_padding").is_null()) op = size2_from(c.at("output_padding"));
-        return nn::Conv2DTranspose(int_of(c.at("filters")), size2_from(c.at("kernel_size")),
-                                   {.strides = size2_from(c.at("strides")),
-                                    .padding = padding_from(c.at("padding")),
-                                    .output_padding = op,
-                                    .dilation_rate = size2_from(c.at("dilation_rate")),
-                                    .groups = int_of(c.at("groups")),
-                                    .activation = activation_from(c.at("activation")),
-                                    .use_bias = c.at("use_bias").get<bool>(),
-                                    .kernel_initializer = initializer_from(c.at("kernel_initializer")),
-                                    .bias_initializer = initializer_from(c.at("bias_initializer")),
-                                    .kernel_regularizer = regularizer_from(c.at("kernel_regularizer")),
-                                    .bias_regularizer = regularizer_from(c.at("bias_regularizer")),
-                                    .dtype = dtype_from(c.at("dtype"))});
-      }};
-  auto pool_to = [](auto* tag) {
-    return [](const nn::Module& m) {
-      auto& l = as<std::remove_pointer_t<decltype(tag)>>(m);
-      return json{{"pool_size", size2(l.pool_size())},
-                  {"strides", size2(l.strides())},
-                  {"padding", padding(l.padding())}};
-    };
-  };
-  r["MaxPool2D"] = {pool_to((nn::MaxPool2D*)nullptr), [](const json& c) -> nn::ModuleRef {
-                      return nn::MaxPool2D(size2_from(c.at("pool_size")), size2_from(c.at("strides")),
-                                           padding_from(c.at("padding")));
-                    }};
-  r["AvgPool2D"] = {pool_to((nn::AvgPool2D*)nullptr), [](const json& c) -> nn::ModuleRef {
-                      return nn::AvgPool2D(size2_from(c.at("pool_size")), size2_from(c.at("strides")),
-                                           padding_from(c.at("padding")));
-                    }};
-  r["GlobalAveragePooling2D"] = {
-      [](const nn::Module& m) { return json{{"keepdims", as<nn::GlobalAveragePooling2D>(m).keepdims()}}; },
-      [](const json& c) -> nn::ModuleRef { return nn::GlobalAveragePooling2D(c.value("keepdims", false)); }};
-  r["Flatten"] = {[](const nn::Module&) { return json::object(); },
-                  [](const json&) -> nn::ModuleRef { return nn::Flatten(); }};
-  r["Reshape"] = {[](const nn::Module& m) { return json{{"target_shape", shape(as<nn::Reshape>(m).target_shape())}}; },
-                  [](const json& c) -> nn::ModuleRef { return nn::Reshape(shape_from(c.at("target_shape"))); }};
-  r["Dropout"] = {[](const nn::Module& m) {
-                    auto& l = as<nn::Dropout>(m);
-                    return json{{"rate", l.rate()}, {"seed", opt(l.seed())}};
-                  },
-                  [](const json& c) -> nn::ModuleRef {
-                    return nn::Dropout(c.at("rate").get<double>(), opt_from<std::uint64_t>(c, "seed"));
-                  }};
-  r["Activation"] = {[](const nn::Module& m) { return json{{"activation", activation(as<nn::ActivationLayer>(m).activation())}}; },
-                     [](const json& c) -> nn::ModuleRef { return nn::ActivationLayer(activation_from(c.at("activation"))); }};
-  auto empty = [](const nn::Module&) { return json::object(); };
-  r["ReLU"] = {empty, [](const json&) -> nn::ModuleRef { return nn::ReLU(); }};
-  r["Sigmoid"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Sigmoid(); }};
-  r["Tanh"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Tanh(); }};
-  r["Step"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Step(); }};
-  r["LeakyReLU"] = {[](const nn::Module& m) { return json{{"alpha", as<nn::LeakyReLU>(m).alpha()}}; },
-                    [](const json& c) -> nn::ModuleRef { return nn::LeakyReLU(c.at("alpha").get<double>()); }};
-  r["ELU"] = {[](const nn::Module& m) { return json{{"alpha", as<nn::ELU>(m).alpha()}}; },
-              [](const json& c) -> nn::ModuleRef { return nn::ELU(c.at("alpha").get<double>()); }};
-  r["GELU"] = {[](const nn::Module& m) { return json{{"approximate", as<nn::GELU>(m).approximate()}}; },
-               [](const json& c) -> nn::ModuleRef { return nn::GELU(c.at("approximate").get<bool>()); }};
-  r["Softmax"] = {[](const nn::Module& m) { return json{{"axis", as<nn::Softmax>(m).axis()}}; },
-                  [](const json& c) -> nn::ModuleRef { return nn::Softmax(int_of(c.at("axis"))); }};
-  r["Embedding"] = {[](const nn::Module& m) {
-                      auto& l = as<nn::Embedding>(m);
-                      auto& o = l.options();
-                      return json{{"input_dim", l.input_dim()},
-                                  {"output_dim", l.output_dim()},
-                                  {"embeddings_initializer", initializer(o.embeddings_initializer)},
-                                  {"embeddings_regularizer", regularizer(o.embeddings_regularizer)},
-                                  {"dtype", dtype_name(o.dtype)}};
-                    },
-                    [](const json& c) -> nn::ModuleRef {
-                      return nn::Embedding(
-                          int_of(c.at("input_dim")), int_of(c.at("output_dim")),
-                          {.embeddings_initializer = initializer_from(c.at("embeddings_initializer")),
-                           .embeddings_regularizer = regularizer_from(c.at("embeddings_regularizer")),
-                           .dtype = dtype_from(c.at("dtype"))});
-                    }};
-  r["BatchNormalization"] = {
-      [](const nn::Module& m) {
-        auto& o = as<nn::BatchNormalization>(m).options();
-        return json{{"axis", o.axis},
-                    {"momentum", o.momentum},
-                    {"epsilon", o.epsilon},
-                    {"center", o.center},
-                    {"scale", o.scale},
-                    {"beta_initializer", initializer(o.beta_initializer)},
-                    {"gamma_initializer", initializer(o.gamma_initializer)},
-                    {"moving_mean_initializer", initializer(o.moving_mean_initializer)},
-                    {"moving_variance_initializer", initializer(o.moving_variance_initializer)},
-                    {"beta_regularizer", regularizer(o.beta_regularizer)},
-                    {"gamma_regularizer", regularizer(o.gamma_regularizer)},
-                    {"dtype", dtype_name(o.dtype)}};
-      },
-      [](const json& c) -> nn::ModuleRef {
-        return nn::BatchNormalization(
-            {.axis = int_of(c.at("axis")),
-             .momentum = c.at("momentum").get<double>(),
-             .epsilon = c.at("epsilon").get<double>(),
-             .center = c.at("center").get<bool>(),
-             .scale = c.at("scale").get<bool>(),
-             .beta_initializer = initializer_from(c.at("beta_initializer")),
-             .gamma_initializer = initializer_from(c.at("gamma_initializer")),
-             .moving_mean_initializer = initializer_from(c.at("moving_mean_initializer")),
-             .moving_variance_initializer = initializer_from(c.at("moving_variance_initializer")),
-             .beta_regularizer = regularizer_from(c.at("beta_regularizer")),
-             .gamma_regularizer = regularizer_from(c.at("gamma_regularizer")),
-             .dtype = dtype_from(c.at("dtype"))});
-      }};
-  r["LayerNormalization"] = {
-      [](const nn::Module& m) {
-        auto& o = as<nn::LayerNormalization>(m).options();
-        return json{{"axis", std::vector<std::int64_t>(o.axis.begin(), o.axis.end())},
-                    {"epsilon", o.epsilon},
-                    {"center", o.center},
-                    {"scale", o.scale},
-                    {"beta_initializer", initializer(o.beta_initializer)},
-                    {"gamma_initializer", initializer(o.gamma_initializer)},
-                    {"beta_regularizer", regularizer(o.beta_regularizer)},
-                    {"gamma_regularizer", regularizer(o.gamma_regularizer)},
-                    {"dtype", dtype_name(o.dtype)}};
-      },
-      [](const json& c) -> nn::ModuleRef {
-        nn::LayerNormOptions o;
-        o.axis.clear();
-        for (auto& a : c.at("axis")) o.axis.push_back(int_of(a));
-        o.epsilon = c.at("epsilon").get<double>();
-        o.center = c.at("center").get<bool>();
-        o.scale = c.at("scale").get<bool>();
-        o.beta_initializer = initializer_from(c.at("beta_initializer"));
-        o.gamma_initializer = initializer_from(c.at("gamma_initializer"));
-        o.beta_regularizer = regularizer_from(c.at("beta_regularizer"));
-        o.gamma_regularizer = regularizer_from(c.at("gamma_regularizer"));
-        o.dtype = dtype_from(c.at("dtype"));
-        return nn::LayerNormalization(std::move(o));
-      }};
-  // Adapted statistics are weights (in the weights section); given ones are configuration.
-  r["Normalization"] = {
-      [](const nn::Module& m) {
-        auto& o = as<nn::Normalization>(m).options();
-        json axis = o.axis ? json(std::vector<std::int64_t>(o.axis->begin(), o.axis->end()))
-                           : json(nullptr);
-        return json{{"axis", axis},
-                    {"mean", o.mean.empty() ? json(nullptr) : json(o.mean)},
-                    {"variance", o.variance.empty() ? json(nullptr) : json(o.variance)},
-                    {"invert", o.invert},
-                    {"dtype", dtype_name(o.dtype)}};
-      },
-      [](const json& c) -> nn::ModuleRef {
-        nn::NormalizationOptions o;
-        const json& axis = c.at("axis");  // Keras writes an int, a list or null
-        if (axis.is_null()) o.axis = std::nullopt;
-        else if (axis.is_array()) {
-          o.axis = Axes{};
-          for (auto& a : axis) o.axis->push_back(int_of(a));
-        } else {
-          o.axis = Axes{int_of(axis)};
-        }
-        if (c.contains("mean") && !c.at("mean").is_null())
-          o.mean = c.at("mean").get<std::vector<double>>();
-        if (c.contains("variance") && !c.at("variance").is_null())
-          o.variance = c.at("variance").get<std::vector<double>>();
-        o.invert = c.value("invert", false);
-        if (c.contains("dtype") && c.at("dtype").is_string()) o.dtype = dtype_from(c.at("dtype"));
-        return nn::Normalization(std::move(o));
-      }};
-  // Recurrent layers share most fields.
-  auto rnn_common = [](const auto& o, std::int64_t units) {
-    return json{{"units", units},
-                {"activation", activation(o.activation)},
-                {"use_bias", o.use_bias},
-                {"kernel_initializer", initializer(o.kernel_initializer)},
-                {"recurrent_initializer", initializer(o.recurrent_initializer)},
-                {"bias_initializer", initializer(o.bias_initializer)},
-                {"kernel_regularizer", regularizer(o.kernel_regularizer)},
-                {"recurrent_regularizer", regularizer(o.recurrent_regularizer)},
-                {"bias_regularizer", regularizer(o.bias_regularizer)},
-                {"return_sequences", o.return_sequences},
-                {"return_state", o.return_state},
-                {"go_backwards", o.go_backwards},
-                {"dtype", dtype_name(o.dtype)}};
-  };
-  auto rnn_common_from = [](auto& o, const json& c) {
-    o.activation = activation_from(c.at("activation"));
-    o.use_bias = c.at("use_bias").get<bool>();
-    o.kernel_initializer = initializer_from(c.at("kernel_initializer"));
-    o.recurrent_initializer = initializer_from(c.at("recurrent_initializer"));
-    o.bias_initializer = initializer_from(c.at("bias_initializer"));
-    o.kernel_regularizer = regularizer_from(c.at("kernel_regularizer"));
-    o.recurrent_regularizer = regularizer_from(c.at("recurrent_regularizer"));
-    o.bias_regularizer = regularizer_from(c.at("bias_regularizer"));
-    o.return_sequences = c.at("return_sequences").get<bool>();
-    o.return_state = c.at("return_state").get<bool>();
-    o.go_backwards = c.at("go_backwards").get<bool>();
-    o.dtype = dtype_from(c.at("dtype"));
-  };
-  r["SimpleRNN"] = {[=](const nn::Module& m) {
-                      auto& l = as<nn::SimpleRNN>(m);
-                      return rnn_common(l.options(), l.units());
-                    },
-                    [=](const json& c) -> nn::ModuleRef {
-                      nn::SimpleRNNOptions o;
-                      rnn_common_from(o, c);
-                      return nn::SimpleRNN(int_of(c.at("units")), std::move(o));
-                    }};
-  r["LSTM"] = {[=](const nn::Module& m) {
-                 auto& l = as<nn::LSTM>(m);
-                 json j = rnn_common(l.options(), l.units());
-                 j["recurrent_activation"] = activation(l.options().recurrent_activation);
-                 j["unit_forget_bias"] = l.options().unit_forget_bias;
-                 return j;
-               },
-               [=](const json& c) -> nn::ModuleRef {
-                 nn::LSTMOptions o;
-                 rnn_common_from(o, c);
-                 o.recurrent_activation = activation_from(c.at("recurrent_activation"));
-                 o.unit_forget_bias = c.at("unit_forget_bias").get<bool>();
-                 return nn::LSTM(int_of(c.at("units")), std::move(o));
-               }};
-  r["GRU"] = {[=](const nn::Module& m) {
-                auto& l = as<nn::GRU>(m);
-                json j = rnn_common(l.options(), l.units());
-                j["recurrent_activation"] = activation(l.options().recurrent_activation);
-                j["reset_after"] = l.options().reset_after;
-                return j;
-              },
-              [=](const json& c) -> nn::ModuleRef {
-                nn::GRUOptions o;
-                rnn_common_from(o, c);
-                o.recurrent_activation = activation_from(c.at("recurrent_activation"));
-                o.reset_after = c.at("reset_after").get<bool>();
-                return nn::GRU(int_of(c.at("units")), std::move(o));
-              }};
-  r["Sequential"] = {[](const nn::Module& m) { return sequential_config(as<nn::Sequential>(m)); },
-                     [](const json& c) -> nn::ModuleRef { return nn::ModuleRef(sequential_from(c)); }};
+  auto add = [&](const std::string& name, LayerCodec c) { r.emplace(name, std::move(c)); };
+  add("Dense", schema_codec<nn::Dense>("Dense", [] { return nn::Dense(1); }, [](const nn::Dense& p) {
+        return nn::ModuleRef(nn::Dense(p.units(), p.activation(), p.options()));
+      }));
+  add("Conv2D", schema_codec<nn::Conv2D>("Conv2D", [] { return nn::Conv2D(1, 1); }, [](const nn::Conv2D& p) {
+        return nn::ModuleRef(nn::Conv2D(p.filters(), p.kernel_size(), p.options()));
+      }));
+  add("Conv2DTranspose",
+      schema_codec<nn::Conv2DTranspose>("Conv2DTranspose", [] { return nn::Conv2DTranspose(1, 1); },
+                                        [](const nn::Conv2DTranspose& p) {
+                                          return nn::ModuleRef(
+                                              nn::Conv2DTranspose(p.filters(), p.kernel_size(), p.options()));
+                                        }));
+  add("MaxPool2D", schema_codec<nn::MaxPool2D>("MaxPool2D", [] { return nn::MaxPool2D(); }, [](const nn::MaxPool2D& p) {
+        return nn::ModuleRef(nn::MaxPool2D(p.pool_size(), p.strides(), p.padding()));
+      }));
+  add("AvgPool2D", schema_codec<nn::AvgPool2D>("AvgPool2D", [] { return nn::AvgPool2D(); }, [](const nn::AvgPool2D& p) {
+        return nn::ModuleRef(nn::AvgPool2D(p.pool_size(), p.strides(), p.padding()));
+      }));
+  add("GlobalAveragePooling2D",
+      schema_codec<nn::GlobalAveragePooling2D>(
+          "GlobalAveragePooling2D", [] { return nn::GlobalAveragePooling2D(); },
+          [](const nn::GlobalAveragePooling2D& p) { return nn::ModuleRef(nn::GlobalAveragePooling2D(p.keepdims())); }));
+  add("Flatten", plain_codec<nn::Flatten>("Flatten"));
+  add("Reshape", schema_codec<nn::Reshape>("Reshape", [] { return nn::Reshape(Shape{}); }, [](const nn::Reshape& p) {
+        return nn::ModuleRef(nn::Reshape(p.target_shape()));
+      }));
+  add("Dropout", schema_codec<nn::Dropout>("Dropout", [] { return nn::Dropout(0.0); }, [](const nn::Dropout& p) {
+        return nn::ModuleRef(nn::Dropout(p.rate(), p.seed()));
+      }));
+  add("Activation", schema_codec<nn::ActivationLayer>(
+                        "Activation", [] { return nn::ActivationLayer(nn::Activation()); },
+                        [](const nn::ActivationLayer& p) { return nn::ModuleRef(nn::ActivationLayer(p.activation())); }));
+  add("ReLU", plain_codec<nn::ReLU>("ReLU"));
+  add("Sigmoid", plain_codec<nn::Sigmoid>("Sigmoid"));
+  add("Tanh", plain_codec<nn::Tanh>("Tanh"));
+  add("Step", plain_codec<nn::Step>("Step"));
+  add("LeakyReLU", schema_codec<nn::LeakyReLU>("LeakyReLU", [] { return nn::LeakyReLU(); }, [](const nn::LeakyReLU& p) {
+        return nn::ModuleRef(nn::LeakyReLU(p.alpha()));
+      }));
+  add("ELU", schema_codec<nn::ELU>("ELU", [] { return nn::ELU(); },
+                                   [](const nn::ELU& p) { return nn::ModuleRef(nn::ELU(p.alpha())); }));
+  add("GELU", schema_codec<nn::GELU>("GELU", [] { return nn::GELU(); },
+                                     [](const nn::GELU& p) { return nn::ModuleRef(nn::GELU(p.approximate())); }));
+  add("Softmax", schema_codec<nn::Softmax>("Softmax", [] { return nn::Softmax(); },
+                                           [](const nn::Softmax& p) { return nn::ModuleRef(nn::Softmax(p.axis())); }));
+  add("Embedding", schema_codec<nn::Embedding>("Embedding", [] { return nn::Embedding(1, 1); }, [](const nn::Embedding& p) {
+        return nn::ModuleRef(nn::Embedding(p.input_dim(), p.output_dim(), p.options()));
+      }));
+  add("BatchNormalization",
+      schema_codec<nn::BatchNormalization>(
+          "BatchNormalization", [] { return nn::BatchNormalization(); },
+          [](const nn::BatchNormalization& p) { return nn::ModuleRef(nn::BatchNormalization(p.options())); }));
+  add("LayerNormalization",
+      schema_codec<nn::LayerNormalization>(
+          "LayerNormalization", [] { return nn::LayerNormalization(); },
+          [](const nn::LayerNormalization& p) { return nn::ModuleRef(nn::LayerNormalization(p.options())); }));
+  add("Normalization",
+      schema_codec<nn::Normalization>("Normalization", [] { return nn::Normalization(); }, [](const nn::Normalization& p) {
+        return nn::ModuleRef(nn::Normalization(p.options()));
+      }));
+  add("SimpleRNN", schema_codec<nn::SimpleRNN>("SimpleRNN", [] { return nn::SimpleRNN(1); }, [](const nn::SimpleRNN& p) {
+        return nn::ModuleRef(nn::SimpleRNN(p.units(), p.options()));
+      }));
+  add("LSTM", schema_codec<nn::LSTM>("LSTM", [] { return nn::LSTM(1); },
+                                     [](const nn::LSTM& p) { return nn::ModuleRef(nn::LSTM(p.units(), p.options())); }));
+  add("GRU", schema_codec<nn::GRU>("GRU", [] { return nn::GRU(1); },
+                                   [](const nn::GRU& p) { return nn::ModuleRef(nn::GRU(p.units(), p.options())); }));
   // Merge layers (functional models).
-  r["Add"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Add(); }};
-  r["Multiply"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Multiply(); }};
-  r["Average"] = {empty, [](const json&) -> nn::ModuleRef { return nn::Average(); }};
-  r["Concatenate"] = {[](const nn::Module& m) { return json{{"axis", as<nn::Concatenate>(m).axis()}}; },
-                      [](const json& c) -> nn::ModuleRef { return nn::Concatenate(c.contains("axis") ? int_of(c.at("axis")) : std::int64_t(-1)); }};
-  r["Functional"] = {[](const nn::Module& m) { return internal::functional_config(as<nn::Model>(m)); },
-                     [](const json& c) -> nn::ModuleRef { return nn::ModuleRef(internal::functional_from(c)); }};
+  add("Add", plain_codec<nn::Add>("Add"));
+  add("Multiply", plain_codec<nn::Multiply>("Multiply"));
+  add("Average", plain_codec<nn::Average>("Average"));
+  add("Concatenate", schema_codec<nn::Concatenate>("Concatenate", [] { return nn::Concatenate(); },
+                                                   [](const nn::Concatenate& p) {
+                                                     return nn::ModuleRef(nn::Concatenate(p.axis()));
+                                                   }));
+  // Models inside models, and the built-in model kinds at the top of a file.
+  add("Sequential", {[](const nn::Module& m) { return sequential_config(as<nn::Sequential>(m)); },
+                     [](const json& c) { return nn::ModuleRef(sequential_from(c)); },
+                     [](const nn::Model& m) { return dynamic_cast<const nn::Sequential*>(&m) != nullptr; }});
+  add("Functional", {[](const nn::Module& m) { return internal::functional_config(as<nn::Model>(m)); },
+                     [](const json& c) { return nn::ModuleRef(internal::functional_from(c)); },
+                     [](const nn::Model& m) { return !m.inputs().empty(); }});
   return r;
 }
 
@@ -490,7 +213,7 @@ json sequential_config(const nn::Sequential& s) {
   json layers = json::array();
   for (auto& l : s.layers()) layers.push_back(layer_json(*l));
   json cfg{{"layers", layers}};
-  if (s.input_shape()) cfg["input_shape"] = shape(*s.input_shape());  // batch axis included (-1)
+  if (auto in = s.input_shape()) cfg["input_shape"] = json(std::vector<std::int64_t>(in->begin(), in->end()));  // batch axis included (-1)
   else cfg["input_shape"] = nullptr;
   return cfg;
 }
@@ -498,7 +221,7 @@ json sequential_config(const nn::Sequential& s) {
 std::shared_ptr<nn::Sequential> sequential_from(const json& cfg) {
   auto s = std::make_shared<nn::Sequential>();
   if (!cfg.at("input_shape").is_null()) {
-    Shape in = shape_from(cfg.at("input_shape"));
+    Shape in = internal::shape_from_json(cfg.at("input_shape"));
     if (in.empty()) fail("load_model", "Sequential input_shape must include the batch axis");
     limits::check_input_shape(Shape(in.begin() + 1, in.end()), "load_model: Sequential input_shape");
     s->add(nn::Input(Shape(in.begin() + 1, in.end())));
@@ -516,199 +239,104 @@ std::shared_ptr<nn::Sequential> sequential_from(const json& cfg) {
 }
 
 // ---- optimisers and losses ------------------------------------------------------------------
+// Built-in optimisers by class name (== name()): read through a fresh one's field list, then
+// rebuilt from its options with the learning rate it read.
+using OptimizerFactory = std::function<optim::OptimizerRef(const json&)>;
+
 template <class O>
-json common_opt(const O& o, const optim::Optimizer& optimizer) {
-  json j;
-  // The optimiser's own rate (set_schedule / set_learning_rate may have replaced the options'):
-  // a schedule as its config (it follows the saved "iterations"), else the constant.
-  const optim::LearningRate& lr = optimizer.common_options().learning_rate;
-  if (lr.is_schedule()) j["learning_rate"] = internal::schedule_json(*lr.schedule());
-  else j["learning_rate"] = optimizer.learning_rate();
-  j["weight_decay"] = o.weight_decay;
-  j["clipnorm"] = opt(o.clipnorm);
-  j["clipvalue"] = opt(o.clipvalue);
-  j["global_clipnorm"] = opt(o.global_clipnorm);
-  return j;
+OptimizerFactory optimizer_factory(const std::string& class_name) {
+  return [class_name](const json& c) -> optim::OptimizerRef {
+    O p;
+    internal::read_fields(p, c, "optimizer " + class_name);
+    auto o = p.options();
+    o.learning_rate = p.common_options().learning_rate;
+    return O(o);
+  };
 }
-template <class O>
-void common_from(O& o, const json& c) {
-  // Version 1 stored a schedule as its value at save time (with "learning_rate_was_schedule").
-  const json& lr = c.at("learning_rate");
-  if (lr.is_object()) o.learning_rate = internal::schedule_from_json(lr);
-  else o.learning_rate = lr.get<double>();
-  o.weight_decay = c.at("weight_decay").get<double>();
-  o.clipnorm = opt_from<double>(c, "clipnorm");
-  o.clipvalue = opt_from<double>(c, "clipvalue");
-  o.global_clipnorm = opt_from<double>(c, "global_clipnorm");
+
+const std::map<std::string, OptimizerFactory>& optimizers() {
+  static const std::map<std::string, OptimizerFactory> table = {
+      {"SGD", optimizer_factory<optim::SGD>("SGD")},
+      {"Adam", optimizer_factory<optim::Adam>("Adam")},
+      {"AdamW", optimizer_factory<optim::AdamW>("AdamW")},
+      {"Nadam", optimizer_factory<optim::Nadam>("Nadam")},
+      {"RMSprop", optimizer_factory<optim::RMSprop>("RMSprop")},
+      {"Adagrad", optimizer_factory<optim::Adagrad>("Adagrad")},
+  };
+  return table;
 }
 
 json optimizer_json(const optim::Optimizer& opt) {
   const std::string n = opt.name();
-  json c;
-  if (n == "SGD") {
-    auto& o = dynamic_cast<const optim::SGD&>(opt).options();
-    c = common_opt(o, opt);
-    c["momentum"] = o.momentum;
-    c["nesterov"] = o.nesterov;
-  } else if (n == "AdamW") {
-    auto& o = dynamic_cast<const optim::AdamW&>(opt).options();
-    c = common_opt(o, opt);
-    c["beta_1"] = o.beta_1;
-    c["beta_2"] = o.beta_2;
-    c["epsilon"] = o.epsilon;
-    c["amsgrad"] = o.amsgrad;
-  } else if (n == "Adam") {
-    auto& o = dynamic_cast<const optim::Adam&>(opt).options();
-    c = common_opt(o, opt);
-    c["beta_1"] = o.beta_1;
-    c["beta_2"] = o.beta_2;
-    c["epsilon"] = o.epsilon;
-    c["amsgrad"] = o.amsgrad;
-  } else if (n == "Nadam") {
-    auto& o = dynamic_cast<const optim::Nadam&>(opt).options();
-    c = common_opt(o, opt);
-    c["beta_1"] = o.beta_1;
-    c["beta_2"] = o.beta_2;
-    c["epsilon"] = o.epsilon;
-  } else if (n == "RMSprop") {
-    auto& o = dynamic_cast<const optim::RMSprop&>(opt).options();
-    c = common_opt(o, opt);
-    c["rho"] = o.rho;
-    c["momentum"] = o.momentum;
-    c["epsilon"] = o.epsilon;
-    c["centered"] = o.centered;
-  } else if (n == "Adagrad") {
-    auto& o = dynamic_cast<const optim::Adagrad&>(opt).options();
-    c = common_opt(o, opt);
-    c["initial_accumulator_value"] = o.initial_accumulator_value;
-    c["epsilon"] = o.epsilon;
-  } else {
-    fail("save", "optimizer '", n, "' has no config (not a built-in optimizer)");
-  }
-  return json{{"class_name", n}, {"config", c}};
+  if (!optimizers().count(n)) fail("save", "optimizer '", n, "' has no config (not a built-in optimizer)");
+  return json{{"class_name", n}, {"config", internal::fields_json(opt)}};
 }
 
 optim::OptimizerRef optimizer_from_json(const json& j) {
   const std::string n = j.at("class_name").get<std::string>();
-  const json& c = j.at("config");
-  if (n == "SGD") {
-    optim::SGDOptions o;
-    common_from(o, c);
-    o.momentum = c.at("momentum").get<double>();
-    o.nesterov = c.at("nesterov").get<bool>();
-    return optim::SGD(o);
-  }
-  if (n == "Adam" || n == "AdamW") {
-    auto fill = [&](auto& o) {
-      common_from(o, c);
-      o.beta_1 = c.at("beta_1").get<double>();
-      o.beta_2 = c.at("beta_2").get<double>();
-      o.epsilon = c.at("epsilon").get<double>();
-      o.amsgrad = c.at("amsgrad").get<bool>();
-    };
-    if (n == "Adam") {
-      optim::AdamOptions o;
-      fill(o);
-      return optim::Adam(o);
-    }
-    optim::AdamWOptions o;
-    fill(o);
-    return optim::AdamW(o);
-  }
-  if (n == "Nadam") {
-    optim::NadamOptions o;
-    common_from(o, c);
-    o.beta_1 = c.at("beta_1").get<double>();
-    o.beta_2 = c.at("beta_2").get<double>();
-    o.epsilon = c.at("epsilon").get<double>();
-    return optim::Nadam(o);
-  }
-  if (n == "RMSprop") {
-    optim::RMSpropOptions o;
-    common_from(o, c);
-    o.rho = c.at("rho").get<double>();
-    o.momentum = c.at("momentum").get<double>();
-    o.epsilon = c.at("epsilon").get<double>();
-    o.centered = c.at("centered").get<bool>();
-    return optim::RMSprop(o);
-  }
-  if (n == "Adagrad") {
-    optim::AdagradOptions o;
-    common_from(o, c);
-    o.initial_accumulator_value = c.at("initial_accumulator_value").get<double>();
-    o.epsilon = c.at("epsilon").get<double>();
-    return optim::Adagrad(o);
-  }
-  fail("load_model", "unknown optimizer '", n, "'");
+  auto it = optimizers().find(n);
+  if (it == optimizers().end()) fail("load_model", "unknown optimizer '", n, "'");
+  return it->second(j.at("config"));
 }
 
-const char* reduction_name(nn::Reduction r) {
-  switch (r) {
-    case nn::Reduction::Sum: return "sum";
-    case nn::Reduction::None: return "none";
-    default: return "sum_over_batch_size";
-  }
+// Built-in losses: the class name in files, name() in code.
+struct LossCodec {
+  const char* class_name;
+  const char* loss_name;
+  std::function<nn::LossRef(const json&)> from;
+};
+
+// Read through a fresh loss's field list, then rebuilt with `remake`.
+template <class L>
+LossCodec loss_codec(const char* class_name, const char* loss_name, nn::LossRef (*remake)(const L&)) {
+  return {class_name, loss_name, [=](const json& c) {
+            L p;
+            internal::read_fields(p, c, std::string("loss ") + class_name);
+            return remake(p);
+          }};
 }
-nn::Reduction reduction_from(const json& c) {
-  const std::string s = c.value("reduction", std::string("sum_over_batch_size"));
-  if (s == "sum") return nn::Reduction::Sum;
-  if (s == "none") return nn::Reduction::None;
-  return nn::Reduction::SumOverBatchSize;
+// A loss built from an options struct with a reduction.
+template <class L>
+nn::LossRef with_options(const L& p) {
+  auto o = p.options();
+  o.reduction = p.reduction();
+  return L(o);
+}
+
+const std::vector<LossCodec>& losses() {
+  static const std::vector<LossCodec> table = {
+      loss_codec<nn::MeanSquaredError>("MeanSquaredError", "mean_squared_error",
+                                       [](const nn::MeanSquaredError& p) {
+                                         return nn::LossRef(nn::MeanSquaredError({.reduction = p.reduction()}));
+                                       }),
+      loss_codec<nn::MeanAbsoluteError>("MeanAbsoluteError", "mean_absolute_error",
+                                        [](const nn::MeanAbsoluteError& p) {
+                                          return nn::LossRef(nn::MeanAbsoluteError({.reduction = p.reduction()}));
+                                        }),
+      loss_codec<nn::Huber>("Huber", "huber_loss",
+                            [](const nn::Huber& p) {
+                              return nn::LossRef(nn::Huber({.delta = p.delta(), .reduction = p.reduction()}));
+                            }),
+      loss_codec<nn::BinaryCrossentropy>("BinaryCrossentropy", "binary_crossentropy", with_options),
+      loss_codec<nn::CategoricalCrossentropy>("CategoricalCrossentropy", "categorical_crossentropy", with_options),
+      loss_codec<nn::SparseCategoricalCrossentropy>("SparseCategoricalCrossentropy",
+                                                    "sparse_categorical_crossentropy", with_options),
+      loss_codec<nn::Crossentropy>("Crossentropy", "crossentropy", with_options),
+  };
+  return table;
 }
 
 json loss_json(const nn::Loss& loss) {
   const std::string n = loss.name();
-  json c{{"reduction", reduction_name(loss.reduction())}};
-  std::string cls;
-  if (n == "mean_squared_error") {
-    cls = "MeanSquaredError";
-  } else if (n == "mean_absolute_error") {
-    cls = "MeanAbsoluteError";
-  } else if (n == "huber_loss") {
-    cls = "Huber";
-    c["delta"] = dynamic_cast<const nn::Huber&>(loss).delta();
-  } else if (n == "binary_crossentropy") {
-    cls = "BinaryCrossentropy";
-    auto& o = dynamic_cast<const nn::BinaryCrossentropy&>(loss).options();
-    c["from_logits"] = o.from_logits;
-    c["label_smoothing"] = o.label_smoothing;
-  } else if (n == "categorical_crossentropy") {
-    cls = "CategoricalCrossentropy";
-    auto& o = dynamic_cast<const nn::CategoricalCrossentropy&>(loss).options();
-    c["from_logits"] = o.from_logits;
-    c["label_smoothing"] = o.label_smoothing;
-    c["axis"] = o.axis;
-  } else if (n == "sparse_categorical_crossentropy") {
-    cls = "SparseCategoricalCrossentropy";
-    c["from_logits"] = dynamic_cast<const nn::SparseCategoricalCrossentropy&>(loss).options().from_logits;
-  } else if (n == "crossentropy") {
-    cls = "Crossentropy";
-    c["from_logits"] = dynamic_cast<const nn::Crossentropy&>(loss).options().from_logits;
-  } else {
-    fail("save", "loss '", n, "' has no config (not a built-in loss)");
-  }
-  return json{{"class_name", cls}, {"config", c}};
+  for (auto& e : losses())
+    if (n == e.loss_name) return json{{"class_name", e.class_name}, {"config", internal::fields_json(loss)}};
+  fail("save", "loss '", n, "' has no config (not a built-in loss)");
 }
 
 nn::LossRef loss_from_json(const json& j) {
   const std::string n = j.at("class_name").get<std::string>();
-  const json& c = j.at("config");
-  const nn::Reduction r = reduction_from(c);
-  if (n == "MeanSquaredError") return nn::MeanSquaredError({.reduction = r});
-  if (n == "MeanAbsoluteError") return nn::MeanAbsoluteError({.reduction = r});
-  if (n == "Huber") return nn::Huber({.delta = c.at("delta").get<double>(), .reduction = r});
-  if (n == "BinaryCrossentropy")
-    return nn::BinaryCrossentropy({.from_logits = c.at("from_logits").get<bool>(),
-                                   .label_smoothing = c.at("label_smoothing").get<double>(),
-                                   .reduction = r});
-  if (n == "CategoricalCrossentropy")
-    return nn::CategoricalCrossentropy({.from_logits = c.at("from_logits").get<bool>(),
-                                        .label_smoothing = c.at("label_smoothing").get<double>(),
-                                        .axis = int_of(c.at("axis")),
-                                        .reduction = r});
-  if (n == "SparseCategoricalCrossentropy")
-    return nn::SparseCategoricalCrossentropy({.from_logits = c.at("from_logits").get<bool>(), .reduction = r});
-  if (n == "Crossentropy") return nn::Crossentropy({.from_logits = c.at("from_logits").get<bool>(), .reduction = r});
+  for (auto& e : losses())
+    if (n == e.class_name) return e.from(j.at("config"));
   fail("load_model", "unknown loss '", n, "'");
 }
 
@@ -729,95 +357,119 @@ std::function<metrics::MetricRef()> custom_metric(const std::string& name) {
   return it == custom_metrics().end() ? nullptr : it->second;
 }
 
-const char* accuracy_mode_name(metrics::AccuracyMode m) {
-  switch (m) {
-    case metrics::AccuracyMode::Exact: return "exact";
-    case metrics::AccuracyMode::Binary: return "binary";
-    case metrics::AccuracyMode::Categorical: return "categorical";
-    case metrics::AccuracyMode::SparseCategorical: return "sparse_categorical";
-    default: return "auto";
-  }
+// A built-in metric's config: its options struct O (which has a "name") through `fields`, the
+// field list of what O holds beyond the name. Keyed by the metric's exact type, so that a
+// subclass (a custom metric) is not taken for its base.
+struct MetricCodec {
+  const std::type_info* type = nullptr;  // the metric's exact class
+  std::string class_name;
+  std::function<json(const metrics::Metric&)> to;
+  std::function<metrics::MetricRef(const json&)> from;
+};
+
+template <class M>
+MetricCodec of_type(MetricCodec c) {
+  c.type = &typeid(M);
+  return c;
 }
-metrics::AccuracyMode accuracy_mode_from(const std::string& s) {
-  if (s == "exact") return metrics::AccuracyMode::Exact;
-  if (s == "binary") return metrics::AccuracyMode::Binary;
-  if (s == "categorical") return metrics::AccuracyMode::Categorical;
-  if (s == "sparse_categorical") return metrics::AccuracyMode::SparseCategorical;
-  if (s == "auto") return metrics::AccuracyMode::Auto;
-  fail("load_model", "unknown accuracy mode '", s, "'");
+std::map<std::type_index, MetricCodec> by_type(std::vector<MetricCodec> codecs) {
+  std::map<std::type_index, MetricCodec> out;
+  for (auto& c : codecs) out.emplace(std::type_index(*c.type), std::move(c));
+  return out;
+}
+
+template <class M, class O>
+MetricCodec metric_codec(std::string class_name, void (*fields)(nn::ConfigVisitor&, O&),
+                         O (*options_of)(const M&) = nullptr) {
+  MetricCodec c;
+  c.class_name = class_name;
+  c.to = [=](const metrics::Metric& m) {
+    O o = options_of ? options_of(static_cast<const M&>(m)) : O{};
+    internal::JsonWriter w;
+    fields(w, o);
+    w.out["name"] = m.name();
+    return std::move(w.out);
+  };
+  c.from = [=](const json& j) -> metrics::MetricRef {
+    O o;
+    o.name = j.at("name").get<std::string>();
+    internal::JsonReader r(j, "metric " + class_name);
+    fields(r, o);
+    return M(std::move(o));
+  };
+  return of_type<M>(std::move(c));
+}
+template <class O>
+void no_fields(nn::ConfigVisitor&, O&) {}
+
+// Precision's and Recall's fields.
+template <class O>
+void threshold_and_class(nn::ConfigVisitor& v, O& o) {
+  v.field("threshold", o.threshold);
+  v.field("class_id", o.class_id);
+}
+
+constexpr const char* kAccuracyModes[] = {"auto", "exact", "binary", "categorical", "sparse_categorical"};
+
+const std::map<std::type_index, MetricCodec>& metric_codecs() {
+  namespace M = metrics;
+  static const std::map<std::type_index, MetricCodec> table = by_type({
+      metric_codec<M::Accuracy, M::AccuracyOptions>(
+           "Accuracy",
+           [](nn::ConfigVisitor& v, M::AccuracyOptions& o) {
+             v.field("mode", o.mode, nn::EnumNames{kAccuracyModes});
+             v.field("threshold", o.threshold);
+           },
+           [](const M::Accuracy& a) {
+             auto o = a.options();
+             o.mode = a.mode();  // as resolved (by the first batch or the loss)
+             return o;
+           }),
+      metric_codec<M::BinaryAccuracy, M::BinaryAccuracyOptions>(
+           "BinaryAccuracy", [](nn::ConfigVisitor& v, M::BinaryAccuracyOptions& o) { v.field("threshold", o.threshold); },
+           [](const M::BinaryAccuracy& a) { return a.options(); }),
+      metric_codec<M::CategoricalAccuracy, M::CategoricalAccuracyOptions>("CategoricalAccuracy", no_fields),
+      metric_codec<M::SparseCategoricalAccuracy, M::SparseCategoricalAccuracyOptions>("SparseCategoricalAccuracy",
+                                                                                         no_fields),
+      metric_codec<M::TopKCategoricalAccuracy, M::TopKCategoricalAccuracyOptions>(
+           "TopKCategoricalAccuracy", [](nn::ConfigVisitor& v, M::TopKCategoricalAccuracyOptions& o) { v.field("k", o.k); },
+           [](const M::TopKCategoricalAccuracy& a) { return a.options(); }),
+      metric_codec<M::SparseTopKCategoricalAccuracy, M::SparseTopKCategoricalAccuracyOptions>(
+           "SparseTopKCategoricalAccuracy",
+           [](nn::ConfigVisitor& v, M::SparseTopKCategoricalAccuracyOptions& o) { v.field("k", o.k); },
+           [](const M::SparseTopKCategoricalAccuracy& a) { return a.options(); }),
+      metric_codec<M::Precision, M::PrecisionOptions>(
+           "Precision", [](nn::ConfigVisitor& v, M::PrecisionOptions& o) { threshold_and_class(v, o); },
+           [](const M::Precision& p) { return M::PrecisionOptions{p.threshold(), p.class_id(), p.name()}; }),
+      metric_codec<M::Recall, M::RecallOptions>(
+           "Recall", [](nn::ConfigVisitor& v, M::RecallOptions& o) { threshold_and_class(v, o); },
+           [](const M::Recall& p) { return M::RecallOptions{p.threshold(), p.class_id(), p.name()}; }),
+      metric_codec<M::MeanSquaredError, M::MeanSquaredErrorOptions>("MeanSquaredError", no_fields),
+      metric_codec<M::MeanAbsoluteError, M::MeanAbsoluteErrorOptions>("MeanAbsoluteError", no_fields),
+      metric_codec<M::Mean, M::MeanOptions>("Mean", no_fields),
+      of_type<M::LossMean>({.class_name = "LossMean",
+                            .to = [](const M::Metric& m) {
+                              return json{{"name", m.name()},
+                                          {"loss", loss_json(*static_cast<const M::LossMean&>(m).loss())}};
+                            },
+                            .from = [](const json& c) -> M::MetricRef {
+                              return M::LossMean(loss_from_json(c.at("loss")), c.at("name").get<std::string>());
+                            }}),
+  });
+  return table;
 }
 
 // {"class_name", "config"} of a built-in metric; null for another (a custom) metric.
 json metric_json(const metrics::Metric& m) {
-  namespace M = metrics;
-  const auto& t = typeid(m);
-  json c{{"name", m.name()}};
-  std::string cls;
-  if (t == typeid(M::Accuracy)) {
-    auto& a = dynamic_cast<const M::Accuracy&>(m);
-    cls = "Accuracy";
-    c["mode"] = accuracy_mode_name(a.mode());
-    c["threshold"] = a.options().threshold;
-  } else if (t == typeid(M::BinaryAccuracy)) {
-    cls = "BinaryAccuracy";
-    c["threshold"] = dynamic_cast<const M::BinaryAccuracy&>(m).options().threshold;
-  } else if (t == typeid(M::CategoricalAccuracy)) {
-    cls = "CategoricalAccuracy";
-  } else if (t == typeid(M::SparseCategoricalAccuracy)) {
-    cls = "SparseCategoricalAccuracy";
-  } else if (t == typeid(M::TopKCategoricalAccuracy)) {
-    cls = "TopKCategoricalAccuracy";
-    c["k"] = dynamic_cast<const M::TopKCategoricalAccuracy&>(m).options().k;
-  } else if (t == typeid(M::SparseTopKCategoricalAccuracy)) {
-    cls = "SparseTopKCategoricalAccuracy";
-    c["k"] = dynamic_cast<const M::SparseTopKCategoricalAccuracy&>(m).options().k;
-  } else if (t == typeid(M::Precision) || t == typeid(M::Recall)) {
-    auto& p = dynamic_cast<const M::ConfusionCounts&>(m);
-    cls = t == typeid(M::Precision) ? "Precision" : "Recall";
-    c["threshold"] = p.threshold();
-    c["class_id"] = opt(p.class_id());
-  } else if (t == typeid(M::MeanSquaredError)) {
-    cls = "MeanSquaredError";
-  } else if (t == typeid(M::MeanAbsoluteError)) {
-    cls = "MeanAbsoluteError";
-  } else if (t == typeid(M::Mean)) {
-    cls = "Mean";
-  } else if (t == typeid(M::LossMean)) {
-    cls = "LossMean";
-    c["loss"] = loss_json(*dynamic_cast<const M::LossMean&>(m).loss());
-  } else {
-    return nullptr;
-  }
-  return json{{"class_name", cls}, {"config", c}};
+  auto it = metric_codecs().find(std::type_index(typeid(m)));
+  if (it == metric_codecs().end()) return nullptr;
+  return json{{"class_name", it->second.class_name}, {"config", it->second.to(m)}};
 }
 
 metrics::MetricRef metric_from_json(const json& j) {
-  namespace M = metrics;
   const std::string cls = j.at("class_name").get<std::string>();
-  const json& c = j.at("config");
-  const std::string name = c.at("name").get<std::string>();
-  if (cls == "Accuracy")
-    return M::Accuracy({.mode = accuracy_mode_from(c.at("mode").get<std::string>()),
-                        .threshold = c.at("threshold").get<double>(),
-                        .name = name});
-  if (cls == "BinaryAccuracy") return M::BinaryAccuracy({.threshold = c.at("threshold").get<double>(), .name = name});
-  if (cls == "CategoricalAccuracy") return M::CategoricalAccuracy({.name = name});
-  if (cls == "SparseCategoricalAccuracy") return M::SparseCategoricalAccuracy({.name = name});
-  if (cls == "TopKCategoricalAccuracy") return M::TopKCategoricalAccuracy({.k = int_of<int>(c.at("k")), .name = name});
-  if (cls == "SparseTopKCategoricalAccuracy")
-    return M::SparseTopKCategoricalAccuracy({.k = int_of<int>(c.at("k")), .name = name});
-  if (cls == "Precision")
-    return M::Precision({.threshold = c.at("threshold").get<double>(),
-                         .class_id = opt_from<std::int64_t>(c, "class_id"),
-                         .name = name});
-  if (cls == "Recall")
-    return M::Recall({.threshold = c.at("threshold").get<double>(),
-                      .class_id = opt_from<std::int64_t>(c, "class_id"),
-                      .name = name});
-  if (cls == "MeanSquaredError") return M::MeanSquaredError({.name = name});
-  if (cls == "MeanAbsoluteError") return M::MeanAbsoluteError({.name = name});
-  if (cls == "Mean") return M::Mean({.name = name});
-  if (cls == "LossMean") return M::LossMean(loss_from_json(c.at("loss")), name);
+  for (auto& [type, codec] : metric_codecs())
+    if (codec.class_name == cls) return codec.from(j.at("config"));
   fail("load_model", "unknown metric class '", cls, "'");
 }
 
@@ -1011,6 +663,17 @@ constexpr std::uint64_t kMaxJson = 64ull << 20;
 constexpr std::uint32_t kMaxName = 1u << 16;
 
 enum : std::uint32_t { kKindModel = 1, kKindWeights = 2 };
+// FileContents::kind by the header's code.
+const std::map<std::uint32_t, std::string>& kinds() {
+  static const std::map<std::uint32_t, std::string> table = {{kKindModel, "model"}, {kKindWeights, "weights"}};
+  return table;
+}
+// Any kind but "weights" is written as a model (as before the table).
+std::uint32_t kind_code(const std::string& kind) {
+  for (auto& [code, name] : kinds())
+    if (name == kind) return code;
+  return kKindModel;
+}
 
 template <class T>
 void put(std::string& out, T v) {
@@ -1073,7 +736,7 @@ void write_file(const std::string& path, const FileContents& f) {
   }
   std::string header(kMagic, sizeof kMagic);
   put<std::uint32_t>(header, kFormatVersion);
-  put<std::uint32_t>(header, f.kind == "weights" ? kKindWeights : kKindModel);
+  put<std::uint32_t>(header, kind_code(f.kind));
   put<std::uint64_t>(header, payload.size());
   put<std::uint32_t>(header, crc_of(payload.data(), payload.size()));
 
@@ -1109,7 +772,7 @@ FileContents read_file(const std::string& path) {
   if (version < kOldestFormatVersion || version > kFormatVersion)
     fail(who, "'", path, "' has format version ", version, "; this soma reads versions ", kOldestFormatVersion,
          " to ", kFormatVersion);
-  if (kind != kKindModel && kind != kKindWeights) fail(who, "'", path, "' is corrupt: unknown kind ", kind);
+  if (!kinds().count(kind)) fail(who, "'", path, "' is corrupt: unknown kind ", kind);
   const std::uint64_t have = std::uint64_t(size) - kHeaderSize;
   if (payload_size > have)
     fail(who, "'", path, "' is truncated: the header announces ", payload_size, " bytes of data, the file holds ",
@@ -1124,7 +787,7 @@ FileContents read_file(const std::string& path) {
     fail(who, "'", path, "' is corrupt: ", os.str());
   }
   FileContents f;
-  f.kind = kind == kKindWeights ? "weights" : "model";
+  f.kind = kinds().at(kind);
   Reader r{payload, 0, path, who};
   const auto json_len = r.get<std::uint64_t>("header length");
   if (json_len > kMaxJson) fail(who, "'", path, "' is corrupt: header of ", json_len, " bytes");
@@ -1200,7 +863,6 @@ auto from_text(const char* who, const std::string& text, F decode) {
 
 json internal::encode_layer(const nn::Module& layer) { return layer_json(layer); }
 nn::ModuleRef internal::decode_layer(const json& j) { return layer_from_json(j); }
-Shape internal::shape_from_json(const json& j) { return shape_from(j); }
 
 std::string layer_config(const nn::Module& layer) { return layer_json(layer).dump(); }
 nn::ModuleRef layer_from_config(const std::string& text) {
@@ -1223,17 +885,18 @@ std::optional<LayerCodec> registered(const std::string& class_name) {
   return it->second;
 }
 
+// A model at the top of a file: a built-in model kind (Sequential, Functional) as its config,
+// or a subclassed model through the factory registered for its type.
 json model_json(const nn::Model& model) {
   const std::string type = model.type_name();
-  if (auto* seq = dynamic_cast<const nn::Sequential*>(&model); seq && type == "Sequential") {
-    json cfg = sequential_config(*seq);
+  auto codec = registered(type);
+  if (codec && codec->whole_model && codec->whole_model(model)) {
+    json cfg = codec->to(model);
     cfg["name"] = model.name();
-    return json{{"class_name", "Sequential"}, {"config", cfg}};
+    return json{{"class_name", type}, {"config", cfg}};
   }
-  if (!model.inputs().empty() && type == "Functional")
-    return json{{"class_name", "Functional"}, {"config", internal::functional_config(model)}};
   // A subclassed model: its architecture is code, which only a registered factory can rebuild.
-  if (type == "Sequential" || type == "Functional" || !registered(type)) {
+  if (!codec || codec->whole_model) {
     const bool plain = type == "Model";
     fail("save", "model '", model.name(), "' is a subclassed model (type '", type,
          "'): its architecture is C++ code, which a model file cannot hold. Use save_weights() and "
@@ -1246,15 +909,15 @@ json model_json(const nn::Model& model) {
 std::shared_ptr<nn::Model> model_from_json(const json& j) {
   const std::string cls = j.at("class_name").get<std::string>();
   const json& cfg = j.at("config");
-  if (cls == "Sequential") {
-    auto s = sequential_from(cfg);
-    if (cfg.contains("name")) s->set_name(cfg.at("name").get<std::string>());
-    return s;
-  }
-  if (cls == "Functional") return internal::functional_from(cfg);
-  if (!registered(cls))
+  auto codec = registered(cls);
+  if (!codec)
     fail("load_model", "model class '", cls, "' is neither built in (Sequential, Functional) nor registered; "
          "call serialization::register_model(\"", cls, "\", ...) before load_model");
+  if (codec->whole_model) {
+    auto model = std::dynamic_pointer_cast<nn::Model>(codec->from(cfg).ptr());
+    if (cfg.contains("name")) model->set_name(cfg.at("name").get<std::string>());
+    return model;
+  }
   auto model = std::dynamic_pointer_cast<nn::Model>(layer_from_json(j).ptr());
   if (!model) fail("load_model", "the factory registered for '", cls, "' did not build an nn::Model");
   if (!model->built())
@@ -1302,7 +965,8 @@ void register_layer(const std::string& class_name, std::function<std::string(con
   std::lock_guard lock(registry_mutex());
   registry()[class_name] = {
       [to = std::move(to_config)](const nn::Module& m) { return json::parse(to(m)); },
-      [from = std::move(from_config)](const json& c) { return from(c.dump()); }};
+      [from = std::move(from_config)](const json& c) { return from(c.dump()); },
+      nullptr};
 }
 
 }  // namespace soma::serialization

@@ -12,6 +12,7 @@
 
 #include "soma/model/input_limits.hpp"
 #include "soma/model/model.hpp"
+#include "soma/nn/config.hpp"
 #include "soma/nn/module.hpp"
 #include "soma/optim/schedules.hpp"
 
@@ -47,11 +48,100 @@ I int_of(const json& j) {
                                  &j);
 }
 
+// serialization_config.cpp: a config's fields (soma/nn/config.hpp) as a JSON object, and back.
+// The writer only reads the fields it visits.
+class JsonWriter final : public nn::ConfigVisitor {
+ public:
+  json out = json::object();
+  void field(const char* name, bool& value, nn::FieldRule rule) override;
+  void field(const char* name, int& value, nn::FieldRule rule) override;
+  void field(const char* name, std::int64_t& value, nn::FieldRule rule) override;
+  void field(const char* name, double& value, nn::FieldRule rule) override;
+  void field(const char* name, std::string& value, nn::FieldRule rule) override;
+  void field(const char* name, std::optional<double>& value, nn::FieldRule rule) override;
+  void field(const char* name, std::optional<std::int64_t>& value, nn::FieldRule rule) override;
+  void field(const char* name, std::optional<std::uint64_t>& value, nn::FieldRule rule) override;
+  void field(const char* name, std::vector<double>& value, nn::FieldRule rule) override;
+  void field(const char* name, std::vector<std::int64_t>& value, nn::FieldRule rule) override;
+  void field(const char* name, std::optional<std::vector<std::int64_t>>& value, nn::FieldRule rule) override;
+  void field(const char* name, Dims& value, nn::FieldRule rule) override;
+  void field(const char* name, Size2& value, nn::FieldRule rule) override;
+  void field(const char* name, std::optional<Size2>& value, nn::FieldRule rule) override;
+  void field(const char* name, Padding& value, nn::FieldRule rule) override;
+  void field(const char* name, DType& value, nn::FieldRule rule) override;
+  void field(const char* name, nn::Activation& value, nn::FieldRule rule) override;
+  void field(const char* name, nn::Initializer& value, nn::FieldRule rule) override;
+  void field(const char* name, nn::Regularizer& value, nn::FieldRule rule) override;
+  void field(const char* name, optim::LearningRate& value, nn::FieldRule rule) override;
+  void enum_field(const char* name, int& value, const nn::EnumNames& names, nn::FieldRule rule) override;
+  using nn::ConfigVisitor::field;
+};
+
+// Reads the fields from `config`. A field absent from it is an error unless its rule makes it
+// optional (or its type can be empty: std::optional, a regulariser); errors name `where` (e.g.
+// "layer 'd' (Dense)") and the field.
+class JsonReader final : public nn::ConfigVisitor {
+ public:
+  JsonReader(const json& config, std::string where) : c_(config), where_(std::move(where)) {}
+  void field(const char* name, bool& value, nn::FieldRule rule) override;
+  void field(const char* name, int& value, nn::FieldRule rule) override;
+  void field(const char* name, std::int64_t& value, nn::FieldRule rule) override;
+  void field(const char* name, double& value, nn::FieldRule rule) override;
+  void field(const char* name, std::string& value, nn::FieldRule rule) override;
+  void field(const char* name, std::optional<double>& value, nn::FieldRule rule) override;
+  void field(const char* name, std::optional<std::int64_t>& value, nn::FieldRule rule) override;
+  void field(const char* name, std::optional<std::uint64_t>& value, nn::FieldRule rule) override;
+  void field(const char* name, std::vector<double>& value, nn::FieldRule rule) override;
+  void field(const char* name, std::vector<std::int64_t>& value, nn::FieldRule rule) override;
+  void field(const char* name, std::optional<std::vector<std::int64_t>>& value, nn::FieldRule rule) override;
+  void field(const char* name, Dims& value, nn::FieldRule rule) override;
+  void field(const char* name, Size2& value, nn::FieldRule rule) override;
+  void field(const char* name, std::optional<Size2>& value, nn::FieldRule rule) override;
+  void field(const char* name, Padding& value, nn::FieldRule rule) override;
+  void field(const char* name, DType& value, nn::FieldRule rule) override;
+  void field(const char* name, nn::Activation& value, nn::FieldRule rule) override;
+  void field(const char* name, nn::Initializer& value, nn::FieldRule rule) override;
+  void field(const char* name, nn::Regularizer& value, nn::FieldRule rule) override;
+  void field(const char* name, optim::LearningRate& value, nn::FieldRule rule) override;
+  void enum_field(const char* name, int& value, const nn::EnumNames& names, nn::FieldRule rule) override;
+  using nn::ConfigVisitor::field;
+
+ private:
+  // The field's value; nullptr when it is absent or null and `rule` lets it be.
+  const json* value(const char* name, nn::FieldRule rule) const;
+  // For the types that can be empty: nullptr when absent (kept); `null` reads as empty.
+  const json* nullable(const char* name) const;
+  const json* list(const char* name, nn::FieldRule rule) const;
+  // Runs `read`, naming the field in any error it throws.
+  template <class F>
+  void convert(const char* name, F&& read) const;
+  [[noreturn]] void bad(const char* name, const std::string& what) const;
+
+  const json& c_;
+  std::string where_;
+};
+
+// An object's config fields as a JSON object.
+template <class T>
+json fields_json(const T& object) {
+  JsonWriter w;
+  nn::visit_const(object, w);
+  return std::move(w.out);
+}
+// Reads `config` into an object's fields (a fresh object, rebuilt by the caller).
+template <class T>
+void read_fields(T& object, const json& config, std::string where) {
+  JsonReader r(config, std::move(where));
+  object.visit_config(r);
+}
+
+Shape shape_from_json(const json& j);
+DType dtype_from_name(const std::string& name);
+
 // serialization.cpp: a layer as {"class_name", "config"} (registry lookup by type_name()), and
 // back. The decoder sets the name but not "trainable" (callers freeze after building).
 json encode_layer(const nn::Module& layer);
 nn::ModuleRef decode_layer(const json& j);
-Shape shape_from_json(const json& j);
 
 // serialization_functional.cpp: a functional model's config (Keras' "Functional": layers with
 // their inbound nodes, input_layers, output_layers), and the model rebuilt from it.

@@ -14,7 +14,6 @@
 #include "soma/model/serialization.hpp"
 
 namespace soma::serialization {
-using internal::int_of;
 
 namespace {
 
@@ -38,9 +37,44 @@ std::optional<ScheduleCodec> custom_schedule(const std::string& name) {
   return it->second;
 }
 
-template <class T>
-const T* builtin(const optim::LearningRateSchedule& s, const char* name) {
-  return s.name() == name ? dynamic_cast<const T*>(&s) : nullptr;
+// Built-in schedules by class name (== name()): read through a fresh schedule's field list, then
+// rebuilt through its constructor (which checks the values). The prototypes' values are
+// placeholders: every field they hold is required in a config.
+using ScheduleFactory = std::function<optim::ScheduleRef(const internal::json&)>;
+
+template <class S>
+ScheduleFactory schedule_factory(const std::string& class_name, S (*prototype)(),
+                                 optim::ScheduleRef (*remake)(const S&)) {
+  return [=](const internal::json& c) {
+    S p = prototype();
+    internal::read_fields(p, c, "learning-rate schedule " + class_name);
+    return remake(p);
+  };
+}
+
+const std::map<std::string, ScheduleFactory>& builtin_schedules() {
+  static const std::map<std::string, ScheduleFactory> table = {
+      {"ExponentialDecay",
+       schedule_factory<optim::ExponentialDecay>(
+           "ExponentialDecay",
+           [] { return optim::ExponentialDecay({.initial_learning_rate = 1, .decay_steps = 1, .decay_rate = 1}); },
+           [](const optim::ExponentialDecay& p) { return optim::ScheduleRef(optim::ExponentialDecay(p.options())); })},
+      {"PiecewiseConstantDecay",
+       schedule_factory<optim::PiecewiseConstantDecay>(
+           "PiecewiseConstantDecay", [] { return optim::PiecewiseConstantDecay({}, {1.0}); },
+           [](const optim::PiecewiseConstantDecay& p) {
+             return optim::ScheduleRef(optim::PiecewiseConstantDecay(p.boundaries(), p.values()));
+           })},
+      {"CosineDecay",
+       schedule_factory<optim::CosineDecay>(
+           "CosineDecay", [] { return optim::CosineDecay({.initial_learning_rate = 1, .decay_steps = 1, .warmup_target = std::nullopt}); },
+           [](const optim::CosineDecay& p) { return optim::ScheduleRef(optim::CosineDecay(p.options())); })},
+      {"StepDecay",
+       schedule_factory<optim::StepDecay>(
+           "StepDecay", [] { return optim::StepDecay({.initial_learning_rate = 1, .step_size = 1}); },
+           [](const optim::StepDecay& p) { return optim::ScheduleRef(optim::StepDecay(p.options())); })},
+  };
+  return table;
 }
 
 }  // namespace
@@ -55,7 +89,8 @@ void register_schedule(const std::string& class_name,
 }
 
 std::vector<std::string> registered_schedules() {
-  std::vector<std::string> out = {"CosineDecay", "ExponentialDecay", "PiecewiseConstantDecay", "StepDecay"};
+  std::vector<std::string> out;
+  for (auto& [n, _] : builtin_schedules()) out.push_back(n);
   std::lock_guard lock(schedule_mutex());
   for (auto& [n, _] : custom_schedules())
     if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
@@ -69,24 +104,8 @@ json schedule_json(const optim::LearningRateSchedule& s) {
   json c;
   if (auto codec = custom_schedule(n)) {
     c = codec->to(s);
-  } else if (auto* p = builtin<optim::ExponentialDecay>(s, "ExponentialDecay")) {
-    auto& o = p->options();
-    c = {{"initial_learning_rate", o.initial_learning_rate},
-         {"decay_steps", o.decay_steps},
-         {"decay_rate", o.decay_rate},
-         {"staircase", o.staircase}};
-  } else if (auto* p = builtin<optim::PiecewiseConstantDecay>(s, "PiecewiseConstantDecay")) {
-    c = {{"boundaries", p->boundaries()}, {"values", p->values()}};
-  } else if (auto* p = builtin<optim::CosineDecay>(s, "CosineDecay")) {
-    auto& o = p->options();
-    c = {{"initial_learning_rate", o.initial_learning_rate},
-         {"decay_steps", o.decay_steps},
-         {"alpha", o.alpha},
-         {"warmup_target", o.warmup_target ? json(*o.warmup_target) : json(nullptr)},
-         {"warmup_steps", o.warmup_steps}};
-  } else if (auto* p = builtin<optim::StepDecay>(s, "StepDecay")) {
-    auto& o = p->options();
-    c = {{"initial_learning_rate", o.initial_learning_rate}, {"step_size", o.step_size}, {"gamma", o.gamma}};
+  } else if (builtin_schedules().count(n)) {
+    c = fields_json(s);
   } else {
     fail("save", "learning-rate schedule '", n,
          "' has no config (not a built-in schedule); register one with serialization::register_schedule");
@@ -98,29 +117,11 @@ optim::ScheduleRef schedule_from_json(const json& j) {
   const std::string n = j.at("class_name").get<std::string>();
   const json& c = j.at("config");
   if (auto codec = custom_schedule(n)) return codec->from(c);
-  if (n == "ExponentialDecay")
-    return optim::ExponentialDecay({.initial_learning_rate = c.at("initial_learning_rate").get<double>(),
-                                    .decay_steps = int_of(c.at("decay_steps")),
-                                    .decay_rate = c.at("decay_rate").get<double>(),
-                                    .staircase = c.at("staircase").get<bool>()});
-  if (n == "PiecewiseConstantDecay")
-    return optim::PiecewiseConstantDecay(c.at("boundaries").get<std::vector<std::int64_t>>(),
-                                         c.at("values").get<std::vector<double>>());
-  if (n == "CosineDecay") {
-    std::optional<double> target;
-    if (c.contains("warmup_target") && !c.at("warmup_target").is_null()) target = c.at("warmup_target").get<double>();
-    return optim::CosineDecay({.initial_learning_rate = c.at("initial_learning_rate").get<double>(),
-                               .decay_steps = int_of(c.at("decay_steps")),
-                               .alpha = c.at("alpha").get<double>(),
-                               .warmup_target = target,
-                               .warmup_steps = int_of(c.at("warmup_steps"))});
-  }
-  if (n == "StepDecay")
-    return optim::StepDecay({.initial_learning_rate = c.at("initial_learning_rate").get<double>(),
-                             .step_size = int_of(c.at("step_size")),
-                             .gamma = c.at("gamma").get<double>()});
-  fail("load_model", "unknown learning-rate schedule '", n,
-       "' (register it with serialization::register_schedule before loading)");
+  auto it = builtin_schedules().find(n);
+  if (it == builtin_schedules().end())
+    fail("load_model", "unknown learning-rate schedule '", n,
+         "' (register it with serialization::register_schedule before loading)");
+  return it->second(c);
 }
 
 }  // namespace internal

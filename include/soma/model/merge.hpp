@@ -40,6 +40,7 @@ class Concatenate : public Module {
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
   std::int64_t axis() const { return axis_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   std::int64_t axis_;

@@ -44,6 +44,7 @@ class Conv2D : public Module {
   std::string output_activation_name() const override { return opt_.activation.name; }
   const Variable& kernel() const { return kernel_; }  // undefined until built
   const Variable& bias() const { return bias_; }      // undefined until built / without bias
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;
@@ -85,6 +86,7 @@ class Conv2DTranspose : public Module {
   std::string output_activation_name() const override { return opt_.activation.name; }
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;
@@ -109,6 +111,7 @@ class MaxPool2D : public Module {
   Size2 pool_size() const { return pool_; }
   Size2 strides() const { return strides_; }
   const Padding& padding() const { return padding_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -128,6 +131,7 @@ class AvgPool2D : public Module {
   Size2 pool_size() const { return pool_; }
   Size2 strides() const { return strides_; }
   const Padding& padding() const { return padding_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -144,6 +148,7 @@ class GlobalAveragePooling2D : public Module {
   std::string type_name() const override { return "GlobalAveragePooling2D"; }
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   bool keepdims() const { return keepdims_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
   Shape output_shape(const Shape& input_shape) override;
 
  protected:

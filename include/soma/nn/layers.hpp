@@ -38,6 +38,7 @@ class Dense : public Module {
   // Undefined before the layer is built (and bias without use_bias).
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;
@@ -72,6 +73,7 @@ class Reshape : public Module {
   Shape output_shape(const Shape& input_shape) override;
   const Shape& target_shape() const { return target_; }
   bool passes_activation_through() const override { return true; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -93,6 +95,7 @@ class Dropout : public Module {
   double rate() const { return rate_; }
   std::optional<std::uint64_t> seed() const { return seed_; }
   bool passes_activation_through() const override { return true; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -112,6 +115,7 @@ class ActivationLayer : public Module {
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   const Activation& activation() const { return activation_; }
   std::string output_activation_name() const override { return activation_.name; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   ActivationLayer(std::string type, Activation activation)
@@ -126,6 +130,7 @@ class ActivationLayer : public Module {
 class ReLU : public ActivationLayer {
  public:
   ReLU();
+  void visit_config(ConfigVisitor&) override {}  // no config fields
 };
 // Keras' LeakyReLU layer default slope is 0.3 (the leaky_relu function's is 0.2).
 class LeakyReLU : public ActivationLayer {
@@ -133,6 +138,7 @@ class LeakyReLU : public ActivationLayer {
   explicit LeakyReLU(double alpha = 0.3);
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   double alpha() const { return alpha_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   double alpha_;
@@ -142,6 +148,7 @@ class ELU : public ActivationLayer {
   explicit ELU(double alpha = 1.0);
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   double alpha() const { return alpha_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   double alpha_;
@@ -151,6 +158,7 @@ class GELU : public ActivationLayer {
   explicit GELU(bool approximate = false);
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   bool approximate() const { return approximate_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   bool approximate_ = false;
@@ -158,16 +166,19 @@ class GELU : public ActivationLayer {
 class Sigmoid : public ActivationLayer {
  public:
   Sigmoid();
+  void visit_config(ConfigVisitor&) override {}  // no config fields
 };
 class Tanh : public ActivationLayer {
  public:
   Tanh();
+  void visit_config(ConfigVisitor&) override {}  // no config fields
 };
 class Softmax : public ActivationLayer {
  public:
   explicit Softmax(std::int64_t axis = -1);
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   std::int64_t axis() const { return axis_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   std::int64_t axis_;
@@ -176,6 +187,7 @@ class Softmax : public ActivationLayer {
 class Step : public ActivationLayer {
  public:
   Step();
+  void visit_config(ConfigVisitor&) override {}  // no config fields
 };
 
 struct EmbeddingOptions {
@@ -197,6 +209,7 @@ class Embedding : public Module {
   std::int64_t output_dim() const { return output_dim_; }
   const EmbeddingOptions& options() const { return opt_; }
   const Variable& embeddings() const { return table_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;

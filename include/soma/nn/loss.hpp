@@ -9,6 +9,7 @@
 namespace soma::nn {
 
 enum class Reduction { SumOverBatchSize, Sum, None };  // Keras' names; mean is the default
+class ConfigVisitor;
 
 // The targets a loss expects, read where a metric must match the loss (the "accuracy" or
 // cross-entropy metric that goes with it): Unspecified when the loss does not say (it is not a
@@ -32,6 +33,8 @@ class Loss {
   }
   virtual std::string name() const = 0;
   Reduction reduction() const { return reduction_; }
+  // Lists the loss's config fields, once (soma/nn/config.hpp): "reduction", then the loss's own.
+  virtual void visit_config(ConfigVisitor& v);
 
  protected:
   explicit Loss(Reduction r = Reduction::SumOverBatchSize) : reduction_(r) {}

@@ -74,6 +74,7 @@ class Huber : public Loss {
   explicit Huber(Options o = {});
   std::string name() const override { return "huber_loss"; }
   double delta() const { return delta_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -97,6 +98,7 @@ class BinaryCrossentropy : public Loss {
   const Options& options() const { return o_; }
   TargetKind target_kind() const override { return TargetKind::Binary; }
   bool from_logits() const override { return o_.from_logits; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -121,6 +123,7 @@ class CategoricalCrossentropy : public Loss {
   const Options& options() const { return o_; }
   TargetKind target_kind() const override { return TargetKind::Categorical; }
   bool from_logits() const override { return o_.from_logits; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -143,6 +146,7 @@ class SparseCategoricalCrossentropy : public Loss {
   const Options& options() const { return o_; }
   TargetKind target_kind() const override { return TargetKind::SparseCategorical; }
   bool from_logits() const override { return o_.from_logits; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -165,6 +169,7 @@ class Crossentropy : public Loss {
   std::string name() const override { return "crossentropy"; }
   const Options& options() const { return o_; }
   bool from_logits() const override { return o_.from_logits; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const override;

@@ -21,6 +21,7 @@ namespace soma::nn {
 
 class Module;
 using ModuleRef = Ref<Module>;
+class ConfigVisitor;
 
 class Module {
  public:
@@ -76,6 +77,9 @@ class Module {
   virtual std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs);
   // The dtype the layer's input has when it is fixed (Embedding: indices); nullopt: floating.
   virtual std::optional<DType> input_dtype() const { return std::nullopt; }
+  // Lists the layer's config fields, once (soma/nn/config.hpp): model files, layer_config() and
+  // layer_from_config() read this list. None by default.
+  virtual void visit_config(ConfigVisitor& v) { (void)v; }
 
  protected:
   Module();

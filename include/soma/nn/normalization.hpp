@@ -43,6 +43,7 @@ class BatchNormalization : public Module {
   const Variable& moving_mean() const { return moving_mean_; }
   const Variable& moving_variance() const { return moving_variance_; }
   std::vector<std::string> nonnegative_weights() const override { return {"moving_variance"}; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;
@@ -78,6 +79,7 @@ class LayerNormalization : public Module {
   const LayerNormOptions& options() const { return opt_; }
   const Variable& gamma() const { return gamma_; }
   const Variable& beta() const { return beta_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;

@@ -63,6 +63,7 @@ class Normalization : public Module {
   std::int64_t count() const;  // 0 unless adapted (or loaded from an adapted layer)
   // The shape mean()/variance() take to broadcast against a rank-`rank` input (needs build).
   Shape broadcast_shape(std::int64_t rank) const;
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void build(const Shape& input_shape) override;

@@ -128,6 +128,7 @@ class SimpleRNN : public RecurrentBase {
   std::string type_name() const override { return "SimpleRNN"; }
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   const SimpleRNNOptions& options() const { return opt_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor project_inputs(const Weights& w, const Tensor& x) const override;
@@ -147,6 +148,7 @@ class LSTM : public RecurrentBase {
   std::string type_name() const override { return "LSTM"; }
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   const LSTMOptions& options() const { return opt_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor project_inputs(const Weights& w, const Tensor& x) const override;
@@ -166,6 +168,7 @@ class GRU : public RecurrentBase {
   std::string type_name() const override { return "GRU"; }
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   const GRUOptions& options() const { return opt_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Tensor project_inputs(const Weights& w, const Tensor& x) const override;

@@ -26,6 +26,10 @@
 #include "soma/tensor.hpp"
 #include "soma/variable.hpp"
 
+namespace soma::nn {
+class ConfigVisitor;
+}
+
 namespace soma::optim {
 
 // A learning rate: a constant or a schedule of the step count. Converts implicitly from both, so
@@ -84,6 +88,9 @@ class Optimizer {
   bool has_schedule() const { return options_.learning_rate.is_schedule(); }
   std::int64_t iterations() const { return iterations_; }
   const CommonOptions& common_options() const { return options_; }
+  // Lists the optimiser's config fields, once (soma/nn/config.hpp): optimizer_config() and model
+  // files read this list. None by default.
+  virtual void visit_config(nn::ConfigVisitor& v) { (void)v; }
 
   // "<i>/<slot>" for vars[i]'s slots (Keras' slot names: "momentum", "velocity", ...), plus
   // "iterations" (i64), "learning_rate" (f64, the current value; loading restores it only when
@@ -137,6 +144,11 @@ class Optimizer {
   static void write(const Tensor& dst, const Tensor& value);
   // Records an in-place write to a variable's memory done through raw pointers.
   static void mark_written(const Variable& var);
+
+  // The fields every optimiser lists first: the current learning rate (which set_learning_rate /
+  // set_schedule may have changed since construction), weight decay and clipping.
+  void visit_common_config(nn::ConfigVisitor& v, double& weight_decay, std::optional<double>& clipnorm,
+                           std::optional<double>& clipvalue, std::optional<double>& global_clipnorm);
 
   double step_lr() const { return step_lr_; }  // the rate of the step being applied
   double decay_factor() const { return step_lr_ * options_.weight_decay; }  // lr * wd

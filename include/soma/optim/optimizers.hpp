@@ -29,6 +29,7 @@ class SGD : public Optimizer {
   explicit SGD(SGDOptions o = {});
   std::string name() const override { return "SGD"; }
   const SGDOptions& options() const { return o_; }
+  void visit_config(nn::ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void update(Variable& var, const Tensor& grad, Slots& slots) override;
@@ -55,6 +56,7 @@ class Adam : public Optimizer {
   explicit Adam(AdamOptions o = {});
   std::string name() const override { return "Adam"; }
   const AdamOptions& options() const { return o_; }
+  void visit_config(nn::ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   Adam(AdamOptions o, const char* who);  // `who` names the optimiser in error messages
@@ -81,6 +83,7 @@ class AdamW : public Adam {
   explicit AdamW(AdamWOptions o = {});
   std::string name() const override { return "AdamW"; }
   const AdamWOptions& options() const { return ow_; }  // hides Adam::options()
+  void visit_config(nn::ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   AdamWOptions ow_;
@@ -108,6 +111,7 @@ class Nadam : public Optimizer {
   explicit Nadam(NadamOptions o = {});
   std::string name() const override { return "Nadam"; }
   const NadamOptions& options() const { return o_; }
+  void visit_config(nn::ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
   double u_product() const { return u_product_; }
 
  protected:
@@ -142,6 +146,7 @@ class RMSprop : public Optimizer {
   explicit RMSprop(RMSpropOptions o = {});
   std::string name() const override { return "RMSprop"; }
   const RMSpropOptions& options() const { return o_; }
+  void visit_config(nn::ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void update(Variable& var, const Tensor& grad, Slots& slots) override;
@@ -165,6 +170,7 @@ class Adagrad : public Optimizer {
   explicit Adagrad(AdagradOptions o = {});
   std::string name() const override { return "Adagrad"; }
   const AdagradOptions& options() const { return o_; }
+  void visit_config(nn::ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
   void update(Variable& var, const Tensor& grad, Slots& slots) override;

@@ -9,6 +9,10 @@
 
 #include "soma/ref.hpp"
 
+namespace soma::nn {
+class ConfigVisitor;
+}
+
 namespace soma::optim {
 
 // lr = schedule(step), where step is the number of updates already applied (the optimiser's
@@ -18,6 +22,9 @@ class LearningRateSchedule {
   virtual ~LearningRateSchedule() = default;
   virtual double operator()(std::int64_t step) const = 0;
   virtual std::string name() const = 0;
+  // Lists the schedule's config fields, once (soma/nn/config.hpp). None by default: a custom
+  // schedule is saved through serialization::register_schedule.
+  virtual void visit_config(nn::ConfigVisitor& v) { (void)v; }
 };
 using ScheduleRef = Ref<LearningRateSchedule>;
 
@@ -36,6 +43,7 @@ class StepDecay : public LearningRateSchedule {
   double operator()(std::int64_t step) const override;
   std::string name() const override { return "StepDecay"; }
   const StepDecayOptions& options() const { return o_; }
+  void visit_config(nn::ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   StepDecayOptions o_;
@@ -51,6 +59,7 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
   std::string name() const override { return "PiecewiseConstantDecay"; }
   const std::vector<std::int64_t>& boundaries() const { return boundaries_; }
   const std::vector<double>& values() const { return values_; }
+  void visit_config(nn::ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   std::vector<std::int64_t> boundaries_;
@@ -72,6 +81,7 @@ class ExponentialDecay : public LearningRateSchedule {
   double operator()(std::int64_t step) const override;
   std::string name() const override { return "ExponentialDecay"; }
   const ExponentialDecayOptions& options() const { return o_; }
+  void visit_config(nn::ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   ExponentialDecayOptions o_;
@@ -95,6 +105,7 @@ class CosineDecay : public LearningRateSchedule {
   double operator()(std::int64_t step) const override;
   std::string name() const override { return "CosineDecay"; }
   const CosineDecayOptions& options() const { return o_; }
+  void visit_config(nn::ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  private:
   CosineDecayOptions o_;
