@@ -36,6 +36,7 @@ class Dense : public Module {
   // Undefined before the layer is built (and bias without use_bias).
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
+  OpLowering op_lowering() const override;  // dense_bias_act, for a linear or ReLU activation
 
  protected:
   void build(const Shape& input_shape) override;
@@ -54,6 +55,7 @@ class Flatten : public Module {
   Flatten() = default;
   std::string type_name() const override { return "Flatten"; }
   Shape output_shape(const Shape& input_shape) override;
+  OpLowering op_lowering() const override;  // reshape to output_shape()
 
  protected:
   Tensor forward(const Tensor& x) override;
