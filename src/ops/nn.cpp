@@ -114,23 +114,24 @@ ConvGeom conv_geometry(const char* op, const Shape& x, const Shape& w, const Int
   check_rank4(op, x, "input", "[N, C, H, W]");
   check_rank4(op, w, "kernel", "[O, C/groups, KH, KW]");
   check_attr_lists(op, st, pads, dil);
-  const std::string both = "input " + shape_str(x) + ", kernel " + shape_str(w);
-  if (groups < 1) fail(op, "groups must be >= 1, got ", groups, " (", both, ")");
+  // Formatted only for a message: every convolution call passes here (twice).
+  auto both = [&] { return "input " + shape_str(x) + ", kernel " + shape_str(w); };
+  if (groups < 1) fail(op, "groups must be >= 1, got ", groups, " (", both(), ")");
   ConvGeom g{x[0], x[1], x[2], x[3], w[0], w[2], w[3], 0, 0};
-  if (g.kh < 1 || g.kw < 1) fail(op, "kernel has an empty window (", both, ")");
+  if (g.kh < 1 || g.kw < 1) fail(op, "kernel has an empty window (", both(), ")");
   if (g.c % groups != 0)
-    fail(op, "groups=", groups, " does not divide the input's ", g.c, " channels (", both, ")");
+    fail(op, "groups=", groups, " does not divide the input's ", g.c, " channels (", both(), ")");
   if (g.o % groups != 0)
     fail(op, "groups=", groups, " does not divide the kernel's ", g.o, " output channels (",
-         both, ")");
+         both(), ")");
   if (w[1] * groups != g.c)
-    fail(op, "channel mismatch: ", both, ", groups=", groups, ": the input has ", g.c,
+    fail(op, "channel mismatch: ", both(), ", groups=", groups, ": the input has ", g.c,
          " channels, so kernel dim 1 must be C/groups = ", g.c / groups, ", got ", w[1]);
   const std::int64_t ekh = (g.kh - 1) * dil[0] + 1, ekw = (g.kw - 1) * dil[1] + 1;
   const std::int64_t ph = g.h + pads[0] + pads[1], pw = g.w + pads[2] + pads[3];
   if (ekh > ph || ekw > pw)
     fail(op, "kernel window ", ekh, "x", ekw, " (", g.kh, "x", g.kw, " with dilation ",
-         pair_str(dil[0], dil[1]), ") is larger than the padded input ", ph, "x", pw, " (", both,
+         pair_str(dil[0], dil[1]), ") is larger than the padded input ", ph, "x", pw, " (", both(),
          ", padding ", pads_str(pads), ")");
   g.oh = 1 + (ph - ekh) / st[0];
   g.ow = 1 + (pw - ekw) / st[1];
