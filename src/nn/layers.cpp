@@ -92,8 +92,10 @@ bool forward_is_own(const L& layer) {
 // inference into a new vector and the output vector, a visible part of batch-1 inference.
 Tensor call_dense(const Tensor& x, const Tensor& w, const Tensor* b, const Attrs& attrs) {
   const OpDef& def = dense_op();
+  // (The checks the op's shape rule would make, and would report: dtypes and devices.)
   if (fused_inference_state_ok() && x.device().is_cpu() && w.device().is_cpu() &&
-      (!b || b->device().is_cpu()) && !graph_detail::is_symbolic_id(x.id()) &&
+      (!b || b->device().is_cpu()) && is_floating(x.dtype()) && w.dtype() == x.dtype() &&
+      (!b || b->dtype() == x.dtype()) && !graph_detail::is_symbolic_id(x.id()) &&
       !graph_detail::is_symbolic_id(w.id()) && (!b || !graph_detail::is_symbolic_id(b->id()))) {
     Shape ys = x.shape();
     ys.back() = w.shape()[1];
