@@ -122,9 +122,19 @@ ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions o) : o_(std::move(
   require_non_negative("ReduceLROnPlateau", "min_delta", o_.min_delta);
   if (o_.patience < 0) fail("ReduceLROnPlateau", "patience must be >= 0, got ", o_.patience);
   if (o_.cooldown < 0) fail("ReduceLROnPlateau", "cooldown must be >= 0, got ", o_.cooldown);
-  if (o_.mode != "auto" && o_.mode != "min" && o_.mode != "max")
+  // The modes: whether the monitored value is maximised (-1: "auto", read from the monitor's
+  // name as Keras does: accuracies are maximised).
+  struct Mode {
+    const char* name;
+    int maximise;
+  };
+  constexpr Mode kModes[] = {{"auto", -1}, {"min", 0}, {"max", 1}};
+  const Mode* mode = nullptr;
+  for (const Mode& m : kModes)
+    if (o_.mode == m.name) mode = &m;
+  if (!mode)
     fail("ReduceLROnPlateau", "mode must be \"auto\", \"min\" or \"max\", got \"", o_.mode, "\"");
-  maximise_ = o_.mode == "max" || (o_.mode == "auto" && o_.monitor.find("acc") != std::string::npos);
+  maximise_ = mode->maximise < 0 ? o_.monitor.find("acc") != std::string::npos : mode->maximise == 1;
   reset();
 }
 
