@@ -8,6 +8,7 @@ void register_shape_ops();
 void register_linalg_ops();
 void register_nn_ops();  // convolution and pooling
 void register_random_ops();  // with their CPU kernels (src/ops/random.cpp)
+void register_layer_ops();  // dense_bias_act (src/ops/dense.cpp), optimiser updates (optim_updates.cpp)
 
 void register_cpu_elementwise_kernels();
 void register_cpu_reduction_kernels();

@@ -1,9 +1,7 @@
 #include "soma/nn/conv.hpp"
 
-#include "backend/cpu/onednn_conv.hpp"
 #include "internal/conv_bias_act.hpp"
 #include "internal/fused_inference.hpp"
-#include "internal/tensor_alloc.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::nn {
@@ -31,43 +29,6 @@ void check_input(const char* layer, const std::string& name, const Shape& s,
 // [filters] bias broadcast over [N, filters, H, W].
 Tensor add_bias(const Tensor& y, const Variable& b) {
   return y + reshape(b.value(), {1, b.shape()[0], 1, 1});
-}
-
-using fusion::fused_inference_activation;
-using fusion::fused_inference_state_ok;
-using fusion::is_cpu_f32_packed;
-
-// y = act(conv2d(x, w) + b) as one oneDNN primitive (bias argument, ReLU post-op, weights kept
-// in its layout between calls; backend/cpu/onednn_conv.hpp) when nothing can tell it from the
-// separate ops: no tape records, no graph is being built, no autocast, no numerics check, f32
-// CPU operands, a linear or the built-in ReLU activation (the rule Dense's fused path follows).
-// Undefined Tensor otherwise, and when oneDNN is not built in or declines.
-Tensor fused_conv_inference(const Tensor& x, const Tensor& w, const Tensor* b,
-                            const Conv2DOptions& opt) {
-  bool relu_act = false;
-  if (!fused_inference_state_ok() || !fused_inference_activation(opt.activation, &relu_act))
-    return {};
-  if (!is_cpu_f32_packed(x) || !is_cpu_f32_packed(w) || (b && !is_cpu_f32_packed(*b))) return {};
-  const Shape& xs = x.shape();
-  const Shape& ws = w.shape();
-  const std::int64_t kh = ws[2], kw = ws[3];
-  const Size2 st = opt.strides, dil = opt.dilation_rate;
-  const auto pads = resolve_padding(opt.padding, xs[2], xs[3], {kh, kw}, st, dil);
-  const std::int64_t oh = (xs[2] + pads[0] + pads[1] - dil.h * (kh - 1) - 1) / st.h + 1;
-  const std::int64_t ow = (xs[3] + pads[2] + pads[3] - dil.w * (kw - 1) - 1) / st.w + 1;
-  // Empty or degenerate cases go to the op, which owns their messages and edge rules.
-  if (x.numel() == 0 || w.numel() == 0 || oh <= 0 || ow <= 0) return {};
-  const detail::ConvGeometry g{.n = xs[0], .c = xs[1], .h = xs[2], .w = xs[3],
-                               .o = ws[0], .kh = kh, .kw = kw, .oh = oh, .ow = ow,
-                               .sh = st.h, .sw = st.w,
-                               .pt = pads[0], .pb = pads[1], .pl = pads[2], .pr = pads[3],
-                               .dh = dil.h, .dw = dil.w, .groups = opt.groups};
-  Tensor y = detail::empty_tensor(Shape{xs[0], ws[0], oh, ow}, DType::f32, Device::cpu());
-  if (!detail::onednn_conv_forward_fused(g, x.data<float>(), w.data<float>(), w.storage(),
-                                         b ? b->data<float>() : nullptr, relu_act,
-                                         y.data<float>()))
-    return {};
-  return y;
 }
 
 }  // namespace
@@ -113,17 +74,15 @@ void Conv2D::build(const Shape& s) {
 
 Tensor Conv2D::forward(const Tensor& x) {
   check_input("Conv2D", name(), x.shape(), kernel_.shape()[1] * opt_.groups);
-  const Tensor* bias = opt_.use_bias ? &bias_.value() : nullptr;
-  if (Tensor y = fused_conv_inference(x, kernel_.value(), bias, opt_); y.defined()) return y;
-  // Eager training (or any other eager call on the CPU): bias and a linear or built-in ReLU
-  // activation inside the convolution op, whose gradient is the separate ops' (issue 5). Its
-  // kernel follows bf16 autocast as conv2d's does.
+  // Eager on the CPU: the convolution op with the bias and a linear or built-in ReLU activation
+  // inside, conv2d_bias_act (one oneDNN primitive for f32; its gradient is the separate ops',
+  // issue 5; its kernel follows bf16 autocast as conv2d's does).
   bool relu_act = false;
-  if (bias && fusion::fused_op_state_ok() &&
-      fusion::fused_inference_activation(opt_.activation, &relu_act) && x.device().is_cpu() &&
-      kernel_.value().device().is_cpu() && x.dtype() == opt_.dtype)
-    return detail::conv2d_bias_act(x, kernel_.value(), *bias, opt_.strides, opt_.padding,
-                                   opt_.dilation_rate, opt_.groups, relu_act);
+  if (fusion::fused_op_state_ok() && fusion::fused_inference_activation(opt_.activation, &relu_act) &&
+      x.device().is_cpu() && kernel_.value().device().is_cpu() && x.dtype() == opt_.dtype)
+    return detail::conv2d_bias_act(x, kernel_.value(), opt_.use_bias ? bias_.value() : Tensor(),
+                                   opt_.strides, opt_.padding, opt_.dilation_rate, opt_.groups,
+                                   relu_act);
   Tensor y = conv2d(to_layer_dtype(x, opt_.dtype), kernel_.value(), opt_.strides, opt_.padding,
                     opt_.dilation_rate, opt_.groups);
   if (opt_.use_bias) y = add_bias(y, bias_);

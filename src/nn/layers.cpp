@@ -7,13 +7,16 @@
 
 #include "graph/hook.hpp"
 #include "internal/dense_chain.hpp"
+#include "internal/dense_op.hpp"
 #include "internal/fast_paths.hpp"
 #include "internal/fused_inference.hpp"
 #include "internal/fused_dense.hpp"
 #include "internal/runtime_checks.hpp"
 #include "internal/tensor_alloc.hpp"
+#include "internal/tensor_vector_pool.hpp"
 #include "soma/autocast.hpp"
 #include "soma/autograd.hpp"
+#include "soma/op.hpp"
 #include "soma/ops.hpp"
 #include "soma/random_state.hpp"
 
@@ -64,51 +67,75 @@ void Dense::build(const Shape& input_shape) {
 
 namespace {
 
-// Products up to this many multiply-adds (batch-1 and small-batch inference) take the fused
-// kernel: their time is mostly the three op dispatches and two temporaries it skips.
-constexpr std::int64_t kFusedDenseMaxWork = std::int64_t(1) << 20;
-constexpr std::int64_t kFusedDenseMaxRows = 8;
-
 using fusion::fused_inference_activation;
 using fusion::fused_inference_state_ok;
 using fusion::is_cpu_f32_packed;
 
-bool fused_dense_fits(std::int64_t m, std::int64_t k, std::int64_t n) {
-  return k > 0 && m > 0 && m <= kFusedDenseMaxRows && m * k * n <= kFusedDenseMaxWork;
+const OpDef& dense_op() {
+  static const OpDef& d = get_op("dense_bias_act");
+  return d;
+}
+const OpDef& reshape_op() {
+  static const OpDef& d = get_op("reshape");
+  return d;
 }
 
-// y = act(x W + b) in one kernel (internal/fused_dense.hpp) when nothing can tell it from
-// matmul + add + relu: no tape records, no graph is being built, no autocast, no numerics check,
-// small f32 CPU operands, a linear or the built-in ReLU activation. Undefined Tensor otherwise.
-Tensor fused_dense_inference(const Tensor& x, const Tensor& w, const Tensor* b,
-                             const Activation& act) {
-  bool relu_act = false;
-  if (!fused_inference_state_ok() || !fused_inference_activation(act, &relu_act)) return {};
-  if (!is_cpu_f32_packed(x) || !is_cpu_f32_packed(w) || (b && !is_cpu_f32_packed(*b))) return {};
-  const std::int64_t k = w.shape()[0], n = w.shape()[1];
-  const std::int64_t m = k > 0 ? x.numel() / k : 0;
-  if (!fused_dense_fits(m, k, n)) return {};
-  Shape ys = x.shape();
-  ys.back() = n;
-  Tensor y = detail::empty_tensor(std::move(ys), DType::f32, Device::cpu());
-  detail::fused_dense_f32(x.data<float>(), w.data<float>(), b ? b->data<float>() : nullptr,
-                          y.data<float>(), m, k, n, relu_act);
-  return y;
+// forward() is the class's own, not a subclass's override (a layer reports its op only then):
+// the one test C++ has for it.
+template <class L>
+bool forward_is_own(const L& layer) {
+  return typeid(layer) == typeid(L);
+}
+
+// dense_bias_act on (x, w [, b]). Eager and unrecorded on the CPU, its CPU kernel runs directly:
+// nothing could tell that from the op's dispatch, which would add an attribute check, shape
+// inference into a new vector and the output vector, a visible part of batch-1 inference.
+Tensor call_dense(const Tensor& x, const Tensor& w, const Tensor* b, const Attrs& attrs) {
+  const OpDef& def = dense_op();
+  // (The checks the op's shape rule would make, and would report: dtypes and devices.)
+  if (fused_inference_state_ok() && x.device().is_cpu() && w.device().is_cpu() &&
+      (!b || b->device().is_cpu()) && is_floating(x.dtype()) && w.dtype() == x.dtype() &&
+      (!b || b->dtype() == x.dtype()) && !graph_detail::is_symbolic_id(x.id()) &&
+      !graph_detail::is_symbolic_id(w.id()) && (!b || !graph_detail::is_symbolic_id(b->id()))) {
+    Shape ys = x.shape();
+    ys.back() = w.shape()[1];
+    std::vector<Tensor> in = detail::take_tensor_vector(), out = detail::take_tensor_vector();
+    in.push_back(x);
+    in.push_back(w);
+    if (b) in.push_back(*b);
+    out.push_back(detail::empty_tensor(std::move(ys), x.dtype(), Device::cpu()));
+    def.kernels[int(DeviceKind::CPU)](in, out, attrs);
+    Tensor y = std::move(out[0]);
+    detail::give_back_tensor_vector(std::move(in));
+    detail::give_back_tensor_vector(std::move(out));
+    return y;
+  }
+  if (b) return call_op1(def, {x, w, *b}, attrs);
+  return call_op1(def, {x, w}, attrs);
 }
 
 }  // namespace
 
+// y = act(x W + b) as one op, dense_bias_act, when the activation is linear or the built-in ReLU;
+// any other activation is applied to the op's linear output.
 Tensor Dense::forward(const Tensor& x) {
   std::int64_t in = kernel_.shape()[0];
   if (x.rank() < 2 || x.shape().back() != in)
     fail("Dense", "layer '", name(), "' expects inputs of shape [batch, ..., ", in,
          "] (it was built for ", in, " features), got ", shape_str(x.shape()));
+  bool relu = false;
+  const bool in_op = fused_inference_activation(activation_, &relu);
   const Tensor* bias = opt_.use_bias ? &bias_.value() : nullptr;
-  if (Tensor y = fused_dense_inference(x, kernel_.value(), bias, activation_); y.defined())
-    return y;
-  Tensor y = matmul(to_layer_dtype(x, opt_.dtype), kernel_.value());
-  if (opt_.use_bias) y = y + bias_.value();
-  return activation_(y);
+  Tensor y = call_dense(to_layer_dtype(x, opt_.dtype), kernel_.value(), bias,
+                        detail::dense_attrs(in_op && relu));
+  return in_op ? y : activation_(y);
+}
+
+OpLowering Dense::op_lowering() const {
+  bool relu = false;
+  if (!forward_is_own(*this) || !built() || !fused_inference_activation(activation_, &relu))
+    return {};
+  return {&dense_op(), &detail::dense_attrs(relu), {&kernel_, opt_.use_bias ? &bias_ : nullptr}};
 }
 
 // ---- Sequential's fused inference chain (internal/dense_chain.hpp) ---------------------------
@@ -138,55 +165,47 @@ constexpr std::int64_t kMaxChainScratch = std::int64_t(1) << 16;
 
 }  // namespace
 
+// The chain reads what each layer is as an op (Module::op_lowering): a reshape (Flatten) first,
+// then dense_bias_act steps, each computed by dense_bias_act's small-product kernel.
 std::size_t run_fused_dense_chain(const std::vector<ModuleRef>& layers, std::size_t i, Tensor& h) {
   if (i >= layers.size() || !h.defined() || !fused_inference_state_ok() || !is_cpu_f32_packed(h))
     return 0;
   const Shape& xs = h.shape();
   std::size_t j = i;
-  std::int64_t m = 0, k = 0;
-  const bool flatten = typeid(*layers[j]) == typeid(Flatten);
-  if (flatten) {  // Flatten::forward's shape: [batch, the product of the other extents]
-    if (xs.empty() || !layers[j]->built()) return 0;  // a first call builds it
-    m = xs[0];
-    k = 1;
-    for (std::size_t d = 1; d < xs.size(); ++d) k *= xs[d];
+  Shape ys;  // the chain's output shape: its input's (reshaped) with the last extent replaced
+  if (layers[j]->op_lowering().op == &reshape_op()) {  // a reshape (view) of the input
+    if (xs.empty() || !layers[j]->built()) return 0;    // a first call builds it
+    ys = layers[j]->output_shape(xs);
     ++j;
   } else {
-    if (xs.size() < 2) return 0;
-    k = xs.back();
-    m = k > 0 ? h.numel() / k : 0;
+    ys = xs;
   }
+  if (ys.size() < 2) return 0;
+  const std::int64_t k = ys.back();
+  const std::int64_t m = k > 0 ? h.numel() / k : 0;
   std::array<ChainStep, kMaxChainSteps> steps;
   std::size_t n_steps = 0;
   for (std::int64_t in = k; j < layers.size() && n_steps < kMaxChainSteps; ++j) {
     // A wide layer ends the chain: its output, the input of another step, would not fit the
     // scratch buffers.
     if (n_steps > 0 && m * in > kMaxChainScratch) break;
-    // Exactly Dense: a subclass may override forward().
-    if (typeid(*layers[j]) != typeid(Dense)) break;
-    const auto& d = static_cast<const Dense&>(*layers[j]);
-    if (!d.built()) break;
-    const Tensor& w = d.kernel().value();
-    const Tensor* b = d.options().use_bias ? &d.bias().value() : nullptr;
-    bool relu = false;
-    if (!fused_inference_activation(d.activation(), &relu) || !is_cpu_f32_packed(w) ||
-        w.rank() != 2 || w.shape()[0] != in || (b && !is_cpu_f32_packed(*b)))
+    const OpLowering l = layers[j]->op_lowering();
+    if (l.op != &dense_op()) break;
+    const Tensor& w = l.weights[0]->value();
+    const Tensor* b = l.weights[1] ? &l.weights[1]->value() : nullptr;
+    if (!is_cpu_f32_packed(w) || w.rank() != 2 || w.shape()[0] != in ||
+        (b && !is_cpu_f32_packed(*b)))
       break;  // a wrong feature count ends the chain here: the layer's own call reports it
     const std::int64_t n = w.shape()[1];
-    if (!fused_dense_fits(m, in, n)) break;
-    steps[n_steps++] = {w.data<float>(), b ? b->data<float>() : nullptr, in, n, relu};
+    if (!detail::fused_dense_fits(m, in, n)) break;
+    steps[n_steps++] = {w.data<float>(), b ? b->data<float>() : nullptr, in, n,
+                        detail::dense_relu(*l.attrs)};
     in = n;
   }
   if (n_steps == 0) return 0;  // a lone Flatten: its own (view) path
   std::int64_t widest = 0;  // of the outputs that go to scratch memory
   for (std::size_t s = 0; s + 1 < n_steps; ++s) widest = std::max(widest, steps[s].n);
-  Shape ys;
-  if (flatten) {
-    ys = Shape{m, steps[n_steps - 1].n};
-  } else {
-    ys = xs;
-    ys.back() = steps[n_steps - 1].n;
-  }
+  ys.back() = steps[n_steps - 1].n;
   Tensor y = detail::empty_tensor(std::move(ys), DType::f32, Device::cpu());
   const float* src = h.data<float>();
   for (std::size_t s = 0; s < n_steps; ++s) {
@@ -209,33 +228,19 @@ Shape Flatten::output_shape(const Shape& s) {
   return {s[0], n};
 }
 
-namespace {
-
-// Eager and unrecorded, a contiguous input's flattened form is a new handle over the same memory,
-// exactly what the reshape op's kernel makes (src/ops/views.cpp); skipping the op's dispatch
-// (attribute list, shape inference, output vector) is a visible part of batch-1 inference.
-// Undefined Tensor when the op must run: graph building, a recording tape, a numerics check.
-Tensor flat_view(const Tensor& x, std::int64_t batch, std::int64_t rest) {
-  if (!detail::fast_paths_enabled() || graph_detail::t_build_depth > 0 ||
-      graph_detail::is_symbolic_id(x.id()) || detail::check_numerics_on() || batch < 0 ||
-      !x.device().is_cpu() || !x.is_contiguous())
-    return {};
-  if (!active_tapes().empty() && !grad_recording_disabled()) return {};
-  // contiguous_strides' rule (a zero-size extent counts as 1).
-  return Tensor::view_of(x, Shape{batch, rest}, Strides{std::max<std::int64_t>(rest, 1), 1},
-                         x.offset());
-}
-
-}  // namespace
-
+// Flatten is the reshape op (a view of a contiguous input).
 Tensor Flatten::forward(const Tensor& x) {
   if (x.rank() == 0) fail("Flatten", "layer '", name(), "' needs a batched input, got a scalar");
   // The batch may be unknown (-1) in a define-and-run graph: then let reshape infer it.
   const Shape& s = x.shape();
   std::int64_t rest = 1;
   for (std::size_t d = 1; d < s.size(); ++d) rest *= s[d];
-  if (Tensor v = flat_view(x, s[0], rest); v.defined()) return v;
   return reshape(x, {s[0] >= 0 ? s[0] : -1, rest});
+}
+
+OpLowering Flatten::op_lowering() const {
+  if (!forward_is_own(*this)) return {};
+  return {&reshape_op()};
 }
 
 Reshape::Reshape(Shape target_shape) : target_(std::move(target_shape)) {
@@ -383,7 +388,9 @@ bool fused_inference_state_ok() {
 
 bool fused_inference_activation(const Activation& act, bool* relu) {
   *relu = !act.is_linear();
-  return !*relu || (act.name == "relu" && act.fn.target_type() == nn::relu.fn.target_type());
+  // The built-in ReLU is its function's own closure type (nn::relu's): a custom function, even
+  // one named "relu", has another.
+  return !*relu || act.fn.target_type() == nn::relu.fn.target_type();
 }
 
 bool is_cpu_f32_packed(const Tensor& t) {

@@ -3,7 +3,7 @@
 // Ops (attrs: "strides" {sh, sw}, "pads" {top, bottom, left, right} — padding is resolved to
 // explicit amounts before an op is called — "dilation" {dh, dw}, "groups"; pools: "pool"):
 //   conv2d(x, w)                        -> y
-//   conv2d_bias_act(x, w, b)            -> act(conv2d(x, w) + b)  (attr "relu": 0 or 1)
+//   conv2d_bias_act(x, w [, b])         -> act(conv2d(x, w) + b)  (attr "relu": 0 or 1)
 //   conv2d_backprop_input(g, w)         -> dx   (attr "input_shape")
 //   conv2d_backprop_filter(x, g)        -> dw   (attr "filter_shape")
 //   max_pool2d(x) / max_pool2d_grad(x, g) / max_pool2d_grad_grad(x, h)
@@ -121,23 +121,24 @@ ConvGeom conv_geometry(const char* op, const Shape& x, const Shape& w, const Int
   check_rank4(op, x, "input", "[N, C, H, W]");
   check_rank4(op, w, "kernel", "[O, C/groups, KH, KW]");
   check_attr_lists(op, st, pads, dil);
-  const std::string both = "input " + shape_str(x) + ", kernel " + shape_str(w);
-  if (groups < 1) fail(op, "groups must be >= 1, got ", groups, " (", both, ")");
+  // Formatted only for a message: every convolution call passes here (twice).
+  auto both = [&] { return "input " + shape_str(x) + ", kernel " + shape_str(w); };
+  if (groups < 1) fail(op, "groups must be >= 1, got ", groups, " (", both(), ")");
   ConvGeom g{x[0], x[1], x[2], x[3], w[0], w[2], w[3], 0, 0};
-  if (g.kh < 1 || g.kw < 1) fail(op, "kernel has an empty window (", both, ")");
+  if (g.kh < 1 || g.kw < 1) fail(op, "kernel has an empty window (", both(), ")");
   if (g.c % groups != 0)
-    fail(op, "groups=", groups, " does not divide the input's ", g.c, " channels (", both, ")");
+    fail(op, "groups=", groups, " does not divide the input's ", g.c, " channels (", both(), ")");
   if (g.o % groups != 0)
     fail(op, "groups=", groups, " does not divide the kernel's ", g.o, " output channels (",
-         both, ")");
+         both(), ")");
   if (w[1] * groups != g.c)
-    fail(op, "channel mismatch: ", both, ", groups=", groups, ": the input has ", g.c,
+    fail(op, "channel mismatch: ", both(), ", groups=", groups, ": the input has ", g.c,
          " channels, so kernel dim 1 must be C/groups = ", g.c / groups, ", got ", w[1]);
   const std::int64_t ekh = (g.kh - 1) * dil[0] + 1, ekw = (g.kw - 1) * dil[1] + 1;
   const std::int64_t ph = g.h + pads[0] + pads[1], pw = g.w + pads[2] + pads[3];
   if (ekh > ph || ekw > pw)
     fail(op, "kernel window ", ekh, "x", ekw, " (", g.kh, "x", g.kw, " with dilation ",
-         pair_str(dil[0], dil[1]), ") is larger than the padded input ", ph, "x", pw, " (", both,
+         pair_str(dil[0], dil[1]), ") is larger than the padded input ", ph, "x", pw, " (", both(),
          ", padding ", pads_str(pads), ")");
   g.oh = 1 + (ph - ekh) / st[0];
   g.ow = 1 + (pw - ekw) / st[1];
@@ -225,27 +226,33 @@ std::vector<Tensor> conv2d_grad(G c) {
           c.needs(1) ? call_backprop_filter(x, g, w.shape(), c.attrs) : Tensor()};
 }
 
-// ---- conv2d_bias_act(x, w, b) -> act(conv2d(x, w) + b), attr "relu" (0: linear) ----
+// ---- conv2d_bias_act(x, w [, b]) -> act(conv2d(x, w) + b), attr "relu" (0: linear) ----
 // Conv2D's forward in one op (issue 5: the bias add and the ReLU were separate passes over the
 // activation, 4% of a LeNet training step). Gradients are the separate ops' gradients: ReLU's
 // mask read from the output (y > 0 exactly where conv + b > 0), the bias gradient summed over
 // batch and pixels.
 std::vector<TensorSpec> conv2d_bias_act_infer(const std::vector<TensorSpec>& in, const Attrs& a) {
   const char* name = "conv2d_bias_act";
+  if (in.size() != 2 && in.size() != 3)
+    fail(name, "expected 2 or 3 inputs (x, kernel [, bias]), got ", in.size());
   check_same_float(name, in[0].dtype, in[1].dtype);
-  check_same_float(name, in[0].dtype, in[2].dtype);
   ConvGeom g = geometry_of(name, in[0].shape, in[1].shape, a);
-  if (in[2].shape != Shape{g.o})
-    fail(name, "bias of shape ", shape_str(in[2].shape), " does not match the kernel's ", g.o,
-         " output channels (kernel ", shape_str(in[1].shape), "): expected [", g.o, "]");
+  if (in.size() == 3) {
+    check_same_float(name, in[0].dtype, in[2].dtype);
+    if (in[2].shape != Shape{g.o})
+      fail(name, "bias of shape ", shape_str(in[2].shape), " does not match the kernel's ", g.o,
+           " output channels (kernel ", shape_str(in[1].shape), "): expected [", g.o, "]");
+  }
   return {{{g.n, g.o, g.oh, g.ow}, in[0].dtype}};
 }
 std::vector<Tensor> conv2d_bias_act_grad(G c) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &y = c.outputs[0];
   const Tensor g = c.attrs.i("relu") != 0 ? detail::relu_gradient(y, c.grads[0]) : c.grads[0];
-  return {c.needs(0) ? call_backprop_input(g, w, x.shape(), c.attrs) : Tensor(),
-          c.needs(1) ? call_backprop_filter(x, g, w.shape(), c.attrs) : Tensor(),
-          c.needs(2) ? sum(g, {0, 2, 3}) : Tensor()};
+  std::vector<Tensor> out(c.inputs.size());
+  if (c.needs(0)) out[0] = call_backprop_input(g, w, x.shape(), c.attrs);
+  if (c.needs(1)) out[1] = call_backprop_filter(x, g, w.shape(), c.attrs);
+  if (c.inputs.size() == 3 && c.needs(2)) out[2] = sum(g, {0, 2, 3});
+  return out;
 }
 
 // ---- conv2d_backprop_input(g, w) -> dx ----
@@ -400,7 +407,7 @@ Attrs public_pool_attrs(const char* name, const Shape& x, Size2 pool,
 namespace detail {
 void register_nn_ops() {
   register_op({.name = "conv2d", .num_inputs = 2, .infer = conv2d_infer, .grad = conv2d_grad});
-  register_op({.name = "conv2d_bias_act", .num_inputs = 3, .infer = conv2d_bias_act_infer,
+  register_op({.name = "conv2d_bias_act", .num_inputs = -1, .infer = conv2d_bias_act_infer,
                .grad = conv2d_bias_act_grad});
   register_op({.name = "conv2d_backprop_input", .num_inputs = 2, .infer = backprop_input_infer,
                .grad = backprop_input_grad});
@@ -431,10 +438,12 @@ namespace detail {
 Tensor conv2d_bias_act(const Tensor& x, const Tensor& w, const Tensor& b, Size2 strides,
                        const Padding& padding, Size2 dilation, std::int64_t groups, bool relu) {
   static const OpDef& d = get_op("conv2d_bias_act");
-  check_defined("conv2d_bias_act", {&x, &w, &b});
+  check_defined("conv2d_bias_act", {&x, &w});
   Attrs a = public_conv_attrs("conv2d_bias_act", x.shape(), w.shape(), strides, padding, dilation,
                               groups);
-  return call_op1(d, {x, w, b}, a.set("relu", std::int64_t(relu ? 1 : 0)));
+  a.set("relu", std::int64_t(relu ? 1 : 0));
+  if (!b.defined()) return call_op1(d, {x, w}, a);
+  return call_op1(d, {x, w, b}, a);
 }
 }  // namespace detail
 

@@ -82,6 +82,7 @@ void ensure_initialized() {
     detail::register_linalg_ops();
     detail::register_nn_ops();
     detail::register_random_ops();
+    detail::register_layer_ops();
     detail::register_cpu_elementwise_kernels();
     detail::register_cpu_reduction_kernels();
     detail::register_cpu_shape_kernels();

@@ -4,14 +4,13 @@
 #include <cmath>
 
 #include "internal/copy.hpp"
+#include "internal/optim_updates.hpp"
 #include "soma/autograd.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::optim {
 
 namespace {
-
-std::atomic<bool> g_fused{true};
 
 std::string label(const Variable& v, std::size_t i) {
   if (v.defined() && !v.name().empty()) return detail::cat("'", v.name(), "' (index ", i, ")");
@@ -73,8 +72,9 @@ Optimizer& Optimizer::operator=(const Optimizer& other) {
   return *this;
 }
 
-void Optimizer::set_fused_kernels(bool enabled) { g_fused = enabled; }
-bool Optimizer::fused_kernels() { return g_fused; }
+// The update ops' CPU kernels read the switch (src/backend/cpu/optim_updates.cpp).
+void Optimizer::set_fused_kernels(bool enabled) { detail::optim_fused_flag() = enabled; }
+bool Optimizer::fused_kernels() { return detail::optim_fused_flag(); }
 
 double Optimizer::learning_rate() const { return options_.learning_rate.at(iterations_); }
 
@@ -116,7 +116,7 @@ Tensor& Optimizer::slot(Slots& slots, const std::string& name, const Variable& v
 
 bool Optimizer::can_fuse(const Variable& var, const Tensor& grad,
                          std::initializer_list<const Tensor*> slots) {
-  if (!g_fused) return false;
+  if (!fused_kernels()) return false;
   const Tensor& v = var.value();
   const DType t = v.dtype();
   if (t != DType::f32 && t != DType::f64) return false;

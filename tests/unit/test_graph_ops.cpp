@@ -159,6 +159,15 @@ std::vector<OpCase> cases() {
                     return std::vector<Tensor>{
                         detail::conv2d_bias_act(in[0], in[1], in[2], 1, "same", 1, 1, relu)};
                   }});
+  // Dense's forward op, with and without its ReLU.
+  for (bool relu : {true, false})
+    cs.push_back({relu ? "dense_bias_act_relu" : "dense_bias_act",
+                  {any_({2, 3, 4}, 66), any_({4, 5}, 67), any_({5}, 68)},
+                  [relu](const std::vector<Tensor>& in) {
+                    return std::vector<Tensor>{
+                        call_op1(get_op("dense_bias_act"), {in[0], in[1], in[2]},
+                                 {{"activation", std::string(relu ? "relu" : "linear")}})};
+                  }});
   return cs;
 }
 
@@ -168,7 +177,13 @@ std::vector<OpCase> cases() {
 const std::map<std::string, std::string> kExcluded = {
     {"random_uniform", "random: test_graph_runtime.cpp"},
     {"random_normal", "random: test_graph_runtime.cpp"},
-    {"truncated_normal", "random: test_graph_runtime.cpp"}};
+    {"truncated_normal", "random: test_graph_runtime.cpp"},
+    // In-place optimiser updates: no output to compare; test_optim.cpp checks each rule.
+    {"sgd_update", "in-place update: test_optim.cpp"},
+    {"adam_update", "in-place update: test_optim.cpp"},
+    {"nadam_update", "in-place update: test_optim.cpp"},
+    {"rmsprop_update", "in-place update: test_optim.cpp"},
+    {"adagrad_update", "in-place update: test_optim.cpp"}};
 
 std::vector<Tensor> grads_of(const Fn& f, const std::vector<Tensor>& in, const Tensor& weights_seed_like) {
   (void)weights_seed_like;

@@ -39,6 +39,7 @@ class Dense : public Module {
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
   void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
+  OpLowering op_lowering() const override;  // dense_bias_act, for a linear or ReLU activation
 
  protected:
   void build(const Shape& input_shape) override;
@@ -59,6 +60,7 @@ class Flatten : public Module {
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
   bool passes_activation_through() const override { return true; }
+  OpLowering op_lowering() const override;  // reshape to output_shape()
 
  protected:
   Tensor forward(const Tensor& x) override;

@@ -17,11 +17,25 @@
 #include "soma/tensor.hpp"
 #include "soma/variable.hpp"
 
+namespace soma {
+struct OpDef;
+class Attrs;
+}  // namespace soma
+
 namespace soma::nn {
 
 class Module;
 using ModuleRef = Ref<Module>;
 class ConfigVisitor;
+
+// What a layer's forward pass is as one registered op (include/soma/op.hpp) over its input and
+// its own weights, for passes that fuse across layers (Sequential's Dense chain). op == nullptr:
+// the layer is not one op (the default).
+struct OpLowering {
+  const OpDef* op = nullptr;
+  const Attrs* attrs = nullptr;        // nullptr: they depend on the input (reshape: its shape)
+  const Variable* weights[2] = {};     // the op's inputs after the layer's input; nullptr: absent
+};
 
 class Module {
  public:
@@ -80,6 +94,9 @@ class Module {
   // Lists the layer's config fields, once (soma/nn/config.hpp): model files, layer_config() and
   // layer_from_config() read this list. None by default.
   virtual void visit_config(ConfigVisitor& v) { (void)v; }
+  // The op this layer's forward() is (see OpLowering). A subclass that overrides forward() is
+  // no longer that op: layers report it only for their own class.
+  virtual OpLowering op_lowering() const { return {}; }
 
  protected:
   Module();

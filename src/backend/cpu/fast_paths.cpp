@@ -81,8 +81,12 @@ void dense_row(const float* x, const float* w, const float* bias, float* y, std:
 
 }  // namespace
 
-void fused_dense_f32(const float* x, const float* w, const float* bias, float* y, std::int64_t m,
-                     std::int64_t k, std::int64_t n, bool relu) {
+// Aligned to a cache line: the speed of its inner loops (batch-1 inference is all this kernel)
+// otherwise depends on where the linker happens to place it, by up to a third (measured: the same
+// code 12.7 vs 17.7 us per MLP call at two addresses).
+[[gnu::aligned(64)]] void fused_dense_f32(const float* x, const float* w, const float* bias,
+                                          float* y, std::int64_t m, std::int64_t k,
+                                          std::int64_t n, bool relu) {
   for (std::int64_t i = 0; i < m; ++i) dense_row(x + i * k, w, bias, y + i * n, k, n, relu);
 }
 

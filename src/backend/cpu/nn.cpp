@@ -24,8 +24,10 @@
 #endif
 
 #include "internal/copy.hpp"
+#include "internal/dense_op.hpp"
 #include "internal/dispatch.hpp"
 #include "internal/fast_paths.hpp"
+#include "internal/optim_updates.hpp"
 #include "internal/parallel.hpp"
 #include "internal/registration.hpp"
 #include "onednn_conv.hpp"
@@ -289,42 +291,55 @@ void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
   });
 }
 
-// y = act(conv2d(x, w) + b), act linear or ReLU (attr "relu"): Conv2D's forward in one call.
+// y = act(conv2d(x, w) + b), act linear or ReLU (attr "relu"), b optional: Conv2D's forward in
+// one call.
 // f32 packed operands go to one oneDNN primitive (bias argument, ReLU post-op); anything else,
 // and bf16 autocast (the convolution in bf16, as conv2d's kernel does it), runs the convolution
 // kernel and one pass for bias and activation, with the separate ops' rounding (the sum rounded
 // to the output dtype, then the activation).
 void conv2d_bias_act_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
                             const Attrs& a) {
-  const Tensor &x = in[0], &w = in[1], &b = in[2], &y = out[0];
+  const Tensor &x = in[0], &w = in[1], &y = out[0];
+  const Tensor* b = in.size() == 3 ? &in[2] : nullptr;  // optional
   if (y.numel() == 0) return;
   const bool relu = a.i("relu") != 0;
   if (cpu_autocast_dtype() == DType::f32 && y.dtype() == DType::f32 && x.dtype() == DType::f32 &&
-      x.is_contiguous() &&
-      w.is_contiguous() && b.is_contiguous() && y.is_contiguous()) {
+      x.is_contiguous() && w.is_contiguous() && (!b || b->is_contiguous()) &&
+      y.is_contiguous()) {
     Conv cv = make_conv(x.shape(), w.shape(), y.shape(), a);
     check_blas_size("conv2d", cv);
     if (cv.k() > 0 && onednn_conv_forward_fused(onednn_geometry(cv, a), x.data<float>(),
-                                                 w.data<float>(), w.storage(), b.data<float>(),
-                                                 relu, y.data<float>()))
+                                                 w.data<float>(), w.storage(),
+                                                 b ? b->data<float>() : nullptr, relu,
+                                                 y.data<float>()))
       return;
   }
-  std::vector<Tensor> xw{x, w};
-  conv2d_kernel(xw, out, a);
+  if (b) {
+    std::vector<Tensor> xw{x, w};
+    conv2d_kernel(xw, out, a);
+  } else {
+    conv2d_kernel(in, out, a);
+  }
+  if (!b && !relu) return;
   const std::int64_t n = y.shape()[0], c = y.shape()[1], hw = y.shape()[2] * y.shape()[3];
-  const std::int64_t bs = b.strides()[0];
+  const std::int64_t bs = b ? b->strides()[0] : 0;
   dispatch_floating(y.dtype(), "conv2d_bias_act", [&]<class T>() {
     using C = compute_t<T>;
     T* py = y.data<T>();  // the op's fresh output: contiguous
-    const T* pb = b.data<T>();
+    const T* pb = b ? b->data<T>() : nullptr;
     parallel_for(n * c, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(hw, 1)),
                  [&](std::int64_t r0, std::int64_t r1) {
                    for (std::int64_t r = r0; r < r1; ++r) {
-                     const C bias = C(pb[(r % c) * bs]);
                      T* row = py + r * hw;
-                     for (std::int64_t j = 0; j < hw; ++j) {
-                       const T v = T(C(row[j]) + bias);
-                       row[j] = relu ? (C(v) <= C(0) ? T(C(0)) : v) : v;  // NaN stays
+                     if (pb) {
+                       const C bias = C(pb[(r % c) * bs]);
+                       for (std::int64_t j = 0; j < hw; ++j) {
+                         const T v = T(C(row[j]) + bias);
+                         row[j] = relu ? (C(v) <= C(0) ? T(C(0)) : v) : v;  // NaN stays
+                       }
+                     } else {
+                       for (std::int64_t j = 0; j < hw; ++j)
+                         row[j] = C(row[j]) <= C(0) ? T(C(0)) : row[j];  // relu; NaN stays
                      }
                    }
                  });
@@ -686,6 +701,9 @@ void register_cpu_nn_kernels() {
   register_kernel("max_pool2d_grad_grad", DeviceKind::CPU, max_pool_grad_grad_kernel);
   register_kernel("avg_pool2d", DeviceKind::CPU, avg_pool_kernel);
   register_kernel("avg_pool2d_grad", DeviceKind::CPU, avg_pool_grad_kernel);
+  // The layer ops (src/ops/dense.cpp, src/ops/optim_updates.cpp).
+  register_cpu_dense_kernel();
+  register_cpu_optim_update_kernels();
 }
 
 }  // namespace soma::detail
