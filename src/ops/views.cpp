@@ -4,6 +4,7 @@
 
 #include "internal/copy.hpp"
 #include "internal/registration.hpp"
+#include "references.hpp"
 #include "soma/autograd.hpp"
 #include "soma/op.hpp"
 #include "soma/ops.hpp"
@@ -173,20 +174,42 @@ void register_view(OpDef d) {
 
 namespace detail {
 void register_view_ops() {
+  using Ints = std::vector<std::int64_t>;
   register_view({.name = "reshape", .num_inputs = 1, .infer = reshape_infer, .grad = reshape_grad,
-                 .view = true, .kernels = {reshape_kernel}});
+                 .view = true, .kernels = {reshape_kernel}, .tags = kShapeOnly,
+                 .test = {.shapes = {{2, 3, 4}}, .attrs = {{"shape", Ints{4, -1}}},
+                          .reference = ref::reshape}});
   register_view({.name = "transpose", .num_inputs = 1, .infer = transpose_infer,
-                 .grad = transpose_grad, .view = true, .kernels = {transpose_kernel}});
+                 .grad = transpose_grad, .view = true, .kernels = {transpose_kernel},
+                 .tags = kShapeOnly,
+                 .test = {.shapes = {{2, 3, 4}}, .attrs = {{"perm", Ints{2, 0, 1}}},
+                          .reference = ref::transpose}});
   register_view({.name = "broadcast_to", .num_inputs = 1, .infer = broadcast_infer,
-                 .grad = broadcast_grad, .view = true, .kernels = {broadcast_kernel}});
+                 .grad = broadcast_grad, .view = true, .kernels = {broadcast_kernel},
+                 .tags = kShapeOnly,
+                 .test = {.shapes = {{3, 1}}, .attrs = {{"shape", Ints{2, 3, 4}}},
+                          .reference = ref::broadcast_to}});
   register_view({.name = "slice", .num_inputs = 1, .infer = slice_infer, .grad = slice_grad,
-                 .view = true, .kernels = {slice_kernel}});
+                 .view = true, .kernels = {slice_kernel}, .tags = kShapeOnly,
+                 .test = {.shapes = {{4, 5}},
+                          .attrs = {{"begin", Ints{1, 4}}, {"step", Ints{2, -2}},
+                                    {"size", Ints{2, 3}}},
+                          .reference = ref::slice}});
+  // Its gradient is zero by definition, not the identity's: no finite-difference check.
   register_view({.name = "stop_gradient", .num_inputs = 1, .infer = same_as_input,
-                 .grad = nullptr, .view = true, .kernels = {alias_kernel}});
+                 .grad = nullptr, .view = true, .kernels = {alias_kernel}, .tags = kShapeOnly,
+                 .test = {.shapes = {{3, 4}}, .reference = ref::identity, .gradcheck = false}});
   register_op({.name = "slice_grad", .num_inputs = 1, .infer = slice_grad_infer,
-               .grad = slice_grad_grad});
-  register_op({.name = "copy", .num_inputs = 1, .infer = same_as_input, .grad = identity_grad});
-  register_op({.name = "cast", .num_inputs = 1, .infer = cast_infer, .grad = cast_grad});
+               .grad = slice_grad_grad, .tags = kShapeOnly,
+               .test = {.shapes = {{2, 3}},
+                        .attrs = {{"begin", Ints{1, 4}}, {"step", Ints{2, -2}},
+                                  {"size", Ints{2, 3}}, {"input_shape", Ints{4, 5}}},
+                        .reference = ref::slice_grad}});
+  register_op({.name = "copy", .num_inputs = 1, .infer = same_as_input, .grad = identity_grad,
+               .tags = kShapeOnly, .test = {.shapes = {{3, 4}}, .reference = ref::identity}});
+  register_op({.name = "cast", .num_inputs = 1, .infer = cast_infer, .grad = cast_grad,
+               .test = {.shapes = {{3, 4}}, .attrs = {{"dtype", DType::f64}},
+                        .reference = ref::cast}});
   register_kernel("copy", DeviceKind::CPU, copy_kernel);
   register_kernel("cast", DeviceKind::CPU, copy_kernel);
   register_kernel("slice_grad", DeviceKind::CPU,
