@@ -119,7 +119,26 @@ std::vector<Tensor> broadcast_grad(const GradContext& c) {
 }
 
 // ---- slice (attrs already normalised: begin, step and the output shape per axis) ----
+// The attrs come from slice() or from a graph or model file: every selected index must lie
+// inside the input (a window outside it would read past the storage).
+void check_slice_window(const char* op, const Shape& s, const Attrs& a) {
+  const auto& begin = a.ints("begin");
+  const auto& step = a.ints("step");
+  const auto& size = a.ints("size");
+  if (begin.size() != s.size() || step.size() != s.size() || size.size() != s.size())
+    fail(op, "begin ", shape_str(begin), ", step ", shape_str(step), " and size ",
+         shape_str(size), " need one entry per axis of shape ", shape_str(s));
+  for (std::size_t d = 0; d < s.size(); ++d) {
+    if (size[d] < 0) fail(op, "size ", shape_str(size), " has a negative entry");
+    if (size[d] == 0) continue;
+    const std::int64_t last = begin[d] + (size[d] - 1) * step[d];
+    if (begin[d] < 0 || begin[d] >= s[d] || last < 0 || last >= s[d])
+      fail(op, "axis ", d, ": begin ", begin[d], ", step ", step[d], ", size ", size[d],
+           " select indices outside [0, ", s[d], ") of shape ", shape_str(s));
+  }
+}
 std::vector<TensorSpec> slice_infer(const std::vector<TensorSpec>& in, const Attrs& a) {
+  check_slice_window("slice", in[0].shape, a);
   return {{a.ints("size"), in[0].dtype}};
 }
 void slice_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
@@ -142,7 +161,12 @@ std::vector<Tensor> slice_grad(const GradContext& c) {
 }
 // slice_grad: zeros of the input's shape with the gradient written into the sliced window.
 std::vector<TensorSpec> slice_grad_infer(const std::vector<TensorSpec>& in, const Attrs& a) {
-  return {{a.ints("input_shape"), in[0].dtype}};
+  const Shape& s = a.ints("input_shape");
+  check_slice_window("slice_grad", s, a);
+  if (in[0].shape != a.ints("size"))
+    fail("slice_grad", "gradient has shape ", shape_str(in[0].shape), " but the slice of ",
+         shape_str(s), " has shape ", shape_str(a.ints("size")));
+  return {{s, in[0].dtype}};
 }
 std::vector<Tensor> slice_grad_grad(const GradContext& c) {
   static const OpDef& def = get_op("slice");
