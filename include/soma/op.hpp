@@ -96,10 +96,10 @@ struct OnnxAttr {
   std::string onnx;  // attribute name in ONNX
 };
 struct OnnxMapping {
-  std::string op_type;        // empty: no one-to-one ONNX op
+  std::string op_type{};      // empty: no one-to-one ONNX op
   int min_opset = 1;          // first opset with these semantics
   int max_opset = 0;          // last one (0: still current)
-  std::vector<OnnxAttr> attrs;
+  std::vector<OnnxAttr> attrs{};
 };
 
 // The test table entry: sample inputs and a reference, read by the registry-driven suite
@@ -107,15 +107,24 @@ struct OnnxMapping {
 // reference, gradient vs finite differences in f64, graph == eager, ONNX round trip, and
 // CPU == CUDA where a GPU is present. A new op gets all of them by filling this in.
 // Reference: computes the outputs in f64 from f64 inputs, independently of the kernels.
+// (Inputs listed in OpTestSpec::fixed_inputs arrive in their own dtype: i64 indices, bools.)
 using ReferenceFn = std::vector<Tensor> (*)(const std::vector<Tensor>& inputs, const Attrs&);
+// An input drawn in its own dtype instead of the dtype under test (indices, conditions): integers
+// uniform in [lo, hi] (inclusive), cast to `dtype` (bool: true where > 0). Not gradient-checked.
+struct TestInputSpec {
+  int input = 0;
+  DType dtype = DType::i64;
+  double lo = 0.0, hi = 1.0;
+};
 struct OpTestSpec {
-  std::vector<Shape> shapes;  // one per input; empty: no generated tests
+  std::vector<Shape> shapes{};  // one per input; empty: no generated tests
   double lo = -2.0, hi = 2.0;  // uniform input values in [lo, hi]
-  Attrs attrs;                 // attributes for the sample call
+  Attrs attrs{};               // attributes for the sample call
   ReferenceFn reference = nullptr;
   bool gradcheck = true;       // false: non-smooth or integer-valued
   double min_gap = 0.0;        // keep inputs at least this far from kinks at `kinks`
-  std::vector<double> kinks;   // points where the op is not differentiable (e.g. 0 for relu)
+  std::vector<double> kinks{};  // points where the op is not differentiable (e.g. 0 for relu)
+  std::vector<TestInputSpec> fixed_inputs{};  // inputs not in the dtype under test (indices, ...)
 };
 
 struct OpDef {
@@ -126,9 +135,9 @@ struct OpDef {
   bool view = false;
   KernelFn kernels[kNumDeviceKinds] = {};
   std::uint32_t tags = kTagNone;  // OpTag bits
-  std::vector<AttrSpec> attrs;    // the attributes it takes (empty: none or not declared)
-  OnnxMapping onnx;
-  OpTestSpec test;
+  std::vector<AttrSpec> attrs{};  // the attributes it takes (empty: none or not declared)
+  OnnxMapping onnx{};
+  OpTestSpec test{};
   bool has(OpTag t) const { return (tags & t) != 0; }
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "internal/registration.hpp"
+#include "references.hpp"
 #include "soma/op.hpp"
 #include "soma/ops.hpp"
 
@@ -127,9 +128,14 @@ std::vector<std::int64_t> iota(std::int64_t n) {
 namespace detail {
 void register_linalg_ops() {
   register_op({.name = "matmul", .num_inputs = 2, .infer = matmul_infer, .grad = matmul_grad,
-               .onnx = {.op_type = "MatMul"}});
+               .onnx = {.op_type = "MatMul"},
+               .test = {.shapes = {{2, 3, 4}, {4, 5}}, .reference = ref::matmul}});
   register_view({.name = "diagonal", .num_inputs = 1, .infer = diagonal_infer,
-                 .grad = diagonal_grad, .view = true, .kernels = {diagonal_kernel}});
+                 .grad = diagonal_grad, .view = true, .kernels = {diagonal_kernel},
+                 .tags = kShapeOnly,
+                 .test = {.shapes = {{3, 4, 2}},
+                          .attrs = {{"axis1", std::int64_t(0)}, {"axis2", std::int64_t(1)}},
+                          .reference = ref::diagonal}});
 }
 
 // The diagonal over two axes as a view (used by diag, trace and einsum).

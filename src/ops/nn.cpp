@@ -17,6 +17,7 @@
 #include <cctype>
 
 #include "internal/registration.hpp"
+#include "references.hpp"
 #include "internal/conv_bias_act.hpp"
 #include "internal/relu_gradient.hpp"
 #include "soma/nn_ops.hpp"
@@ -406,23 +407,50 @@ Attrs public_pool_attrs(const char* name, const Shape& x, Size2 pool,
 
 namespace detail {
 void register_nn_ops() {
-  register_op({.name = "conv2d", .num_inputs = 2, .infer = conv2d_infer, .grad = conv2d_grad});
+  // Test samples: a grouped, strided, dilated, asymmetrically padded convolution (output
+  // [2, 6, 2, 3]) and overlapping, padded pooling windows (output [2, 3, 3, 3]).
+  const Attrs conv = {{"strides", Ints{2, 1}}, {"pads", Ints{1, 0, 1, 1}},
+                      {"dilation", Ints{1, 2}}, {"groups", std::int64_t(2)}};
+  const Shape cx{2, 4, 5, 5}, cw{6, 2, 3, 3}, cy{2, 6, 2, 3};
+  const Attrs pool = {{"pool", Ints{3, 2}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 0, 1}}};
+  const Shape px{2, 3, 5, 5}, py{2, 3, 3, 3};
+  register_op({.name = "conv2d", .num_inputs = 2, .infer = conv2d_infer, .grad = conv2d_grad,
+               .tags = kFloatOnly,
+               .test = {.shapes = {cx, cw}, .attrs = conv, .reference = ref::conv2d}});
+  // (x, w[, bias]): the bias is optional (Conv2D without use_bias).
   register_op({.name = "conv2d_bias_act", .num_inputs = -1, .infer = conv2d_bias_act_infer,
-               .grad = conv2d_bias_act_grad});
+               .grad = conv2d_bias_act_grad, .tags = kFloatOnly,
+               .test = {.shapes = {{2, 2, 4, 4}, {3, 2, 3, 3}, {3}},
+                        .attrs = {{"strides", Ints{1, 1}}, {"pads", Ints{1, 1, 1, 1}},
+                                  {"dilation", Ints{1, 1}}, {"groups", std::int64_t(1)},
+                                  {"relu", std::int64_t(1)}},
+                        .reference = ref::conv2d_bias_act}});
   register_op({.name = "conv2d_backprop_input", .num_inputs = 2, .infer = backprop_input_infer,
-               .grad = backprop_input_grad});
+               .grad = backprop_input_grad, .tags = kFloatOnly,
+               .test = {.shapes = {cy, cw}, .attrs = Attrs(conv).set("input_shape", Ints(cx)),
+                        .reference = ref::conv2d_backprop_input}});
   register_op({.name = "conv2d_backprop_filter", .num_inputs = 2, .infer = backprop_filter_infer,
-               .grad = backprop_filter_grad});
+               .grad = backprop_filter_grad, .tags = kFloatOnly,
+               .test = {.shapes = {cx, cy}, .attrs = Attrs(conv).set("filter_shape", Ints(cw)),
+                        .reference = ref::conv2d_backprop_filter}});
   register_op({.name = "max_pool2d", .num_inputs = 1, .infer = max_pool_infer,
-               .grad = max_pool_grad_fn});
+               .grad = max_pool_grad_fn, .tags = kFloatOnly,
+               .test = {.shapes = {px}, .attrs = pool, .reference = ref::max_pool2d}});
   register_op({.name = "max_pool2d_grad", .num_inputs = 2, .infer = max_pool_grad_infer,
-               .grad = max_pool_grad_grad_fn});
+               .grad = max_pool_grad_grad_fn, .tags = kFloatOnly,
+               .test = {.shapes = {px, py}, .attrs = pool, .reference = ref::max_pool2d_grad}});
   register_op({.name = "max_pool2d_grad_grad", .num_inputs = 2,
-               .infer = max_pool_grad_grad_infer, .grad = max_pool_grad_grad_grad_fn});
+               .infer = max_pool_grad_grad_infer, .grad = max_pool_grad_grad_grad_fn,
+               .tags = kFloatOnly,
+               .test = {.shapes = {px, px}, .attrs = pool,
+                        .reference = ref::max_pool2d_grad_grad}});
   register_op({.name = "avg_pool2d", .num_inputs = 1, .infer = avg_pool_infer,
-               .grad = avg_pool_grad_fn});
+               .grad = avg_pool_grad_fn, .tags = kFloatOnly,
+               .test = {.shapes = {px}, .attrs = pool, .reference = ref::avg_pool2d}});
   register_op({.name = "avg_pool2d_grad", .num_inputs = 1, .infer = avg_pool_grad_infer,
-               .grad = avg_pool_grad_grad_fn});
+               .grad = avg_pool_grad_grad_fn, .tags = kFloatOnly,
+               .test = {.shapes = {py}, .attrs = Attrs(pool).set("input_shape", Ints(px)),
+                        .reference = ref::avg_pool2d_grad}});
 }
 }  // namespace detail
 

@@ -431,9 +431,20 @@ Tensor dropout_uniform(const Tensor& like, std::optional<std::uint64_t> seed,
 }
 
 void register_random_ops() {
-  register_op({.name = "random_uniform", .num_inputs = -1, .infer = random_infer});
-  register_op({.name = "random_normal", .num_inputs = -1, .infer = random_infer});
-  register_op({.name = "truncated_normal", .num_inputs = -1, .infer = random_infer});
+  // Tested in their _like form with a per-call seed: no reference (the values are the
+  // generator's), but graph == eager, CPU == CUDA, determinism and empty inputs.
+  auto sample = [](double a, double b) {
+    return OpTestSpec{.shapes = {{3, 4}},
+                      .attrs = {{"rng", std::int64_t(1)}, {"seed", std::int64_t(7)}, {"a", a},
+                                {"b", b}},
+                      .gradcheck = false};
+  };
+  register_op({.name = "random_uniform", .num_inputs = -1, .infer = random_infer,
+               .tags = kRandom, .test = sample(-1.0, 2.0)});
+  register_op({.name = "random_normal", .num_inputs = -1, .infer = random_infer,
+               .tags = kRandom, .test = sample(0.5, 2.0)});
+  register_op({.name = "truncated_normal", .num_inputs = -1, .infer = random_infer,
+               .tags = kRandom, .test = sample(0.0, 1.0)});
   register_kernel("random_uniform", DeviceKind::CPU, uniform_kernel);
   register_kernel("random_normal", DeviceKind::CPU, normal_kernel);
   register_kernel("truncated_normal", DeviceKind::CPU, truncated_normal_kernel);

@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "internal/registration.hpp"
+#include "references.hpp"
 #include "soma/op.hpp"
 #include "soma/ops.hpp"
 
@@ -202,20 +203,54 @@ bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
 
 namespace detail {
 void register_reduction_ops() {
-  auto reg = [](const char* name, InferFn infer, GradFn grad) {
-    register_op({.name = name, .num_inputs = 1, .infer = infer, .grad = grad});
-  };
-  reg("sum", reduce_infer<sum_name, Kind::Numeric, false>, sum_grad);
-  reg("mean", reduce_infer<mean_name, Kind::Floating, false>, mean_grad);
-  reg("prod", reduce_infer<prod_name, Kind::Numeric, false>, prod_grad);
-  reg("max", reduce_infer<max_name, Kind::Numeric, true>, extreme_grad);
-  reg("min", reduce_infer<min_name, Kind::Numeric, true>, extreme_grad);
-  reg("all", reduce_infer<all_name, Kind::Bool, false>, nullptr);
-  reg("any", reduce_infer<any_name, Kind::Bool, false>, nullptr);
-  reg("argmax", arg_infer<argmax_name>, nullptr);
-  reg("argmin", arg_infer<argmin_name>, nullptr);
-  reg("softmax", softmax_infer<softmax_name>, softmax_grad);
-  reg("log_softmax", softmax_infer<log_softmax_name>, log_softmax_grad);
+  using Ints = std::vector<std::int64_t>;
+  const DType boolean = DType::boolean;
+  register_op({.name = "sum", .num_inputs = 1, .infer = reduce_infer<sum_name, Kind::Numeric, false>,
+               .grad = sum_grad, .tags = kReduction,
+               .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axes", Ints{0, 2}}, {"keepdims", false}},
+                        .reference = ref::sum}});
+  register_op({.name = "mean", .num_inputs = 1,
+               .infer = reduce_infer<mean_name, Kind::Floating, false>, .grad = mean_grad,
+               .tags = kReduction | kFloatOnly,
+               .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axes", Ints{0, 2}}, {"keepdims", true}},
+                        .reference = ref::mean}});
+  register_op({.name = "prod", .num_inputs = 1,
+               .infer = reduce_infer<prod_name, Kind::Numeric, false>, .grad = prod_grad,
+               .tags = kReduction,
+               .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axes", Ints{1}}, {"keepdims", false}},
+                        .reference = ref::prod}});
+  register_op({.name = "max", .num_inputs = 1, .infer = reduce_infer<max_name, Kind::Numeric, true>,
+               .grad = extreme_grad, .tags = kReduction,
+               .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axes", Ints{2}}, {"keepdims", false}},
+                        .reference = ref::max}});
+  register_op({.name = "min", .num_inputs = 1, .infer = reduce_infer<min_name, Kind::Numeric, true>,
+               .grad = extreme_grad, .tags = kReduction,
+               .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axes", Ints{0, 1}}, {"keepdims", true}},
+                        .reference = ref::min}});
+  register_op({.name = "all", .num_inputs = 1, .infer = reduce_infer<all_name, Kind::Bool, false>,
+               .grad = nullptr, .tags = kReduction,
+               .test = {.shapes = {{3, 4}}, .attrs = {{"axes", Ints{1}}, {"keepdims", false}},
+                        .reference = ref::all, .gradcheck = false,
+                        .fixed_inputs = {{0, boolean, -1, 6}}}});  // mostly true: some rows all true
+  register_op({.name = "any", .num_inputs = 1, .infer = reduce_infer<any_name, Kind::Bool, false>,
+               .grad = nullptr, .tags = kReduction,
+               .test = {.shapes = {{3, 4}}, .attrs = {{"axes", Ints{0}}, {"keepdims", true}},
+                        .reference = ref::any, .gradcheck = false,
+                        .fixed_inputs = {{0, boolean, -3, 1}}}});  // mostly false
+  register_op({.name = "argmax", .num_inputs = 1, .infer = arg_infer<argmax_name>, .grad = nullptr,
+               .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axis", std::int64_t(1)}, {"keepdims", false}},
+                        .reference = ref::argmax, .gradcheck = false}});
+  register_op({.name = "argmin", .num_inputs = 1, .infer = arg_infer<argmin_name>, .grad = nullptr,
+               .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axis", std::int64_t(2)}, {"keepdims", true}},
+                        .reference = ref::argmin, .gradcheck = false}});
+  register_op({.name = "softmax", .num_inputs = 1, .infer = softmax_infer<softmax_name>,
+               .grad = softmax_grad, .tags = kFloatOnly,
+               .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axis", std::int64_t(1)}},
+                        .reference = ref::softmax}});
+  register_op({.name = "log_softmax", .num_inputs = 1, .infer = softmax_infer<log_softmax_name>,
+               .grad = log_softmax_grad, .tags = kFloatOnly,
+               .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axis", std::int64_t(2)}},
+                        .reference = ref::log_softmax}});
 }
 }  // namespace detail
 

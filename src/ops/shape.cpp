@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "internal/registration.hpp"
+#include "references.hpp"
 #include "soma/op.hpp"
 #include "soma/ops.hpp"
 
@@ -190,18 +191,43 @@ void register_view(OpDef d) {
 
 namespace detail {
 void register_shape_ops() {
+  using Ints = std::vector<std::int64_t>;
+  const DType i64 = DType::i64;
   register_op({.name = "concat", .num_inputs = -1, .infer = concat_infer, .grad = concat_grad,
-               .onnx = {.op_type = "Concat", .attrs = {{"axis", "axis"}}}});
+               .tags = kShapeOnly, .onnx = {.op_type = "Concat", .attrs = {{"axis", "axis"}}},
+               .test = {.shapes = {{2, 3}, {2, 1}, {2, 2}}, .attrs = {{"axis", std::int64_t(1)}},
+                        .reference = ref::concat}});
   register_view({.name = "split", .num_inputs = 1, .infer = split_infer, .grad = split_grad,
-                 .view = true, .kernels = {split_kernel}});
+                 .view = true, .kernels = {split_kernel}, .tags = kShapeOnly,
+                 .test = {.shapes = {{3, 5}},
+                          .attrs = {{"axis", std::int64_t(1)}, {"sizes", Ints{2, 0, 3}}},
+                          .reference = ref::split}});
   register_view({.name = "unstack", .num_inputs = 1, .infer = unstack_infer, .grad = unstack_grad,
-                 .view = true, .kernels = {unstack_kernel}});
-  register_op({.name = "pad", .num_inputs = 1, .infer = pad_infer, .grad = pad_grad});
+                 .view = true, .kernels = {unstack_kernel}, .tags = kShapeOnly,
+                 .test = {.shapes = {{3, 2, 4}}, .attrs = {{"axis", std::int64_t(1)}},
+                          .reference = ref::unstack}});
+  register_op({.name = "pad", .num_inputs = 1, .infer = pad_infer, .grad = pad_grad,
+               .tags = kShapeOnly,
+               .test = {.shapes = {{2, 3}},
+                        .attrs = {{"paddings", Ints{1, 0, 2, 1}}, {"value", 0.5}},
+                        .reference = ref::pad}});
   register_op({.name = "gather", .num_inputs = 2, .infer = gather_infer, .grad = gather_grad,
-               .onnx = {.op_type = "Gather", .attrs = {{"axis", "axis"}}}});
+               .tags = kShapeOnly, .onnx = {.op_type = "Gather", .attrs = {{"axis", "axis"}}},
+               .test = {.shapes = {{4, 3}, {2, 2}}, .attrs = {{"axis", std::int64_t(0)}},
+                        .reference = ref::gather,
+                        .fixed_inputs = {{1, i64, -4, 3}}}});  // negative: from the end
   register_op({.name = "gather_grad", .num_inputs = 2, .infer = gather_grad_infer,
-               .grad = gather_grad_grad});
-  register_op({.name = "one_hot", .num_inputs = 1, .infer = one_hot_infer, .grad = nullptr});
+               .grad = gather_grad_grad,
+               .test = {.shapes = {{3, 2, 2}, {2}},
+                        .attrs = {{"axis", std::int64_t(1)}, {"input_shape", Ints{3, 4, 2}}},
+                        .reference = ref::gather_grad,
+                        .fixed_inputs = {{1, i64, 0, 1}}}});  // repeats add up
+  register_op({.name = "one_hot", .num_inputs = 1, .infer = one_hot_infer, .grad = nullptr,
+               .test = {.shapes = {{2, 3}},
+                        .attrs = {{"depth", std::int64_t(4)}, {"dtype", DType::f32},
+                                  {"on_value", 2.5}, {"off_value", -0.5}},
+                        .reference = ref::one_hot, .gradcheck = false,
+                        .fixed_inputs = {{0, i64, -1, 4}}}});  // outside [0, 4): off row
 }
 }  // namespace detail
 

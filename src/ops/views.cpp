@@ -4,6 +4,7 @@
 
 #include "internal/copy.hpp"
 #include "internal/registration.hpp"
+#include "references.hpp"
 #include "soma/op.hpp"
 #include "soma/ops.hpp"
 
@@ -117,7 +118,26 @@ std::vector<Tensor> broadcast_grad(const GradContext& c) {
 }
 
 // ---- slice (attrs already normalised: begin, step and the output shape per axis) ----
+// The attrs come from slice() or from a graph or model file: every selected index must lie
+// inside the input (a window outside it would read past the storage).
+void check_slice_window(const char* op, const Shape& s, const Attrs& a) {
+  const auto& begin = a.ints("begin");
+  const auto& step = a.ints("step");
+  const auto& size = a.ints("size");
+  if (begin.size() != s.size() || step.size() != s.size() || size.size() != s.size())
+    fail(op, "begin ", shape_str(begin), ", step ", shape_str(step), " and size ",
+         shape_str(size), " need one entry per axis of shape ", shape_str(s));
+  for (std::size_t d = 0; d < s.size(); ++d) {
+    if (size[d] < 0) fail(op, "size ", shape_str(size), " has a negative entry");
+    if (size[d] == 0) continue;
+    const std::int64_t last = begin[d] + (size[d] - 1) * step[d];
+    if (begin[d] < 0 || begin[d] >= s[d] || last < 0 || last >= s[d])
+      fail(op, "axis ", d, ": begin ", begin[d], ", step ", step[d], ", size ", size[d],
+           " select indices outside [0, ", s[d], ") of shape ", shape_str(s));
+  }
+}
 std::vector<TensorSpec> slice_infer(const std::vector<TensorSpec>& in, const Attrs& a) {
+  check_slice_window("slice", in[0].shape, a);
   return {{a.ints("size"), in[0].dtype}};
 }
 void slice_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
@@ -140,7 +160,12 @@ std::vector<Tensor> slice_grad(const GradContext& c) {
 }
 // slice_grad: zeros of the input's shape with the gradient written into the sliced window.
 std::vector<TensorSpec> slice_grad_infer(const std::vector<TensorSpec>& in, const Attrs& a) {
-  return {{a.ints("input_shape"), in[0].dtype}};
+  const Shape& s = a.ints("input_shape");
+  check_slice_window("slice_grad", s, a);
+  if (in[0].shape != a.ints("size"))
+    fail("slice_grad", "gradient has shape ", shape_str(in[0].shape), " but the slice of ",
+         shape_str(s), " has shape ", shape_str(a.ints("size")));
+  return {{s, in[0].dtype}};
 }
 std::vector<Tensor> slice_grad_grad(const GradContext& c) {
   static const OpDef& def = get_op("slice");
@@ -172,23 +197,44 @@ void register_view(OpDef d) {
 
 namespace detail {
 void register_view_ops() {
+  using Ints = std::vector<std::int64_t>;
   register_view({.name = "reshape", .num_inputs = 1, .infer = reshape_infer, .grad = reshape_grad,
-                 .view = true, .kernels = {reshape_kernel}});
+                 .view = true, .kernels = {reshape_kernel}, .tags = kShapeOnly,
+                 .test = {.shapes = {{2, 3, 4}}, .attrs = {{"shape", Ints{4, -1}}},
+                          .reference = ref::reshape}});
   register_view({.name = "transpose", .num_inputs = 1, .infer = transpose_infer,
                  .grad = transpose_grad, .view = true, .kernels = {transpose_kernel},
-                 .onnx = {.op_type = "Transpose", .attrs = {{"perm", "perm"}}}});
+                 .tags = kShapeOnly, .onnx = {.op_type = "Transpose", .attrs = {{"perm", "perm"}}},
+                 .test = {.shapes = {{2, 3, 4}}, .attrs = {{"perm", Ints{2, 0, 1}}},
+                          .reference = ref::transpose}});
   register_view({.name = "broadcast_to", .num_inputs = 1, .infer = broadcast_infer,
-                 .grad = broadcast_grad, .view = true, .kernels = {broadcast_kernel}});
+                 .grad = broadcast_grad, .view = true, .kernels = {broadcast_kernel},
+                 .tags = kShapeOnly,
+                 .test = {.shapes = {{3, 1}}, .attrs = {{"shape", Ints{2, 3, 4}}},
+                          .reference = ref::broadcast_to}});
   register_view({.name = "slice", .num_inputs = 1, .infer = slice_infer, .grad = slice_grad,
-                 .view = true, .kernels = {slice_kernel}});
+                 .view = true, .kernels = {slice_kernel}, .tags = kShapeOnly,
+                 .test = {.shapes = {{4, 5}},
+                          .attrs = {{"begin", Ints{1, 4}}, {"step", Ints{2, -2}},
+                                    {"size", Ints{2, 3}}},
+                          .reference = ref::slice}});
+  // Its gradient is zero by definition, not the identity's: no finite-difference check.
   register_view({.name = "stop_gradient", .num_inputs = 1, .infer = same_as_input,
-                 .grad = nullptr, .view = true, .kernels = {alias_kernel}});
+                 .grad = nullptr, .view = true, .kernels = {alias_kernel}, .tags = kShapeOnly,
+                 .test = {.shapes = {{3, 4}}, .reference = ref::identity, .gradcheck = false}});
   register_op({.name = "slice_grad", .num_inputs = 1, .infer = slice_grad_infer,
-               .grad = slice_grad_grad});
-  register_op({.name = "copy", .num_inputs = 1, .infer = same_as_input, .grad = identity_grad});
+               .grad = slice_grad_grad, .tags = kShapeOnly,
+               .test = {.shapes = {{2, 3}},
+                        .attrs = {{"begin", Ints{1, 4}}, {"step", Ints{2, -2}},
+                                  {"size", Ints{2, 3}}, {"input_shape", Ints{4, 5}}},
+                        .reference = ref::slice_grad}});
+  register_op({.name = "copy", .num_inputs = 1, .infer = same_as_input, .grad = identity_grad,
+               .tags = kShapeOnly, .test = {.shapes = {{3, 4}}, .reference = ref::identity}});
   register_op({.name = "cast", .num_inputs = 1, .infer = cast_infer, .grad = cast_grad,
                .attrs = {{"dtype", DType::f32}},
-               .onnx = {.op_type = "Cast", .min_opset = 6, .attrs = {{"dtype", "to"}}}});
+               .onnx = {.op_type = "Cast", .min_opset = 6, .attrs = {{"dtype", "to"}}},
+               .test = {.shapes = {{3, 4}}, .attrs = {{"dtype", DType::f64}},
+                        .reference = ref::cast}});
   register_kernel("copy", DeviceKind::CPU, copy_kernel);
   register_kernel("cast", DeviceKind::CPU, copy_kernel);
   register_kernel("slice_grad", DeviceKind::CPU,
