@@ -42,6 +42,7 @@ declare -A INTERNAL=(
   [copy.hpp]=backend [fast_paths.hpp]=backend [fused_dense.hpp]=backend
   [conv_bias_act.hpp]=ops [registration.hpp]=ops [relu_gradient.hpp]=ops
   [dense_chain.hpp]=nn [fused_inference.hpp]=nn
+  [dense_op.hpp]=ops [optim_updates.hpp]=ops [monitor_mode.hpp]=optim
 )
 
 # Upward includes accepted for now: "file -> included file | reason". Either side may be a glob.
@@ -51,6 +52,14 @@ ALLOWED=(
   "include/soma/graph/graph.hpp -> include/soma/optim/optimizer.hpp | graph mode's Update node (minimize) holds an optimiser; it holds an update op once optimisers are registered ops (issue 21 point 4)"
   "include/soma/onnx.hpp -> include/soma/model/model.hpp | ONNX import builds a Model and export walks one; onnx moves below model when layers lower themselves to ops (issue 21 point 2)"
   "src/onnx/* -> include/soma/model/* | ONNX import builds Models and export walks their layers (issue 21 point 2)"
+  "src/backend/* -> src/ops/elementwise_table.hpp | the scalar formulas of the elementwise ops are data (the header includes no soma header): every backend instantiates them"
+  "src/ops/dense.cpp -> include/soma/autograd.hpp | the composite kernel runs its ops under NoGradScope (a kernel records nothing); NoGradScope belongs in ops' dispatch hooks"
+  "src/ops/optim_updates.cpp -> include/soma/autograd.hpp | the composite update kernels run their ops under NoGradScope; as above"
+  "src/backend/cpu/dense.cpp -> include/soma/autograd.hpp | the fused Dense fast path applies only when no tape records (active_tapes); the dispatch hooks' recording bit would do"
+  "src/backend/cpu/dense.cpp -> include/soma/ops.hpp | the dense op's composite kernel for other dtypes is written with ops"
+  "src/backend/* -> src/internal/dense_op.hpp | the dense op's attribute reader and kernel registration, shared by the op and its CPU kernel (as registration.hpp)"
+  "src/backend/* -> src/internal/optim_updates.hpp | the update ops' composite kernels, which the CPU kernels fall back to for other dtypes, and their registration"
+  "src/nn/config.cpp -> include/soma/model/merge.hpp | the merge layers (Add, Concatenate, ...) are nn layers declared in model/; merge.hpp belongs in include/soma/nn/"
 )
 
 layer_of() {  # path -> layer name ("" when the path is not in a layer)

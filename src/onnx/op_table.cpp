@@ -20,42 +20,11 @@ const OpDef* find_def(const std::string& op) {
   return nullptr;
 }
 
-// One-to-one mappings that the op definitions do not carry yet (issue 21: the elementwise table
-// fills OpDef::onnx for the elementwise ops). A definition's own mapping wins over an entry
-// here; an entry goes once its definition has one.
-const std::vector<std::pair<std::string, OnnxMapping>>& interim_mappings() {
-  static const std::vector<std::pair<std::string, OnnxMapping>> table = {
-      {"add", {"Add", 7, 0, {}}},
-      {"subtract", {"Sub", 7, 0, {}}},
-      {"multiply", {"Mul", 7, 0, {}}},
-      {"divide", {"Div", 7, 0, {}}},
-      {"sqrt", {"Sqrt", 6, 0, {}}},
-      {"erf", {"Erf", 9, 0, {}}},
-      {"tanh", {"Tanh", 6, 0, {}}},
-      {"sigmoid", {"Sigmoid", 6, 0, {}}},
-      {"relu", {"Relu", 6, 0, {}}},
-      {"softplus", {"Softplus", 1, 0, {}}},
-      {"leaky_relu", {"LeakyRelu", 6, 0, {{"alpha", "alpha"}}}},
-      {"elu", {"Elu", 6, 0, {{"alpha", "alpha"}}}},
-      {"greater_equal", {"GreaterOrEqual", 12, 0, {}}},
-      {"softmax", {"Softmax", 13, 0, {{"axis", "axis"}}}},
-      {"log_softmax", {"LogSoftmax", 13, 0, {{"axis", "axis"}}}},
-      {"matmul", {"MatMul", 13, 0, {}}},
-      {"cast", {"Cast", 13, 0, {{"dtype", "to"}}}},
-      {"gather", {"Gather", 13, 0, {{"axis", "axis"}}}},
-      {"transpose", {"Transpose", 13, 0, {{"perm", "perm"}}}},
-      {"concat", {"Concat", 13, 0, {{"axis", "axis"}}}},
-  };
-  return table;
-}
-
 }  // namespace
 
 const OnnxMapping* onnx_mapping_of(const std::string& op) {
   if (const OpDef* d = find_def(op); d && !d->onnx.op_type.empty()) return &d->onnx;
-  const auto& t = interim_mappings();
-  auto it = std::find_if(t.begin(), t.end(), [&](auto& e) { return e.first == op; });
-  return it == t.end() ? nullptr : &it->second;
+  return nullptr;
 }
 
 bool in_opset(const OnnxMapping& m, std::int64_t opset) {

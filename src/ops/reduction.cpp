@@ -245,10 +245,12 @@ void register_reduction_ops() {
                         .reference = ref::argmin, .gradcheck = false}});
   register_op({.name = "softmax", .num_inputs = 1, .infer = softmax_infer<softmax_name>,
                .grad = softmax_grad, .tags = kFloatOnly,
+               .onnx = {.op_type = "Softmax", .min_opset = 13, .attrs = {{"axis", "axis"}}},
                .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axis", std::int64_t(1)}},
                         .reference = ref::softmax}});
   register_op({.name = "log_softmax", .num_inputs = 1, .infer = softmax_infer<log_softmax_name>,
                .grad = log_softmax_grad, .tags = kFloatOnly,
+               .onnx = {.op_type = "LogSoftmax", .min_opset = 13, .attrs = {{"axis", "axis"}}},
                .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axis", std::int64_t(2)}},
                         .reference = ref::log_softmax}});
 }
