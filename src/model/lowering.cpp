@@ -9,9 +9,9 @@
 
 namespace soma::nn {
 
-namespace {
 using Values = std::vector<LoweredValue>;
 
+namespace {
 std::vector<std::string> names_of(const Values& in) {
   std::vector<std::string> names;
   for (auto& v : in) names.push_back(v.name);
@@ -36,6 +36,12 @@ Values Concatenate::lower(Lowering& l, const Values& in) {
   const std::int64_t a = axis() < 0 ? axis() + rank : axis();
   return {{l.emit1("concat", names_of(in), {{"axis", a}}), in[0].shape}};
 }
+
+}  // namespace soma::nn
+
+namespace soma::model {
+using Values = std::vector<LoweredValue>;
+using nn::names_of;
 
 Values Sequential::lower(Lowering& l, const Values& in) {
   if (in.size() != 1) l.fail(describe(*this) + " takes one input");
@@ -94,4 +100,4 @@ std::vector<TensorSpec> Model::lowered_inputs(Lowering& l) const {
   return specs;
 }
 
-}  // namespace soma::nn
+}  // namespace soma::model

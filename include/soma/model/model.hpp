@@ -36,6 +36,8 @@ class GradientReducer;
 namespace soma::model {
 
 using nn::LossRef;
+using nn::Lowering;  // layers lower themselves to ops (soma/nn/lowering.hpp)
+using nn::LoweredValue;
 
 struct CompileOptions {
   // One weight per output: the total loss is sum_i loss_weights[i] * loss_i. Empty: all 1.
