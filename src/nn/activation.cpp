@@ -46,33 +46,9 @@ const Composite kComposites[] = {
     {"step", heaviside},
 };
 
-// The unary ops usable as activations today, until their definitions carry kActivation,
-// kFloatOnly and their attribute defaults (issue 21); remove the table then. attr/value: an
-// attribute the activation passes (leaky_relu's slope is Keras' 0.2, elu's alpha 1.0).
-struct OpFallback {
-  const char* op;
-  bool float_only;
-  const char* attr = nullptr;
-  double value = 0.0;
-};
-const OpFallback kOpFallbacks[] = {
-    {"relu", false},
-    {"sigmoid", true},
-    {"tanh", true},
-    {"elu", true, "alpha", 1.0},
-    {"leaky_relu", true, "alpha", 0.2},
-    {"softplus", true},
-};
-
 // The activations whose outputs are probabilities (in [0, 1]; softmax's sum to 1): a
 // cross-entropy after them takes from_logits = false.
 const char* const kProbabilityActivations[] = {"softmax", "sigmoid"};
-
-const OpFallback* op_fallback(const std::string& op) {
-  for (const auto& f : kOpFallbacks)
-    if (op == f.op) return &f;
-  return nullptr;
-}
 
 const OpDef* activation_op(const std::string& name) {
   for (const OpDef* d : all_ops())
@@ -110,10 +86,6 @@ class OpActivation {
     s.def = &get_op(s.op);
     for (const auto& a : s.def->attrs) s.attrs.set(a.name, a.default_value);
     s.float_only = s.def->has(kFloatOnly);
-    if (const OpFallback* f = op_fallback(s.op)) {
-      s.float_only = s.float_only || f->float_only;
-      if (f->attr) s.attrs.set(f->attr, f->value);
-    }
     s.ready.store(true, std::memory_order_release);
   }
   std::shared_ptr<State> s_;
@@ -125,9 +97,8 @@ std::string known_names() {
   std::string out;
   auto add = [&](const std::string& n) { out += (out.empty() ? "" : ", ") + n; };
   for (const auto& c : kComposites) add(c.name);
-  for (const auto& f : kOpFallbacks) add(f.op);
   for (const OpDef* d : all_ops())
-    if (d->has(kActivation) && !op_fallback(d->name)) add(d->name);
+    if (d->has(kActivation)) add(d->name);
   for (const auto& a : kAliases)
     if (*a.name) add(std::string(a.name) + " (" + a.canonical + ")");
   return out;
@@ -139,7 +110,7 @@ Activation make(const std::string& given) {
     if (name == a.name) name = a.canonical;
   for (const auto& c : kComposites)
     if (name == c.name) return c.fn ? Activation(name, c.fn) : Activation();
-  if (op_fallback(name) || activation_op(name)) return op_activation(name);
+  if (activation_op(name)) return op_activation(name);
   fail("activation", "unknown activation '", given, "'; expected one of ", known_names());
 }
 

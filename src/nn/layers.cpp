@@ -388,9 +388,9 @@ bool fused_inference_state_ok() {
 
 bool fused_inference_activation(const Activation& act, bool* relu) {
   *relu = !act.is_linear();
-  // The built-in ReLU is its function's own closure type (nn::relu's): a custom function, even
-  // one named "relu", has another.
-  return !*relu || act.fn.target_type() == nn::relu.fn.target_type();
+  // The built-in ReLU: the op-activation closure type (a custom function, even one named
+  // "relu", has another) with relu's name (every activation op shares that closure type).
+  return !*relu || (act.fn.target_type() == nn::relu.fn.target_type() && act.name == nn::relu.name);
 }
 
 bool is_cpu_f32_packed(const Tensor& t) {

@@ -39,7 +39,18 @@ TEST_P(OpRegistryOnnx, OneNodeModelLoadsAndMatchesTheEagerOp) {
   std::vector<Tensor> inputs;
   std::vector<TensorSpec> specs;
   std::uint64_t seed = seed_of(def.name);
-  for (const Shape& s : def.test.shapes) {
+  for (std::size_t i = 0; i < def.test.shapes.size(); ++i) {
+    const Shape& s = def.test.shapes[i];
+    const TestInputSpec* fixed = nullptr;  // indices, conditions: integers in their own dtype
+    for (const auto& f : def.test.fixed_inputs)
+      if (std::size_t(f.input) == i) fixed = &f;
+    if (fixed) {
+      Tensor u = floor(soma::testing::rand_tensor(s, seed++, fixed->lo, fixed->hi + 0.999, DType::f64));
+      Tensor t = fixed->dtype == DType::boolean ? u > 0.0 : u.cast(fixed->dtype);
+      inputs.push_back(t);
+      specs.push_back({s, t.dtype()});
+      continue;
+    }
     inputs.push_back(soma::testing::rand_tensor(s, seed++, def.test.lo, def.test.hi, DType::f32));
     specs.push_back({s, DType::f32});
   }

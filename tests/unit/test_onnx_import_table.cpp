@@ -86,7 +86,7 @@ struct Input {
 };
 // ModelProto: ir_version 1, graph 7, opset_import 8 (version 2). GraphProto: node 1, name 2,
 // input 11, output 12.
-std::string model(const std::vector<NodeDef>& nodes, const std::vector<Input>& inputs,
+std::string onnx_model(const std::vector<NodeDef>& nodes, const std::vector<Input>& inputs,
                   const std::string& output, int opset = 17) {
   std::string g;
   for (auto& n : nodes) g += bytes_field(1, node(n));
@@ -112,7 +112,7 @@ class OnnxImportTable : public ::testing::Test {
 }  // namespace
 
 TEST_F(OnnxImportTable, AnUnknownAttributeFailsAtLoadNamingNodeOperatorAndAllowedOnes) {
-  auto bytes = model({{"LeakyRelu", {"x"}, {"y"}, {attr_float("alpah", 0.1f)}, "act"}},
+  auto bytes = onnx_model({{"LeakyRelu", {"x"}, {"y"}, {attr_float("alpah", 0.1f)}, "act"}},
                      {{"x", {2, 3}}}, "y");
   std::string msg = error_of([&] { onnx::load_from_bytes(bytes); });
   EXPECT_NE(msg.find("node 'act' (LeakyRelu)"), std::string::npos) << msg;
@@ -122,7 +122,7 @@ TEST_F(OnnxImportTable, AnUnknownAttributeFailsAtLoadNamingNodeOperatorAndAllowe
 }
 
 TEST_F(OnnxImportTable, AnAttributeOfTheWrongTypeFailsAtLoad) {
-  auto bytes = model({{"Gemm", {"x", "x"}, {"y"}, {attr_float("transB", 1.0f)}}},
+  auto bytes = onnx_model({{"Gemm", {"x", "x"}, {"y"}, {attr_float("transB", 1.0f)}}},
                      {{"x", {3, 3}}}, "y");
   std::string msg = error_of([&] { onnx::load_from_bytes(bytes); });
   EXPECT_NE(msg.find("node 'n' (Gemm)"), std::string::npos) << msg;
@@ -131,7 +131,7 @@ TEST_F(OnnxImportTable, AnAttributeOfTheWrongTypeFailsAtLoad) {
 }
 
 TEST_F(OnnxImportTable, AnUnsupportedAttributeValueFailsAtLoadListingTheSupportedOnes) {
-  auto bytes = model({{"Pad", {"x", "p"}, {"y"}, {attr_string("mode", "reflect")}}},
+  auto bytes = onnx_model({{"Pad", {"x", "p"}, {"y"}, {attr_string("mode", "reflect")}}},
                      {{"x", {2, 3}}, {"p", {4}, 7}}, "y");
   std::string msg = error_of([&] { onnx::load_from_bytes(bytes); });
   EXPECT_NE(msg.find("node 'n' (Pad)"), std::string::npos) << msg;
@@ -142,38 +142,38 @@ TEST_F(OnnxImportTable, AnUnsupportedAttributeValueFailsAtLoadListingTheSupporte
 
 TEST_F(OnnxImportTable, AOneToOneOperatorRunsItsOpWithOnnxsDefault) {
   // LeakyRelu without alpha: ONNX's default 0.01.
-  auto bytes = model({{"LeakyRelu", {"x"}, {"y"}}}, {{"x", {2, 3}}}, "y");
+  auto bytes = onnx_model({{"LeakyRelu", {"x"}, {"y"}}}, {{"x", {2, 3}}}, "y");
   auto y = run(bytes, {x23()}).at(0).to_vector<float>();
   std::vector<float> want{-0.02f, -0.01f, 0, 1, 2, 3};
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(y[i], want[i]) << i;
   // With alpha, and with an attribute whose type field is left out (early IR versions).
   for (bool typed : {true, false}) {
-    auto with = model({{"LeakyRelu", {"x"}, {"y"}, {attr_float("alpha", 0.5f, typed)}}},
+    auto with = onnx_model({{"LeakyRelu", {"x"}, {"y"}, {attr_float("alpha", 0.5f, typed)}}},
                       {{"x", {2, 3}}}, "y");
     EXPECT_FLOAT_EQ(run(with, {x23()}).at(0).to_vector<float>()[0], -1.0f) << typed;
   }
 }
 
 TEST_F(OnnxImportTable, CastConvertsItsToAttributeToADtype) {
-  auto bytes = model({{"Cast", {"x"}, {"y"}, {attr_int("to", 7)}}}, {{"x", {2, 3}}}, "y");
+  auto bytes = onnx_model({{"Cast", {"x"}, {"y"}, {attr_int("to", 7)}}}, {{"x", {2, 3}}}, "y");
   Tensor y = run(bytes, {x23()}).at(0);
   EXPECT_EQ(y.dtype(), DType::i64);
   EXPECT_EQ(y.to_vector<std::int64_t>()[5], 3);
-  auto bad = model({{"Cast", {"x"}, {"y"}, {attr_int("to", 8)}}}, {{"x", {2, 3}}}, "y");  // STRING
+  auto bad = onnx_model({{"Cast", {"x"}, {"y"}, {attr_int("to", 8)}}}, {{"x", {2, 3}}}, "y");  // STRING
   std::string msg = error_of([&] { onnx::load_from_bytes(bad); });
   EXPECT_NE(msg.find("attribute 'to'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("STRING"), std::string::npos) << msg;
 }
 
 TEST_F(OnnxImportTable, AnOperatorOutsideItsMappingsOpsetRangeFailsAtLoad) {
-  auto bytes = model({{"Cast", {"x"}, {"y"}, {attr_int("to", 7)}}}, {{"x", {2, 3}}}, "y", 5);
+  auto bytes = onnx_model({{"Cast", {"x"}, {"y"}, {attr_int("to", 7)}}}, {{"x", {2, 3}}}, "y", 5);
   std::string msg = error_of([&] { onnx::load_from_bytes(bytes); });
   EXPECT_NE(msg.find("is supported for opsets 6.."), std::string::npos) << msg;
   EXPECT_NE(msg.find("opset 5"), std::string::npos) << msg;
 }
 
 TEST_F(OnnxImportTable, ConcatAndMatMulImportFromTheirDefinitions) {
-  auto bytes = model({{"Concat", {"x", "x"}, {"c"}, {attr_int("axis", 1)}, "cat"},
+  auto bytes = onnx_model({{"Concat", {"x", "x"}, {"c"}, {attr_int("axis", 1)}, "cat"},
                       {"MatMul", {"c", "w"}, {"y"}, {}, "mm"}},
                      {{"x", {2, 3}}, {"w", {6, 1}}}, "y");
   Tensor w = ones({6, 1}, DType::f32);
@@ -183,14 +183,14 @@ TEST_F(OnnxImportTable, ConcatAndMatMulImportFromTheirDefinitions) {
 }
 
 TEST_F(OnnxImportTable, ShapeTakesStartAndEnd) {
-  auto bytes = model({{"Shape", {"x"}, {"y"}, {attr_int("start", 1), attr_int("end", -1)}}},
+  auto bytes = onnx_model({{"Shape", {"x"}, {"y"}, {attr_int("start", 1), attr_int("end", -1)}}},
                      {{"x", {2, 3, 4, 5}}}, "y");
   auto y = run(bytes, {zeros({2, 3, 4, 5}, DType::f32)}).at(0).to_vector<std::int64_t>();
   EXPECT_EQ(y, (std::vector<std::int64_t>{3, 4}));
 }
 
 TEST_F(OnnxImportTable, AnUnknownOperatorListsTheSupportedOnes) {
-  auto bytes = model({{"Relx", {"x"}, {"y"}}}, {{"x", {2, 3}}}, "y");
+  auto bytes = onnx_model({{"Relx", {"x"}, {"y"}}}, {{"x", {2, 3}}}, "y");
   std::string msg = error_of([&] { onnx::load_from_bytes(bytes); });
   EXPECT_NE(msg.find("operator 'Relx' is not supported"), std::string::npos) << msg;
   EXPECT_NE(msg.find("Conv, ConvTranspose"), std::string::npos) << msg;  // handlers
