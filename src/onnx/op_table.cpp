@@ -102,10 +102,12 @@ void write_node(::onnx::NodeProto& n, const std::string& op, const OnnxMapping& 
     fail(who, "op '", op, "' maps to ONNX ", m.op_type, " in opsets ", m.min_opset, " to ",
          m.max_opset ? std::to_string(m.max_opset) : std::string("now"), ", not opset ", opset);
   n.set_op_type(m.op_type);
-  for (auto& [k, v] : attrs.items())
+  for (const auto& item : attrs.items()) {  // (no structured binding: clang 14 cannot capture one)
+    const std::string& k = item.first;
     if (std::none_of(m.attrs.begin(), m.attrs.end(),
                      [&](const OnnxAttr& a) { return a.soma == k; }))
       fail(who, "op '", op, "': attribute '", k, "' has no counterpart in ONNX ", m.op_type);
+  }
   const OpDef* def = find_def(op);
   for (const OnnxAttr& a : m.attrs) {
     const AttrValue* v = find_attr(attrs, a.soma);

@@ -34,7 +34,7 @@ std::uint64_t seed_of(const std::string& name) {
 class OpRegistryOnnx : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OpRegistryOnnx, OneNodeModelLoadsAndMatchesTheEagerOp) {
-  if (!onnx::available()) GTEST_SKIP() << "soma was built without ONNX";
+  if (!soma::onnx::available()) GTEST_SKIP() << "soma was built without ONNX";
   const OpDef& def = get_op(GetParam());
   std::vector<Tensor> inputs;
   std::vector<TensorSpec> specs;
@@ -59,8 +59,8 @@ TEST_P(OpRegistryOnnx, OneNodeModelLoadsAndMatchesTheEagerOp) {
   std::shared_ptr<nn::Model> model;
   std::vector<Tensor> actual;
   std::string error = soma::testing::error_of([&] {
-    bytes = onnx::detail::single_op_model(def, specs, def.test.attrs);
-    model = onnx::load_from_bytes(bytes);
+    bytes = soma::onnx::detail::single_op_model(def, specs, def.test.attrs);
+    model = soma::onnx::load_from_bytes(bytes);
     model->eval();
     actual = model->call(inputs);
   });
@@ -86,7 +86,7 @@ TEST(OpRegistryOnnx, AnOpWithoutAMappingIsAnErrorNamingIt) {
     if (d->onnx.op_type.empty()) unmapped = d;
   ASSERT_NE(unmapped, nullptr);
   std::string msg = soma::testing::error_of(
-      [&] { onnx::detail::single_op_model(*unmapped, {}, {}); });
+      [&] { soma::onnx::detail::single_op_model(*unmapped, {}, {}); });
   EXPECT_NE(msg.find("'" + unmapped->name + "'"), std::string::npos) << msg;
 }
 
