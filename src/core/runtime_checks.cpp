@@ -50,8 +50,10 @@ std::map<std::string, std::size_t> read_meminfo(const std::string& path) {
 }
 
 // A field of read_meminfo's result, or nullptr.
+const std::size_t* meminfo_field(std::map<std::string, std::size_t>&& fields, const std::string& key) = delete;
 const std::size_t* meminfo_field(const std::map<std::string, std::size_t>& fields,
                                  const std::string& key) {
+  // (never called on a temporary map: the pointer would dangle; see the deleted overload)
   const auto it = fields.find(key);
   return it == fields.end() ? nullptr : &it->second;
 }
@@ -63,8 +65,8 @@ std::size_t machine_memory() {
     long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
     std::size_t total = pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page)
                                               : std::size_t(1) << 40;
-    if (const std::size_t* swap = meminfo_field(read_meminfo("/proc/meminfo"), "SwapTotal:"))
-      total += *swap;
+    const auto fields = read_meminfo("/proc/meminfo");  // (kept: the field points into it)
+    if (const std::size_t* swap = meminfo_field(fields, "SwapTotal:")) total += *swap;
     return total;
   }();
   return bytes;
