@@ -70,5 +70,13 @@ function(soma_configure_cuda_target target)
   set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/cublas_loader.cpp APPEND PROPERTY
                COMPILE_DEFINITIONS "SOMA_CUBLAS_SONAME=\"libcublas.so.${CUDAToolkit_VERSION_MAJOR}\""
                "SOMA_CUBLAS_PATH=\"${_soma_cublas}\"")
+  # cuBLASLt (dense_bias_act's GEMM + epilogue, src/backend/cuda/cublaslt_loader.cpp): dlopen too.
+  set(_soma_cublaslt "")
+  if(TARGET CUDA::cublasLt)
+    get_target_property(_soma_cublaslt CUDA::cublasLt IMPORTED_LOCATION)
+  endif()
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/cublaslt_loader.cpp APPEND PROPERTY
+               COMPILE_DEFINITIONS "SOMA_CUBLASLT_SONAME=\"libcublasLt.so.${CUDAToolkit_VERSION_MAJOR}\""
+               "SOMA_CUBLASLT_PATH=\"${_soma_cublaslt}\"")
   target_link_libraries(${target} PRIVATE CUDA::cudart ${CMAKE_DL_LIBS})
 endfunction()
