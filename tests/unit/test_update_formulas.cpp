@@ -12,94 +12,13 @@
 #include "soma/optim/optimizer.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
+#include "update_cases.hpp"
 
 using namespace soma;
 using soma::testing::all_close;
-using soma::testing::rand_tensor;
+using namespace soma::update_cases;
 
 namespace {
-
-constexpr int kSteps = 5;
-
-struct UpdateCase {
-  std::string name;
-  const char* op;
-  std::vector<std::pair<double, double>> slot_ranges;  // one per slot input, initial values
-  std::function<Attrs(int step)> attrs;                // the step's attributes
-};
-
-// sgd_update with momentum, nesterov and decay as given; lr changes every step.
-UpdateCase sgd(double momentum, bool nesterov, double decay) {
-  std::vector<std::pair<double, double>> slots;
-  if (momentum != 0.0) slots.push_back({-0.5, 0.5});
-  return {"sgd momentum=" + std::to_string(momentum) + (nesterov ? " nesterov" : "") +
-              " decay=" + std::to_string(decay),
-          "sgd_update", slots, [=](int s) {
-            const double lr = 0.1 / (1.0 + s);
-            return Attrs{{"lr", lr}, {"decay", lr * decay}, {"momentum", momentum},
-                         {"nesterov", nesterov}};
-          }};
-}
-
-UpdateCase adam(bool amsgrad, double decay) {
-  std::vector<std::pair<double, double>> slots{{-0.3, 0.3}, {0.01, 0.5}};
-  if (amsgrad) slots.push_back({0.01, 0.5});
-  return {std::string("adam") + (amsgrad ? " amsgrad" : "") + " decay=" + std::to_string(decay),
-          "adam_update", slots, [=](int s) {
-            const double t = s + 1.0, lr = 0.01;
-            const double alpha = lr * std::sqrt(1.0 - std::pow(0.999, t)) / (1.0 - std::pow(0.9, t));
-            return Attrs{{"alpha", alpha}, {"beta_1", 0.9}, {"beta_2", 0.999},
-                         {"epsilon", 1e-7}, {"decay", lr * decay}};
-          }};
-}
-
-UpdateCase nadam(double decay) {
-  return {"nadam decay=" + std::to_string(decay), "nadam_update", {{-0.3, 0.3}, {0.01, 0.5}},
-          [=](int s) {
-            const double t = s + 1.0, lr = 0.01;
-            return Attrs{{"lr", lr},          {"beta_1", 0.9},
-                         {"beta_2", 0.999},   {"k_m", 0.5 + 0.1 * s},
-                         {"k_g", 0.3 / t},    {"k_v", 1.0 / (1.0 - std::pow(0.999, t))},
-                         {"epsilon", 1e-7},   {"decay", lr * decay}};
-          }};
-}
-
-UpdateCase rmsprop(bool centered, double momentum, double decay) {
-  std::vector<std::pair<double, double>> slots{{0.5, 1.0}};
-  if (centered) slots.push_back({-0.1, 0.1});
-  if (momentum > 0.0) slots.push_back({-0.2, 0.2});
-  return {std::string("rmsprop") + (centered ? " centered" : "") +
-              " momentum=" + std::to_string(momentum) + " decay=" + std::to_string(decay),
-          "rmsprop_update", slots, [=](int s) {
-            const double lr = 0.01 * (1.0 + 0.1 * s);
-            return Attrs{{"lr", lr},       {"rho", 0.9},           {"epsilon", 1e-7},
-                         {"momentum", momentum}, {"centered", centered}, {"decay", lr * decay}};
-          }};
-}
-
-UpdateCase adagrad(double decay) {
-  return {"adagrad decay=" + std::to_string(decay), "adagrad_update", {{0.1, 1.0}},
-          [=](int s) {
-            const double lr = 0.1 / (1.0 + s);
-            return Attrs{{"lr", lr}, {"epsilon", 1e-7}, {"decay", lr * decay}};
-          }};
-}
-
-std::vector<UpdateCase> all_cases() {
-  std::vector<UpdateCase> c;
-  for (double decay : {0.0, 0.04}) {
-    c.push_back(sgd(0.0, false, decay));
-    c.push_back(sgd(0.9, false, decay));
-    c.push_back(sgd(0.9, true, decay));
-    c.push_back(adam(false, decay));
-    c.push_back(adam(true, decay));
-    c.push_back(nadam(decay));
-    for (bool centered : {false, true})
-      for (double mu : {0.0, 0.9}) c.push_back(rmsprop(centered, mu, decay));
-    c.push_back(adagrad(decay));
-  }
-  return c;
-}
 
 // The rule of `op` for attributes `a` applied to every element: v[0] the variable, v[1] the
 // gradient, then the op's slot inputs in order.
@@ -133,21 +52,6 @@ void apply_rule(const std::string& op, const Attrs& a, std::vector<std::vector<T
     FAIL() << "no rule for " << op;
   }
 }
-
-struct FusedKernels {
-  explicit FusedKernels(bool on) { optim::Optimizer::set_fused_kernels(on); }
-  ~FusedKernels() { optim::Optimizer::set_fused_kernels(true); }
-};
-
-const Shape kShape{5, 7};
-
-std::vector<Tensor> initial_state(const UpdateCase& c, DType t) {
-  std::vector<Tensor> s{rand_tensor(kShape, 11, -1.0, 1.0, t)};
-  for (std::size_t i = 0; i < c.slot_ranges.size(); ++i)
-    s.push_back(rand_tensor(kShape, 20 + i, c.slot_ranges[i].first, c.slot_ranges[i].second, t));
-  return s;
-}
-Tensor gradient(int step, DType t) { return rand_tensor(kShape, 100 + step, -1.0, 1.0, t); }
 
 // kSteps of the op on the CPU (fused or composite kernel): the variable and slots at the end.
 std::vector<Tensor> run_op(const UpdateCase& c, DType t, bool fused) {

@@ -1,0 +1,221 @@
+// dense_bias_act (cuBLASLt with the bias / ReLU epilogue) and the fused optimiser update kernels
+// on CUDA against the CPU. Every test skips without a usable GPU (docs/cuda.md: running them on a
+// GPU machine).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "soma/cuda.hpp"
+#include "soma/soma.hpp"
+#include "test_support.hpp"
+#include "update_cases.hpp"
+
+using namespace soma;
+using soma::testing::all_close;
+using soma::testing::rand_tensor;
+
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason()
+
+const Device kGpu = Device::cuda(0);
+
+Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
+
+// Sets cuda::allow_tf32 for a scope.
+struct Tf32 {
+  explicit Tf32(bool on) : before(cuda::allow_tf32()) { cuda::set_allow_tf32(on); }
+  ~Tf32() { cuda::set_allow_tf32(before); }
+  bool before;
+};
+
+Tensor dense(const Tensor& x, const Tensor& w, const Tensor* b, bool relu) {
+  std::vector<Tensor> in{x, w};
+  if (b) in.push_back(*b);
+  return call_op1(get_op("dense_bias_act"), in,
+                  Attrs{{"activation", std::string(relu ? "relu" : "linear")}});
+}
+
+struct DenseShape {
+  Shape x;  // [..., k]
+  std::int64_t n;
+};
+// Odd sizes (no multiple of 8 or 16), batch 1, vectors on either side, a 3-d input.
+const DenseShape kDenseShapes[] = {{{1, 1}, 1},     {{1, 7}, 3},      {{3, 17}, 5},
+                                   {{1, 300}, 129}, {{33, 65}, 129},  {{64, 128}, 96},
+                                   {{2, 3, 4}, 5},  {{257, 31}, 1},   {{5, 1}, 77}};
+
+// dense_bias_act on CUDA in dtype t (inputs drawn in f32, rounded to t) against the CPU op on the
+// same rounded values in f32 (f64 for f64); the CUDA result compared in that dtype.
+void check_dense(DType t, double tol) {
+  std::uint64_t seed = 1;
+  for (const DenseShape& s : kDenseShapes) {
+    const std::int64_t k = s.x.back();
+    const Tensor x = rand_tensor(s.x, seed++, -1.0, 1.0, DType::f32).to(t);
+    const Tensor w = rand_tensor({k, s.n}, seed++, -1.0, 1.0, DType::f32).to(t);
+    const Tensor b = rand_tensor({s.n}, seed++, -1.0, 1.0, DType::f32).to(t);
+    for (bool with_bias : {true, false})
+      for (bool relu : {false, true}) {
+        const DType r = t == DType::f64 ? DType::f64 : DType::f32;  // the reference's dtype
+        const Tensor bf = b.to(r);
+        const Tensor want = dense(x.to(r), w.to(r), with_bias ? &bf : nullptr, relu);
+        const Tensor bg = b.to(kGpu);
+        const Tensor got = dense(x.to(kGpu), w.to(kGpu), with_bias ? &bg : nullptr, relu);
+        EXPECT_EQ(got.dtype(), t);
+        EXPECT_EQ(got.shape(), want.shape());
+        // |error| grows with k: the tolerance is per unit of sqrt(k) (values of size ~sqrt(k)).
+        const double scale = tol * std::sqrt(double(k));
+        EXPECT_TRUE(all_close(host(got).to(r), want, scale, tol))
+            << dtype_name(t) << " x " << shape_str(s.x) << " units " << s.n
+            << (with_bias ? " bias" : " no bias") << (relu ? " relu" : " linear");
+      }
+  }
+}
+
+}  // namespace
+
+TEST(CudaDense, F32MatchesTheCpuWithTf32Off) {
+  SKIP_WITHOUT_GPU();
+  Tf32 off(false);
+  check_dense(DType::f32, 5e-6);
+}
+
+TEST(CudaDense, F32WithTf32IsClose) {
+  SKIP_WITHOUT_GPU();
+  Tf32 on(true);
+  check_dense(DType::f32, 2e-3);
+}
+
+TEST(CudaDense, F16MatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  check_dense(DType::f16, 2e-3);
+}
+
+TEST(CudaDense, Bf16MatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  check_dense(DType::bf16, 1e-2);
+}
+
+TEST(CudaDense, F64MatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  check_dense(DType::f64, 1e-13);
+}
+
+// Views: a transposed kernel, a row-strided input, a bias with stride 2; and the same shape twice
+// (the cached plan) with other data.
+TEST(CudaDense, ViewsAndACachedPlan) {
+  SKIP_WITHOUT_GPU();
+  Tf32 off(false);
+  const Tensor x = rand_tensor({9, 40}, 7, -1.0, 1.0, DType::f32);
+  const Tensor wt = rand_tensor({6, 13}, 8, -1.0, 1.0, DType::f32);  // kernel^T
+  const Tensor b2 = rand_tensor({12}, 9, -1.0, 1.0, DType::f32);
+  const Tensor xv = slice(x, {{0, 9}, {5, 18}});                         // [9, 13], row stride 40
+  const Tensor w = transpose(wt, {1, 0});                              // [13, 6], strides (1, 13)
+  const Tensor b = slice(b2, {{0, 12, 2}});                          // [6], stride 2
+  const Tensor want = dense(contiguous(xv), contiguous(w), &b, true);
+  const Tensor xg = x.to(kGpu), wg = wt.to(kGpu), bg = b2.to(kGpu);
+  const Tensor bv = slice(bg, {{0, 12, 2}});
+  const Tensor got = dense(slice(xg, {{0, 9}, {5, 18}}), transpose(wg, {1, 0}), &bv, true);
+  EXPECT_TRUE(all_close(host(got), want, 1e-5, 1e-5));
+  for (int round = 0; round < 2; ++round) {
+    const Tensor x2 = rand_tensor({9, 13}, 20 + round, -1.0, 1.0, DType::f32);
+    const Tensor w2 = rand_tensor({13, 6}, 30 + round, -1.0, 1.0, DType::f32);
+    const Tensor c2 = contiguous(b);
+    const Tensor cg = c2.to(kGpu);
+    EXPECT_TRUE(all_close(host(dense(x2.to(kGpu), w2.to(kGpu), &cg, false)),
+                          dense(x2, w2, &c2, false), 1e-5, 1e-5))
+        << "round " << round;
+  }
+}
+
+// A Dense layer's training step on CUDA: the forward through the new kernel, the gradient
+// through ops (the op's gradient is written with ops).
+TEST(CudaDense, GradientsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  Tf32 off(false);
+  const Tensor x = rand_tensor({8, 11}, 41, -1.0, 1.0, DType::f32);
+  const Tensor w = rand_tensor({11, 7}, 42, -1.0, 1.0, DType::f32);
+  const Tensor b = rand_tensor({7}, 43, -1.0, 1.0, DType::f32);
+  auto grads = [&](Device d) {
+    const Tensor wd = w.to(d), bd = b.to(d);
+    GradientTape tape;
+    tape.watch(std::vector<Tensor>{wd, bd});
+    const Tensor loss = sum(square(dense(x.to(d), wd, &bd, true)));
+    auto g = tape.gradient(loss, std::vector<Tensor>{wd, bd});
+    return std::vector<Tensor>{host(g[0]), host(g[1])};
+  };
+  const auto cpu = grads(Device::cpu()), gpu = grads(kGpu);
+  EXPECT_TRUE(all_close(gpu[0], cpu[0], 1e-4, 1e-5));
+  EXPECT_TRUE(all_close(gpu[1], cpu[1], 1e-4, 1e-5));
+}
+
+// ---- the update ops ----------------------------------------------------------------------------
+namespace {
+
+using namespace soma::update_cases;
+
+// kSteps of the op on `d`, fused kernels on or off: the variable and the slots at the end, on the
+// host.
+std::vector<Tensor> run_update(const UpdateCase& c, DType t, Device d, bool fused,
+                               const Shape& shape = kShape) {
+  FusedKernels k(fused);
+  std::vector<Tensor> s = initial_state(c, t, shape);
+  for (Tensor& x : s) x = x.to(d);
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<Tensor> in{s[0], gradient(step, t, shape).to(d)};
+    in.insert(in.end(), s.begin() + 1, s.end());
+    call_op(get_op(c.op), in, c.attrs(step));
+  }
+  for (Tensor& x : s) x = host(x);
+  return s;
+}
+
+void check_updates(DType t, double tol, bool fused, const Shape& shape = kShape) {
+  for (const UpdateCase& c : all_cases()) {
+    const auto want = run_update(c, t, Device::cpu(), true, shape);
+    const auto got = run_update(c, t, kGpu, fused, shape);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(all_close(got[i].to(DType::f64), want[i].to(DType::f64), tol, tol))
+          << c.name << " " << dtype_name(t) << (fused ? " fused" : " composite")
+          << (i == 0 ? ": the variable" : ": slot ") << (i == 0 ? "" : std::to_string(i - 1));
+  }
+}
+
+}  // namespace
+
+TEST(CudaUpdates, F32FusedMatchesTheCpuOverFiveSteps) {
+  SKIP_WITHOUT_GPU();
+  check_updates(DType::f32, 2e-6, true);
+}
+
+TEST(CudaUpdates, F64FusedMatchesTheCpuOverFiveSteps) {
+  SKIP_WITHOUT_GPU();
+  check_updates(DType::f64, 1e-13, true);
+}
+
+TEST(CudaUpdates, CompositeOnCudaMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  check_updates(DType::f32, 2e-6, false);
+}
+
+// f16 and bf16 variables run the composite on CUDA as on the CPU.
+TEST(CudaUpdates, HalfPrecisionMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  check_updates(DType::f16, 2e-3, true);
+  check_updates(DType::bf16, 2e-2, true);
+}
+
+// More elements than the launch's grid covers in one pass (the grid-stride loop).
+TEST(CudaUpdates, LargeVariable) {
+  SKIP_WITHOUT_GPU();
+  const UpdateCase c = adam(true, 0.04);
+  const Shape big{(std::int64_t(1) << 24) + 3};
+  const auto want = run_update(c, DType::f32, Device::cpu(), true, big);
+  const auto got = run_update(c, DType::f32, kGpu, true, big);
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(all_close(got[i], want[i], 2e-6, 2e-6)) << "tensor " << i;
+}
