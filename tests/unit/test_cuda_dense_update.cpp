@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/backend/cuda/dense_plan.hpp"
 #include "soma/cuda.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
@@ -150,6 +151,90 @@ TEST(CudaDense, GradientsMatchTheCpu) {
   const auto cpu = grads(Device::cpu()), gpu = grads(kGpu);
   EXPECT_TRUE(all_close(gpu[0], cpu[0], 1e-4, 1e-5));
   EXPECT_TRUE(all_close(gpu[1], cpu[1], 1e-4, 1e-5));
+}
+
+// ---- the GEMM layout (dense_plan.hpp), on the CPU: every build ----------------------------------
+namespace {
+
+using soma::cuda_detail::DenseGemm;
+using soma::cuda_detail::MatrixDesc;
+
+// Element (r, c) of op(M) for a column-major M described by md.
+double op_at(const MatrixDesc& md, const std::vector<double>& mem, std::int64_t r, std::int64_t c) {
+  return md.trans ? mem[std::size_t(c + r * md.ld)] : mem[std::size_t(r + c * md.ld)];
+}
+
+// What cuBLASLt computes from the descriptors: D = op(A) op(B), plus the bias epilogue (bias[i]
+// added to row i of D), on column-major memory; A is the kernel's memory, B x's.
+std::vector<double> run_descriptors(const DenseGemm& g, std::int64_t m, std::int64_t n,
+                                    std::int64_t k, const std::vector<double>& w_mem,
+                                    const std::vector<double>& x_mem,
+                                    const std::vector<double>& bias) {
+  auto dims = [](const MatrixDesc& md) {
+    return md.trans ? std::pair{md.cols, md.rows} : std::pair{md.rows, md.cols};
+  };
+  EXPECT_EQ(dims(g.a), (std::pair<std::int64_t, std::int64_t>{n, k}));
+  EXPECT_EQ(dims(g.b), (std::pair<std::int64_t, std::int64_t>{k, m}));
+  EXPECT_FALSE(g.d.trans);
+  EXPECT_EQ(dims(g.d), (std::pair<std::int64_t, std::int64_t>{n, m}));
+  for (const MatrixDesc* md : {&g.a, &g.b, &g.d}) EXPECT_GE(md->ld, std::max<std::int64_t>(md->rows, 1));
+  std::vector<double> d(std::size_t(g.d.ld * m), 0.0);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < m; ++j) {
+      double s = bias[std::size_t(i)];
+      for (std::int64_t l = 0; l < k; ++l) s += op_at(g.a, w_mem, i, l) * op_at(g.b, x_mem, l, j);
+      d[std::size_t(i + j * g.d.ld)] = s;
+    }
+  return d;
+}
+
+struct StridedCase {
+  std::int64_t m, n, k, x_rs, x_cs, w_rs, w_cs;
+};
+
+}  // namespace
+
+// The descriptors dense_gemm() builds, run as cuBLASLt would run them, give y = x W + b for
+// packed, row-strided and transposed views of x and the kernel, and size-1 dimensions.
+TEST(CudaDensePlan, DescriptorsComputeXWPlusBias) {
+  const StridedCase cases[] = {
+      {3, 5, 4, 4, 1, 5, 1},     // both packed
+      {3, 5, 4, 7, 1, 1, 6},     // x rows strided, kernel a transposed view
+      {3, 5, 4, 1, 4, 5, 1},     // x a transposed view
+      {3, 5, 4, 1, 3, 1, 4},     // both transposed views
+      {1, 1, 1, 9, 9, 9, 9},     // all size 1: any strides
+      {1, 6, 5, 100, 1, 6, 1},   // batch 1, its row stride unused
+      {7, 1, 3, 3, 1, 1, 50},    // one unit
+      {4, 3, 1, 1, 1, 3, 1},     // k = 1
+  };
+  for (const StridedCase& c : cases) {
+    const DenseGemm g = soma::cuda_detail::dense_gemm(c.m, c.n, c.k, c.x_rs, c.x_cs, c.w_rs, c.w_cs);
+    ASSERT_TRUE(g.a.ok && g.b.ok && g.d.ok) << c.m << " " << c.n << " " << c.k;
+    auto span = [](std::int64_t r, std::int64_t cc, std::int64_t rs, std::int64_t cs) {
+      return std::size_t((r - 1) * rs + (cc - 1) * cs + 1);
+    };
+    std::vector<double> x_mem(span(c.m, c.k, c.x_rs, c.x_cs)), w_mem(span(c.k, c.n, c.w_rs, c.w_cs));
+    for (std::size_t i = 0; i < x_mem.size(); ++i) x_mem[i] = 0.25 * double(i % 7) - 0.5;
+    for (std::size_t i = 0; i < w_mem.size(); ++i) w_mem[i] = 0.125 * double(i % 11) - 0.6;
+    std::vector<double> bias(std::size_t(c.n));
+    for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = double(i) - 1.5;
+    const std::vector<double> d = run_descriptors(g, c.m, c.n, c.k, w_mem, x_mem, bias);
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        double want = bias[std::size_t(j)];
+        for (std::int64_t l = 0; l < c.k; ++l)
+          want += x_mem[std::size_t(i * c.x_rs + l * c.x_cs)] * w_mem[std::size_t(l * c.w_rs + j * c.w_cs)];
+        EXPECT_DOUBLE_EQ(d[std::size_t(j + i * g.d.ld)], want)
+            << "y[" << i << ", " << j << "] for m " << c.m << " n " << c.n << " k " << c.k;
+      }
+  }
+}
+
+// Views no cuBLASLt layout describes are reported, so that the kernel packs them.
+TEST(CudaDensePlan, UnfitViewsAreRejected) {
+  EXPECT_FALSE(soma::cuda_detail::dense_gemm(3, 5, 4, 8, 2, 5, 1).b.ok);    // x columns strided
+  EXPECT_FALSE(soma::cuda_detail::dense_gemm(3, 5, 4, 4, 1, 10, 2).a.ok);   // kernel columns strided
+  EXPECT_FALSE(soma::cuda_detail::dense_gemm(3, 5, 4, 2, 1, 5, 1).b.ok);    // overlapping rows
 }
 
 // ---- the update ops ----------------------------------------------------------------------------

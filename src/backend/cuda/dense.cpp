@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "backend/cuda/cublaslt_loader.hpp"
+#include "backend/cuda/dense_plan.hpp"
 #include "backend/cuda/runtime.hpp"
 #include "internal/copy.hpp"
 #include "internal/dense_op.hpp"
@@ -58,31 +59,16 @@ Tensor packed(const Tensor& t) {
   return p;
 }
 
-// A row-major matrix view [rows, cols] with strides (rs, cs) as a column-major cuBLASLt operand:
-// stored as its transpose (trans false: column-major cols x rows, leading dimension rs) or as
-// itself (trans true: a transposed view, column-major rows x cols, leading dimension cs).
-struct Operand {
-  bool ok = false;
-  bool trans = false;
-  std::int64_t ld = 1;
-};
-Operand operand_of(std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs) {
-  if (cols <= 1) cs = 1;
-  if (rows <= 1) rs = std::max<std::int64_t>(cols, 1);
-  if (cs == 1 && rs >= std::max<std::int64_t>(cols, 1)) return {true, false, rs};
-  if (rows > 1 && cols > 1 && rs == 1 && cs >= rows) return {true, true, cs};
-  return {};
-}
-
 struct PlanKey {
   int device;
   DType dtype;
-  std::int64_t m, n, k, ld_w, ld_x;
-  bool trans_w, trans_x, bias, relu, tf32;
+  std::int64_t m, n, k;
+  DenseGemm g;  // the layouts (dense_gemm(): fixed by m, n, k, the transposes and the lds)
+  bool bias, relu, tf32;
   std::uint32_t align_w, align_x, align_y, align_b;
   auto tie() const {
-    return std::tie(device, dtype, m, n, k, ld_w, ld_x, trans_w, trans_x, bias, relu, tf32,
-                    align_w, align_x, align_y, align_b);
+    return std::tie(device, dtype, m, n, k, g.a.trans, g.a.ld, g.b.trans, g.b.ld, bias, relu,
+                    tf32, align_w, align_x, align_y, align_b);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
@@ -140,8 +126,8 @@ Plan make_plan(const PlanKey& key, const void* bias_ptr) {
                                           : CUBLAS_COMPUTE_32F;
   try {
     ok(api.matmul_desc_create(&p.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
-    const std::int32_t op_a = key.trans_w ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const std::int32_t op_b = key.trans_x ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const std::int32_t op_a = key.g.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const std::int32_t op_b = key.g.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     ok(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
        "cublasLtMatmulDescSetAttribute(TRANSA)");
     ok(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
@@ -156,17 +142,14 @@ Plan make_plan(const PlanKey& key, const void* bias_ptr) {
       ok(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
                                        sizeof(bias_ptr)),
          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
-    // A = W^T as stored: n x k (or, a transposed view, k x n read transposed); B = x^T: k x m
-    // (or m x k transposed); D = y^T: n x m.
-    const auto u = [](std::int64_t v) { return std::uint64_t(v); };
-    ok(key.trans_w ? api.layout_create(&p.a, type, u(key.k), u(key.n), key.ld_w)
-                   : api.layout_create(&p.a, type, u(key.n), u(key.k), key.ld_w),
-       "cublasLtMatrixLayoutCreate(W)");
-    ok(key.trans_x ? api.layout_create(&p.b, type, u(key.m), u(key.k), key.ld_x)
-                   : api.layout_create(&p.b, type, u(key.k), u(key.m), key.ld_x),
-       "cublasLtMatrixLayoutCreate(x)");
-    ok(api.layout_create(&p.d, type, u(key.n), u(key.m), key.n), "cublasLtMatrixLayoutCreate(y)");
-
+    // The layouts of dense_plan.hpp: A from W, B from x, D (and C) the output.
+    const DenseGemm& g = key.g;
+    auto layout = [&](cublasLtMatrixLayout_t* l, const MatrixDesc& md, const char* what) {
+      ok(api.layout_create(l, type, std::uint64_t(md.rows), std::uint64_t(md.cols), md.ld), what);
+    };
+    layout(&p.a, g.a, "cublasLtMatrixLayoutCreate(kernel)");
+    layout(&p.b, g.b, "cublasLtMatrixLayoutCreate(x)");
+    layout(&p.d, g.d, "cublasLtMatrixLayoutCreate(y)");
     cublasLtMatmulPreference_t pref = nullptr;
     ok(api.preference_create(&pref), "cublasLtMatmulPreferenceCreate");
     auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t at, const void* v, std::size_t sz) {
@@ -211,22 +194,23 @@ void dense_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
   if (t == DType::f64 || k == 0) return dense_composite(in, out, attrs);
   const bool relu = detail::dense_relu(attrs), has_bias = in.size() == 3;
 
-  // x as m rows of k: packed rows (any row stride) or, for a 2-d transposed view, columns.
-  Tensor x = in[0];
-  Operand ox;
-  if (x.is_contiguous())
-    ox = {true, false, k};
-  else if (x.rank() == 2)
-    ox = operand_of(m, k, x.strides()[0], x.strides()[1]);
-  if (!ox.ok) {
+  // x as m rows of k: packed (its leading dims merged) or a 2-d view; W as it is. A view that
+  // fits no cuBLASLt layout is packed first.
+  Tensor x = in[0], w = in[1];
+  if (!x.is_contiguous() && x.rank() != 2) x = packed(x);
+  auto gemm = [&] {
+    const bool flat = x.is_contiguous();
+    return dense_gemm(m, n, k, flat ? k : x.strides()[0], flat ? 1 : x.strides()[1],
+                      w.strides()[0], w.strides()[1]);
+  };
+  DenseGemm g = gemm();
+  if (!g.b.ok) {
     x = packed(x);
-    ox = {true, false, k};
+    g = gemm();
   }
-  Tensor w = in[1];
-  Operand ow = operand_of(k, n, w.strides()[0], w.strides()[1]);
-  if (!ow.ok) {
+  if (!g.a.ok) {
     w = packed(w);
-    ow = {true, false, n};
+    g = gemm();
   }
   Tensor b = has_bias ? in[2] : Tensor();
   if (has_bias && b.numel() > 1 && b.strides()[0] != 1) b = packed(b);
@@ -238,10 +222,9 @@ void dense_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
   void* pw = first_element(w);
   void* py = first_element(dst);
   const void* pb = has_bias ? first_element(b) : nullptr;
-  const PlanKey key{dev,      t,        m,        n,       k,
-                    ow.ld,    ox.ld,    ow.trans, ox.trans, has_bias,
-                    relu,     cuda::allow_tf32(), alignment_of(pw), alignment_of(px),
-                    alignment_of(py), has_bias ? alignment_of(pb) : 256u};
+  const PlanKey key{dev,  t,    m,        n,    k,  g, has_bias, relu, cuda::allow_tf32(),
+                    alignment_of(pw), alignment_of(px), alignment_of(py),
+                    has_bias ? alignment_of(pb) : 256u};
   bool ran = false;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
