@@ -4,10 +4,13 @@
 // cuda::allow_tf32()), f16 and bf16 (f32 accumulation); f64 and shapes cuBLASLt declines run the
 // composite (matmul + add + relu). Only the forward: the op's gradient is written with ops.
 //
-// Row-major y[m, n] = x[m, k] W[k, n] is column-major y^T = W^T x^T: cuBLASLt's A is W (n x k,
-// column-major), B is x (k x m), D is y (n x m), and the bias (length n = D's rows) is broadcast
-// along D's columns, which is what the epilogue does. A plan (descriptors, chosen algorithm and
-// its workspace size) is kept per device, dtype, shape, layout, epilogue and pointer alignment.
+// Row-major y[m, n] = x[m, k] W[k, n] is column-major y^T = W^T x^T (the layouts: dense_plan.hpp,
+// tested on the CPU): the bias (n values, D's rows) is broadcast along D's columns, which is what
+// the epilogue does. A plan (descriptors, the heuristic's algorithm and its workspace size) is kept
+// per device, dtype, shape, layout, epilogue and pointer alignment.
+//
+// ReLU of NaN: the epilogue computes max(x, 0), which gives 0 where the CPU kernel and the relu op
+// keep the NaN.
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -24,10 +27,9 @@
 #include "soma/ops.hpp"
 
 namespace soma::cuda_detail {
-void register_cuda_update_kernels();  // optim_ops.cpp
-}  // namespace soma::cuda_detail
 
-namespace soma::cuda_detail {
+void register_cuda_update_kernels();  // optim_ops.cpp
+
 namespace {
 
 constexpr const char* kOp = "dense_bias_act";
