@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../../src/backend/cuda/dense_plan.hpp"
+#include "../../src/internal/optim_updates.hpp"
 #include "soma/cuda.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
@@ -151,6 +152,24 @@ TEST(CudaDense, GradientsMatchTheCpu) {
   const auto cpu = grads(Device::cpu()), gpu = grads(kGpu);
   EXPECT_TRUE(all_close(gpu[0], cpu[0], 1e-4, 1e-5));
   EXPECT_TRUE(all_close(gpu[1], cpu[1], 1e-4, 1e-5));
+}
+
+// ---- registration: every build with CUDA ------------------------------------------------------
+// The update ops' CUDA kernels are the fused ones, not the composites every device starts with.
+TEST(CudaDenseUpdateRegistration, UpdateOpsHaveFusedCudaKernels) {
+  if (!cuda::is_built()) GTEST_SKIP() << "built without CUDA";
+  const std::pair<const char*, KernelFn> composites[] = {
+      {"sgd_update", detail::sgd_update_composite},
+      {"adam_update", detail::adam_update_composite},
+      {"nadam_update", detail::nadam_update_composite},
+      {"rmsprop_update", detail::rmsprop_update_composite},
+      {"adagrad_update", detail::adagrad_update_composite}};
+  for (const auto& [name, composite] : composites) {
+    const KernelFn k = get_op(name).kernels[int(DeviceKind::CUDA)];
+    EXPECT_NE(k, nullptr) << name;
+    EXPECT_NE(k, composite) << name << " still runs its composite on CUDA";
+  }
+  EXPECT_NE(get_op("dense_bias_act").kernels[int(DeviceKind::CUDA)], nullptr);
 }
 
 // ---- the GEMM layout (dense_plan.hpp), on the CPU: every build ----------------------------------
