@@ -9,8 +9,8 @@
 // the epilogue does. A plan (descriptors, the heuristic's algorithm and its workspace size) is kept
 // per device, dtype, shape, layout, epilogue and pointer alignment.
 //
-// ReLU of NaN: the epilogue computes max(x, 0), which gives 0 where the CPU kernel and the relu op
-// keep the NaN.
+// ReLU of NaN: the epilogue is documented as max(x, 0), which may give 0 where the CPU kernel and
+// the relu op keep the NaN (not checked on a GPU yet).
 #include <cstdint>
 #include <map>
 #include <mutex>
