@@ -133,6 +133,32 @@ TEST(CudaDense, ViewsAndACachedPlan) {
   }
 }
 
+// NaN in a row of x: the CPU keeps it through the ReLU (as the relu op does); so must CUDA.
+TEST(CudaDense, ReluKeepsNaN) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    std::vector<float> xs(3 * 4, 0.5f);
+    xs[4] = std::nanf("");  // row 1
+    const Tensor x = constant(xs, {3, 4}).to(t);
+    const Tensor w = rand_tensor({4, 5}, 51, -1.0, 1.0, DType::f32).to(t);
+    const Tensor b = rand_tensor({5}, 52, -1.0, 1.0, DType::f32).to(t);
+    for (bool with_bias : {true, false}) {
+      const Tensor bg = b.to(kGpu);
+      const std::vector<float> y =
+          host(dense(x.to(kGpu), w.to(kGpu), with_bias ? &bg : nullptr, true))
+              .to(DType::f32)
+              .to_vector<float>();
+      for (int j = 0; j < 5; ++j) {
+        EXPECT_TRUE(std::isnan(y[std::size_t(5 + j)]))
+            << dtype_name(t) << (with_bias ? " bias" : "") << ": y[1, " << j << "] = "
+            << y[std::size_t(5 + j)] << ", expected NaN (set kReluEpilogue false in "
+            << "src/backend/cuda/dense.cpp if the epilogue drops NaN)";
+        EXPECT_FALSE(std::isnan(y[std::size_t(j)]));
+      }
+    }
+  }
+}
+
 // A Dense layer's training step on CUDA: the forward through the new kernel, the gradient
 // through ops (the op's gradient is written with ops).
 TEST(CudaDense, GradientsMatchTheCpu) {

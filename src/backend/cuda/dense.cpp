@@ -10,7 +10,8 @@
 // per device, dtype, shape, layout, epilogue and pointer alignment.
 //
 // ReLU of NaN: the epilogue is documented as max(x, 0), which may give 0 where the CPU kernel and
-// the relu op keep the NaN (not checked on a GPU yet).
+// the relu op keep the NaN (not checked on a GPU yet; CudaDense.ReluKeepsNaN). kReluEpilogue false
+// runs the bias epilogue and then the relu op instead (one more pass over y).
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -33,6 +34,7 @@ void register_cuda_update_kernels();  // optim_ops.cpp
 namespace {
 
 constexpr const char* kOp = "dense_bias_act";
+constexpr bool kReluEpilogue = true;
 
 // The op's composite (src/ops/dense.cpp keeps its own private): f64, and what cuBLASLt declines.
 void dense_composite(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
@@ -134,10 +136,10 @@ Plan make_plan(const PlanKey& key, const void* bias_ptr) {
        "cublasLtMatmulDescSetAttribute(TRANSA)");
     ok(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
        "cublasLtMatmulDescSetAttribute(TRANSB)");
-    const cublasLtEpilogue_t epi = key.bias ? (key.relu ? CUBLASLT_EPILOGUE_RELU_BIAS
-                                                        : CUBLASLT_EPILOGUE_BIAS)
-                                            : (key.relu ? CUBLASLT_EPILOGUE_RELU
-                                                        : CUBLASLT_EPILOGUE_DEFAULT);
+    const bool relu = key.relu && kReluEpilogue;
+    const cublasLtEpilogue_t epi =
+        key.bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                 : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
     ok(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
        "cublasLtMatmulDescSetAttribute(EPILOGUE)");
     if (key.bias)
@@ -258,6 +260,11 @@ void dense_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
     }
   }
   if (!ran) return dense_composite(in, out, attrs);
+  if (relu && !kReluEpilogue) {
+    NoGradScope no_grad;
+    detail::copy_into(soma::relu(dst), y);
+    return;
+  }
   if (dst.storage() != y.storage()) detail::copy_into(dst, y);
 }
 
