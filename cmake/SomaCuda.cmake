@@ -88,8 +88,9 @@ function(soma_configure_cuda_target target)
     if(SOMA_CUDNN_LIBRARY)
       set(_soma_cudnn_path "${SOMA_CUDNN_LIBRARY}")
     endif()
-    set_property(SOURCE ${_soma_cuda_host} APPEND PROPERTY COMPILE_DEFINITIONS
-                 SOMA_HAS_CUDNN_HEADERS=1)
+    set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/conv.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/cudnn_loader.cpp
+                 APPEND PROPERTY COMPILE_DEFINITIONS SOMA_HAS_CUDNN_HEADERS=1)
     set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/cudnn_loader.cpp APPEND PROPERTY
                  COMPILE_DEFINITIONS "SOMA_CUDNN_SONAME=\"libcudnn.so.${_soma_cudnn_major}\""
                  "SOMA_CUDNN_PATH=\"${_soma_cudnn_path}\"")

@@ -105,6 +105,9 @@ TEST(CudaConvPlan, OutputShapeAgreesWithTheInferRuleForEveryPaddingStrideAndDila
                     EXPECT_EQ(p.pad_h + p.extra_bottom, pads[1]) << what;
                     EXPECT_EQ(p.pad_w + p.extra_left, pads[2]) << what;
                     EXPECT_EQ(p.pad_w + p.extra_right, pads[3]) << what;
+                    EXPECT_TRUE(p.extra_top >= 0 && p.extra_bottom >= 0 && p.extra_left >= 0 &&
+                                p.extra_right >= 0)
+                        << what;
                     EXPECT_TRUE(p.extra_top == 0 || p.extra_bottom == 0) << what;
                     EXPECT_TRUE(p.extra_left == 0 || p.extra_right == 0) << what;
                     EXPECT_EQ(p.hp, h + p.extra_top + p.extra_bottom) << what;
