@@ -85,6 +85,12 @@ void run_pool(const char* op, PoolKind kind, const Tensor& a0, const Tensor* b0,
   check_float(op, a0);
   const int dev = use_device(out.device().index, op);
   const PoolDims p = pool_dims(op, input_shape, pooled, at);
+  // An empty H or W with enough padding still has windows, made only of padding: nothing to
+  // read (the CPU kernels read past the plane there).
+  const bool reads_windows = kind != PoolKind::max_grad && kind != PoolKind::avg_grad;
+  if (reads_windows && numel(input_shape) == 0 && numel(pooled) != 0)
+    fail(op, "input ", shape_str(input_shape), " is empty but the pooled shape ",
+         shape_str(pooled), " is not: every window is padding");
   const Tensor a = packed(a0);
   const Tensor b = b0 ? packed(*b0) : Tensor();
   into(out, [&](const Tensor& y) {
@@ -133,6 +139,14 @@ std::string describe(const ConvPlan& p, DType t) {
          ", dilation " + shape_str({p.dh, p.dw}) + ", groups " + std::to_string(p.groups);
 }
 
+// Tensor cores where soma allows them: f16/bf16 always, f32 as TF32 when cuda::allow_tf32()
+// (set_allow_tf32(false) restricts cuDNN to FMA kernels: full f32 products).
+cudnnMathType_t requested_math(DType t) {
+  if (t == DType::f16 || t == DType::bf16) return CUDNN_TENSOR_OP_MATH;
+  if (t == DType::f32) return cuda::allow_tf32() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  return CUDNN_DEFAULT_MATH;
+}
+
 // One convolution call's context: the op, its plan and device, for the error messages.
 struct Call {
   const char* op;
@@ -140,6 +154,7 @@ struct Call {
   DType dtype;
   int dev;
   const CudnnApi& api;
+  cudnnMathType_t math;  // requested: requested_math(dtype) when the call began
 
   void check(cudnnStatus_t st, const char* what) const {
     if (st == CUDNN_STATUS_SUCCESS) return;
@@ -239,14 +254,6 @@ cudnnDataType_t cudnn_type(DType t) {
 cudnnDataType_t compute_type(DType t) {
   return t == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 }
-// Tensor cores where soma allows them: f16/bf16 always, f32 as TF32 when cuda::allow_tf32()
-// (set_allow_tf32(false) restricts cuDNN to FMA kernels: full f32 products).
-cudnnMathType_t requested_math(DType t) {
-  if (t == DType::f16 || t == DType::bf16) return CUDNN_TENSOR_OP_MATH;
-  if (t == DType::f32) return cuda::allow_tf32() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
-  return CUDNN_DEFAULT_MATH;
-}
-
 enum class Pass : int { forward, backward_data, backward_filter };
 
 struct Algo {
@@ -276,10 +283,13 @@ Algo choose(const Call& c, const ConvDesc& cd, int max_count, const char* list_n
   for (int i = 0; i < returned; ++i) {
     const Perf& r = perf[std::size_t(i)];
     if (r.status != CUDNN_STATUS_SUCCESS) continue;
-    cd.math(r.mathType);
+    // The heuristics' math type, except that FMA stays FMA: their CUDNN_DEFAULT_MATH would let
+    // f32 use TF32 on Ampere and later after set_allow_tf32(false).
+    const cudnnMathType_t m = c.math == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : r.mathType;
+    cd.math(m);
     std::size_t bytes = 0;
     if (ws(r.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
-    const Algo a{int(r.algo), r.mathType, bytes};
+    const Algo a{int(r.algo), m, bytes};
     if (bytes <= kWorkspaceLimit) return a;
     if (first.algo < 0) first = a;
   }
@@ -291,7 +301,7 @@ Algo choose(const Call& c, const ConvDesc& cd, int max_count, const char* list_n
 
 template <class Choose>
 Algo cached_algo(Pass pass, const Call& c, const ConvDesc& cd, Choose&& choose_fn) {
-  const cudnnMathType_t want = requested_math(c.dtype);
+  const cudnnMathType_t want = c.math;
   const Ints key = algo_key(pass, c, want);
   {
     std::lock_guard<std::mutex> lock(g_algo_mutex);
@@ -364,7 +374,7 @@ void conv_forward(const char* op, const std::vector<Tensor>& in, const Tensor& o
       zero(y, op, dev);  // an empty sum
     } else {
       check_int_range(op, p, t);
-      const Call c{op, p, t, dev, cudnn_api(op)};
+      const Call c{op, p, t, dev, cudnn_api(op), requested_math(t)};
       const cudnnHandle_t h = cudnn_handle(c);
       const Tensor xp = padded_input(c, x);
       const TensorDesc xd(c, cudnn_type(t), p.n, p.c, p.hp, p.wp);
@@ -426,7 +436,7 @@ void backprop_input_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& o
     if (dx.numel() == 0) return;
     if (g.numel() == 0 || w.numel() == 0) return zero(dx, op, dev);
     check_int_range(op, p, t);
-    const Call c{op, p, t, dev, cudnn_api(op)};
+    const Call c{op, p, t, dev, cudnn_api(op), requested_math(t)};
     const cudnnHandle_t h = cudnn_handle(c);
     // The gradient of the padded input, cropped afterwards; dx itself without explicit padding.
     const Tensor dxp = p.explicit_padding()
@@ -476,7 +486,7 @@ void backprop_filter_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
     if (dw.numel() == 0) return;
     if (x.numel() == 0 || g.numel() == 0) return zero(dw, op, dev);
     check_int_range(op, p, t);
-    const Call c{op, p, t, dev, cudnn_api(op)};
+    const Call c{op, p, t, dev, cudnn_api(op), requested_math(t)};
     const cudnnHandle_t h = cudnn_handle(c);
     const Tensor xp = padded_input(c, x);
     const TensorDesc xd(c, cudnn_type(t), p.n, p.c, p.hp, p.wp);
