@@ -5,7 +5,8 @@
 // cuDNN takes symmetric padding only; conv_plan.hpp says how asymmetric ("same") padding becomes
 // an explicit zero-padded copy of the input (or a cropped input gradient). Algorithms come from
 // cuDNN's heuristics (cudnnGet*Algorithm_v7, no benchmarking: nothing runs or allocates behind
-// soma's allocator) and are cached per shape; the workspace comes from soma's caching allocator.
+// soma's allocator) and their candidates cached per shape; the workspace comes from soma's caching
+// allocator, and a candidate whose workspace cannot be allocated gives way to the next.
 // conv2d_bias_act adds the bias and applies ReLU with a kernel of conv_pool.cu (exactly the CPU
 // kernel's ReLU: v <= 0 -> +0, NaN stays; every float dtype).
 //
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -262,8 +264,10 @@ struct Algo {
   std::size_t workspace = 0;
 };
 
+using Algos = std::vector<Algo>;  // candidates, best first
+
 std::mutex g_algo_mutex;
-std::map<Ints, Algo> g_algos;  // by (pass, device, dtype, math, cuDNN-side geometry)
+std::map<Ints, Algos> g_algos;  // by (pass, device, dtype, math, cuDNN-side geometry)
 
 Ints algo_key(Pass pass, const Call& c, cudnnMathType_t math) {
   const ConvPlan& p = c.plan;
@@ -271,15 +275,15 @@ Ints algo_key(Pass pass, const Call& c, cudnnMathType_t math) {
           p.kh,      p.kw,   p.groups,     p.pad_h,   p.pad_w, p.sh,  p.sw,  p.dh,  p.dw};
 }
 
-// The heuristics' first working algorithm (in their order) whose workspace is within the limit,
-// else their first working one. list(perf, count, &returned); ws(algo, &bytes).
+// The heuristics' working algorithms: in their order those whose workspace is within the limit,
+// then the others. list(perf, count, &returned); ws(algo, &bytes).
 template <class Perf, class List, class Ws>
-Algo choose(const Call& c, const ConvDesc& cd, int max_count, const char* list_name,
+Algos choose(const Call& c, const ConvDesc& cd, int max_count, const char* list_name,
             const char* ws_name, List&& list, Ws&& ws) {
   std::vector<Perf> perf(static_cast<std::size_t>(max_count));
   int returned = 0;
   c.check(list(perf.data(), max_count, &returned), list_name);
-  Algo first{-1};
+  Algos within, over;
   for (int i = 0; i < returned; ++i) {
     const Perf& r = perf[std::size_t(i)];
     if (r.status != CUDNN_STATUS_SUCCESS) continue;
@@ -289,34 +293,55 @@ Algo choose(const Call& c, const ConvDesc& cd, int max_count, const char* list_n
     cd.math(m);
     std::size_t bytes = 0;
     if (ws(r.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
-    const Algo a{int(r.algo), m, bytes};
-    if (bytes <= kWorkspaceLimit) return a;
-    if (first.algo < 0) first = a;
+    (bytes <= kWorkspaceLimit ? within : over).push_back({int(r.algo), m, bytes});
   }
-  if (first.algo < 0)
+  within.insert(within.end(), over.begin(), over.end());
+  if (within.empty())
     fail(c.op, list_name, " found no usable algorithm on cuda:", c.dev, " (",
          describe(c.plan, c.dtype), "; ", ws_name, " failed or every candidate reported a status)");
-  return first;
+  return within;
 }
 
 template <class Choose>
-Algo cached_algo(Pass pass, const Call& c, const ConvDesc& cd, Choose&& choose_fn) {
+Algos cached_algos(Pass pass, const Call& c, const ConvDesc& cd, Choose&& choose_fn) {
   const cudnnMathType_t want = c.math;
   const Ints key = algo_key(pass, c, want);
   {
     std::lock_guard<std::mutex> lock(g_algo_mutex);
     auto it = g_algos.find(key);
-    if (it != g_algos.end()) {
-      cd.math(it->second.math);
-      return it->second;
-    }
+    if (it != g_algos.end()) return it->second;
   }
   cd.math(want);
-  Algo a = choose_fn();
-  cd.math(a.math);
+  Algos a = choose_fn();
   std::lock_guard<std::mutex> lock(g_algo_mutex);
   g_algos[key] = a;
   return a;
+}
+
+// Runs exec(algo, workspace, bytes) with the first candidate whose workspace can be allocated
+// and which cuDNN runs; a candidate cuDNN reports NOT_SUPPORTED or ALLOC_FAILED for passes to
+// the next. Any other failure is an error naming the op and shapes.
+template <class Exec>
+void run_algos(const Call& c, const ConvDesc& cd, const Algos& candidates, const char* what,
+               Exec&& exec) {
+  cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
+  std::string no_memory;
+  for (const Algo& al : candidates) {
+    std::optional<Workspace> ws;
+    try {
+      ws.emplace(al.workspace, c.dev);
+    } catch (const Error& e) {  // out of device memory for this one's workspace
+      no_memory = e.what();
+      continue;
+    }
+    cd.math(al.math);
+    last = exec(al.algo, ws->p, ws->n);
+    if (last == CUDNN_STATUS_SUCCESS) return;
+    if (last != CUDNN_STATUS_NOT_SUPPORTED && last != CUDNN_STATUS_ALLOC_FAILED) break;
+  }
+  if (last != CUDNN_STATUS_SUCCESS) c.check(last, what);
+  fail(c.op, "no ", what, " algorithm's workspace could be allocated on cuda:", c.dev, " (",
+       describe(c.plan, c.dtype), "): ", no_memory);
 }
 
 // cuDNN's legacy API counts in int; a tensor is limited to 2^31 - 1 elements.
@@ -388,7 +413,7 @@ void conv_forward(const char* op, const std::vector<Tensor>& in, const Tensor& o
       if (Shape{dims[0], dims[1], dims[2], dims[3]} != y.shape())
         fail(op, "internal: cuDNN's output ", shape_str({dims[0], dims[1], dims[2], dims[3]}),
              " is not the op's ", shape_str(y.shape()), " (", describe(p, t), ")");
-      const Algo al = cached_algo(Pass::forward, c, cd, [&] {
+      const Algos algos = cached_algos(Pass::forward, c, cd, [&] {
         return choose<cudnnConvolutionFwdAlgoPerf_t>(
             c, cd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "cudnnGetConvolutionForwardAlgorithm_v7",
             "cudnnGetConvolutionForwardWorkspaceSize",
@@ -401,12 +426,12 @@ void conv_forward(const char* op, const std::vector<Tensor>& in, const Tensor& o
                                                                    algo, bytes);
             });
       });
-      const Workspace ws(al.workspace, dev);
       const Scale s;
-      c.check(c.api.cudnnConvolutionForward(h, s.alpha(t), xd.d, data_of(xp), wd.d, data_of(w),
-                                            cd.d, cudnnConvolutionFwdAlgo_t(al.algo), ws.p, ws.n,
-                                            s.beta(t), yd.d, data_of(y)),
-              "cudnnConvolutionForward");
+      run_algos(c, cd, algos, "cudnnConvolutionForward", [&](int algo, void* ws, std::size_t n) {
+        return c.api.cudnnConvolutionForward(h, s.alpha(t), xd.d, data_of(xp), wd.d, data_of(w),
+                                             cd.d, cudnnConvolutionFwdAlgo_t(algo), ws, n,
+                                             s.beta(t), yd.d, data_of(y));
+      });
     }
     if (b.defined() || relu)
       launched(launch_bias_act(data_of(y), b.defined() ? data_of(b) : nullptr, elem(t), y.numel(),
@@ -446,7 +471,7 @@ void backprop_input_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& o
     const TensorDesc gd(c, cudnn_type(t), p.n, p.o, p.oh, p.ow);
     const FilterDesc wd(c, cudnn_type(t), p);
     const ConvDesc cd(c, compute_type(t), p);
-    const Algo al = cached_algo(Pass::backward_data, c, cd, [&] {
+    const Algos algos = cached_algos(Pass::backward_data, c, cd, [&] {
       return choose<cudnnConvolutionBwdDataAlgoPerf_t>(
           c, cd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
           "cudnnGetConvolutionBackwardDataAlgorithm_v7",
@@ -460,12 +485,12 @@ void backprop_input_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& o
                                                                       algo, bytes);
           });
     });
-    const Workspace ws(al.workspace, dev);
     const Scale s;
-    c.check(c.api.cudnnConvolutionBackwardData(h, s.alpha(t), wd.d, data_of(w), gd.d, data_of(g),
-                                               cd.d, cudnnConvolutionBwdDataAlgo_t(al.algo), ws.p,
-                                               ws.n, s.beta(t), dxd.d, data_of(dxp)),
-            "cudnnConvolutionBackwardData");
+    run_algos(c, cd, algos, "cudnnConvolutionBackwardData", [&](int algo, void* ws, std::size_t n) {
+      return c.api.cudnnConvolutionBackwardData(h, s.alpha(t), wd.d, data_of(w), gd.d, data_of(g),
+                                                cd.d, cudnnConvolutionBwdDataAlgo_t(algo), ws, n,
+                                                s.beta(t), dxd.d, data_of(dxp));
+    });
     if (p.explicit_padding())
       launched(launch_window_copy(data_of(dxp), data_of(dx), int(dtype_size(t)), p.crop_input(),
                                   stream(dev)),
@@ -493,7 +518,7 @@ void backprop_filter_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
     const TensorDesc gd(c, cudnn_type(t), p.n, p.o, p.oh, p.ow);
     const FilterDesc wd(c, cudnn_type(t), p);
     const ConvDesc cd(c, compute_type(t), p);
-    const Algo al = cached_algo(Pass::backward_filter, c, cd, [&] {
+    const Algos algos = cached_algos(Pass::backward_filter, c, cd, [&] {
       return choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
           c, cd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
           "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
@@ -507,13 +532,13 @@ void backprop_filter_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
                                                                         wd.d, algo, bytes);
           });
     });
-    const Workspace ws(al.workspace, dev);
     const Scale s;
-    c.check(c.api.cudnnConvolutionBackwardFilter(h, s.alpha(t), xd.d, data_of(xp), gd.d,
-                                                 data_of(g), cd.d,
-                                                 cudnnConvolutionBwdFilterAlgo_t(al.algo), ws.p,
-                                                 ws.n, s.beta(t), wd.d, data_of(dw)),
-            "cudnnConvolutionBackwardFilter");
+    run_algos(c, cd, algos, "cudnnConvolutionBackwardFilter",
+              [&](int algo, void* ws, std::size_t n) {
+                return c.api.cudnnConvolutionBackwardFilter(
+                    h, s.alpha(t), xd.d, data_of(xp), gd.d, data_of(g), cd.d,
+                    cudnnConvolutionBwdFilterAlgo_t(algo), ws, n, s.beta(t), wd.d, data_of(dw));
+              });
   });
 }
 
