@@ -78,5 +78,32 @@ function(soma_configure_cuda_target target)
   set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/cublaslt_loader.cpp APPEND PROPERTY
                COMPILE_DEFINITIONS "SOMA_CUBLASLT_SONAME=\"libcublasLt.so.${CUDAToolkit_VERSION_MAJOR}\""
                "SOMA_CUBLASLT_PATH=\"${_soma_cublaslt}\"")
+  # cuDNN (convolutions, src/backend/cuda/conv.cpp): its headers at build time, the library
+  # opened with dlopen on first use like cuBLAS (cudnn_loader.cpp); never linked. Without the
+  # headers the backend still builds and its convolutions report why they are unavailable.
+  find_path(SOMA_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(SOMA_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${CUDAToolkit_LIBRARY_DIR})
+  if(SOMA_CUDNN_INCLUDE_DIR)
+    file(STRINGS ${SOMA_CUDNN_INCLUDE_DIR}/cudnn_version.h _soma_cudnn_major
+         REGEX "^#define CUDNN_MAJOR [0-9]+")
+    string(REGEX REPLACE "^#define CUDNN_MAJOR ([0-9]+).*" "\\1" _soma_cudnn_major
+           "${_soma_cudnn_major}")
+    message(STATUS "soma: cuDNN ${_soma_cudnn_major} headers in ${SOMA_CUDNN_INCLUDE_DIR} "
+                   "(the library is opened at run time)")
+    target_include_directories(${target} PRIVATE ${SOMA_CUDNN_INCLUDE_DIR})
+    set(_soma_cudnn_path "")
+    if(SOMA_CUDNN_LIBRARY)
+      set(_soma_cudnn_path "${SOMA_CUDNN_LIBRARY}")
+    endif()
+    set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/conv.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/cudnn_loader.cpp
+                 APPEND PROPERTY COMPILE_DEFINITIONS SOMA_HAS_CUDNN_HEADERS=1)
+    set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/cudnn_loader.cpp APPEND PROPERTY
+                 COMPILE_DEFINITIONS "SOMA_CUDNN_SONAME=\"libcudnn.so.${_soma_cudnn_major}\""
+                 "SOMA_CUDNN_PATH=\"${_soma_cudnn_path}\"")
+  else()
+    message(STATUS "soma: cudnn.h not found; CUDA convolutions unavailable")
+  endif()
   target_link_libraries(${target} PRIVATE CUDA::cudart ${CMAKE_DL_LIBS})
 endfunction()

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstring>
 
+#include "backend/cuda/conv_pool_launch.hpp"
 #include "backend/cuda/cublas_loader.hpp"
 #include "backend/cuda/launch.hpp"
 #include "backend/cuda/runtime.hpp"
@@ -434,6 +435,7 @@ void register_cuda_kernels() {
   reg("log_softmax", softmax_kernel<true>);
   reg("matmul", matmul_kernel);
   register_cuda_dense_and_update_kernels();
+  register_cuda_conv_kernels();
 }
 
 }  // namespace soma::detail
