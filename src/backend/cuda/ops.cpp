@@ -15,6 +15,7 @@
 namespace soma::detail {
 const DeviceBackend* cuda_device_backend();
 void register_cuda_kernels();
+void register_cuda_index_kernels();  // index_ops.cpp
 }  // namespace soma::detail
 
 namespace soma::cuda_detail {
@@ -432,6 +433,7 @@ void register_cuda_kernels() {
   reg("softmax", softmax_kernel<false>);
   reg("log_softmax", softmax_kernel<true>);
   reg("matmul", matmul_kernel);
+  register_cuda_index_kernels();
 }
 
 }  // namespace soma::detail
