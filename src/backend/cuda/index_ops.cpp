@@ -12,8 +12,8 @@
 #include "backend/cuda/index_launch.hpp"
 #include "backend/cuda/runtime.hpp"
 #include "core/device_backend.hpp"
+#include "internal/dispatch.hpp"
 #include "soma/op.hpp"
-#include "soma/ops.hpp"
 #include "soma/random_state.hpp"
 
 namespace soma::detail {
@@ -57,11 +57,14 @@ struct PackedOut {
   }
 };
 
-// A value of `dtype` as its bytes (for data-movement kernels that work on widths).
+// A value of `dtype` as its bytes (for data-movement kernels that work on widths), converted as
+// the CPU kernels' fill does.
 std::uint64_t value_bits(double v, DType dtype) {
-  Tensor s = scalar(v, dtype);
   std::uint64_t bits = 0;
-  std::memcpy(&bits, s.raw_data(), dtype_size(dtype));
+  detail::dispatch_dtype(dtype, [&]<class T>() {
+    const T x = detail::convert<T>(v);
+    std::memcpy(&bits, &x, sizeof(T));
+  });
   return bits;
 }
 
