@@ -1,7 +1,9 @@
 // Random tensors from a counter-based generator (Philox4x32-10, Salmon et al., "Parallel Random
 // Numbers: As Easy as 1, 2, 3", SC 2011). Element i's bits are a pure function of
 // (seed, stream, i), so generation is split across threads freely and the same seed gives the
-// same numbers on every run and for any soma::set_num_threads value.
+// same numbers on every run and for any soma::set_num_threads value. The generator and its
+// transforms are src/backend/cuda/philox.hpp, shared with the CUDA kernels, which take their
+// (seed, stream) through detail::random_op_stream: a draw gives the same numbers on either device.
 //
 // Seeds, as in TensorFlow:
 //   - a per-call seed fixes the stream: the same call with the same seed returns the same numbers;
