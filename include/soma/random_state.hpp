@@ -13,6 +13,8 @@
 
 namespace soma {
 
+class Attrs;
+
 struct RngState {
   std::uint64_t seed = 0;
   std::uint64_t calls = 0;  // random ops drawn from the global generator since set_seed
@@ -43,6 +45,12 @@ Tensor dropout_uniform(const Tensor& like, std::optional<std::uint64_t> seed, st
 std::uint64_t splitmix64(std::uint64_t z);
 // The (seed, stream) an unseeded random op takes now from the global generator.
 std::pair<std::uint64_t, std::uint64_t> next_global_stream();
+// For the random ops' kernels on other devices (src/backend/cuda), which draw the CPU's numbers:
+// the (seed, stream) of one run of a random op with these attributes (an unseeded run takes the
+// next stream of the global generator, as the CPU kernel does), and the largest value of a
+// floating `dtype` below maxval (a draw that rounds up to maxval becomes it).
+std::pair<std::uint64_t, std::uint64_t> random_op_stream(const Attrs& attrs);
+double random_uniform_top(DType dtype, double maxval);
 }  // namespace detail
 
 }  // namespace soma

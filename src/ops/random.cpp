@@ -1,7 +1,9 @@
 // Random tensors from a counter-based generator (Philox4x32-10, Salmon et al., "Parallel Random
 // Numbers: As Easy as 1, 2, 3", SC 2011). Element i's bits are a pure function of
 // (seed, stream, i), so generation is split across threads freely and the same seed gives the
-// same numbers on every run and for any soma::set_num_threads value.
+// same numbers on every run and for any soma::set_num_threads value. The generator and its
+// transforms are src/backend/cuda/philox.hpp, shared with the CUDA kernels, which take their
+// (seed, stream) through detail::random_op_stream: a draw gives the same numbers on either device.
 //
 // Seeds, as in TensorFlow:
 //   - a per-call seed fixes the stream: the same call with the same seed returns the same numbers;
@@ -23,13 +25,12 @@
 // (attrs "rng": 0 global, 1 per-call seed, 2 Dropout's mix(seed, calls)); a Session sets
 // "run_seed"/"run_stream" per run instead (src/graph/session.cpp). random_shuffle is not an op
 // (its output is a fresh copy that carries no gradient; the data pipeline uses it eagerly).
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <mutex>
-#include <numbers>
 
+#include "backend/cuda/philox.hpp"
 #include "internal/dispatch.hpp"
 #include "internal/parallel.hpp"
 #include "internal/registration.hpp"
@@ -65,57 +66,14 @@ Stream next_stream(std::optional<std::uint64_t> seed) {
   return {g.seed, (g.calls++) | (std::uint64_t(1) << 63)};
 }
 
-// ---- Philox4x32-10 ----------------------------------------------------------------------------
-using Block = std::array<std::uint32_t, 4>;
-
-inline Block philox(Block ctr, std::uint32_t k0, std::uint32_t k1) {
-  constexpr std::uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;  // round multipliers
-  constexpr std::uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;  // Weyl key increments
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {
-      k0 += W0;
-      k1 += W1;
-    }
-    std::uint64_t p0 = std::uint64_t(M0) * ctr[0];
-    std::uint64_t p1 = std::uint64_t(M1) * ctr[2];
-    ctr = {std::uint32_t(p1 >> 32) ^ ctr[1] ^ k0, std::uint32_t(p1),
-           std::uint32_t(p0 >> 32) ^ ctr[3] ^ k1, std::uint32_t(p0)};
-  }
-  return ctr;
-}
+// ---- Philox4x32-10 (src/backend/cuda/philox.hpp: one definition for the CPU and CUDA) ----
+using philox::Block;
 
 // The four 32-bit words of block `index` (redraw `attempt`) of stream `s`.
 inline Block bits(const Stream& s, std::uint64_t index, std::uint32_t attempt = 0) {
-  Block ctr = {std::uint32_t(index), std::uint32_t(index >> 32) | (attempt << 16),
-               std::uint32_t(s.stream), std::uint32_t(s.stream >> 32)};
-  return philox(ctr, std::uint32_t(s.seed), std::uint32_t(s.seed >> 32));
+  return philox::bits(s.seed, s.stream, index, attempt);
 }
-
-inline std::uint64_t u64(std::uint32_t hi, std::uint32_t lo) {
-  return (std::uint64_t(hi) << 32) | lo;
-}
-// Uniform in [0, 1) and in (0, 1] with the precision of the type.
-inline float unit_f(std::uint32_t x) { return float(x >> 8) * 0x1p-24f; }
-inline float unit_open_f(std::uint32_t x) { return float((x >> 8) + 1) * 0x1p-24f; }
-inline double unit_d(std::uint64_t x) { return double(x >> 11) * 0x1p-53; }
-inline double unit_open_d(std::uint64_t x) { return double((x >> 11) + 1) * 0x1p-53; }
-
-// Standard normals of one block: four in float precision, or two in double precision.
-inline std::array<float, 4> normals_f(const Block& b) {
-  std::array<float, 4> z;
-  for (int k = 0; k < 2; ++k) {
-    float r = std::sqrt(-2.0f * std::log(unit_open_f(b[2 * k])));
-    float theta = 2.0f * std::numbers::pi_v<float> * unit_f(b[2 * k + 1]);
-    z[2 * k] = r * std::cos(theta);
-    z[2 * k + 1] = r * std::sin(theta);
-  }
-  return z;
-}
-inline std::array<double, 2> normals_d(const Block& b) {
-  double r = std::sqrt(-2.0 * std::log(unit_open_d(u64(b[0], b[1]))));
-  double theta = 2.0 * std::numbers::pi * unit_d(u64(b[2], b[3]));
-  return {r * std::cos(theta), r * std::sin(theta)};
-}
+using philox::u64;
 
 // Fills n values, `lanes` per Philox block: gen(block, first, count) writes elements
 // [first, first + count) from block `block`.
@@ -175,23 +133,20 @@ void fill_normal(Tensor& out, const Stream& s, double mean, double stddev, bool 
   const std::int64_t n = out.numel();
   if constexpr (std::is_same_v<T, double>) {
     generate(n, 2, [&](std::uint64_t b, std::int64_t first, int count) {
-      auto z = normals_d(bits(s, b));
+      double z[2];
+      philox::normals_d(bits(s, b), z);
       for (int k = 0; k < count; ++k) {
-        double v = z[std::size_t(k)];
-        // Redraw with fresh counters (attempt 1, 2, ...) for this element only.
-        for (std::uint32_t a = 1; truncate && !(std::abs(v) < 2.0) && a < 0xffff; ++a)
-          v = normals_d(bits(s, b, a))[std::size_t(k)];
+        const double v = truncate ? philox::truncate_d(s.seed, s.stream, b, k, z[k]) : z[k];
         p[first + k] = mean + stddev * v;
       }
     });
   } else {
     const float m = float(mean), sd = float(stddev);
     generate(n, 4, [&](std::uint64_t b, std::int64_t first, int count) {
-      auto z = normals_f(bits(s, b));
+      float z[4];
+      philox::normals_f(bits(s, b), z);
       for (int k = 0; k < count; ++k) {
-        float v = z[std::size_t(k)];
-        for (std::uint32_t a = 1; truncate && !(std::abs(v) < 2.0f) && a < 0xffff; ++a)
-          v = normals_f(bits(s, b, a))[std::size_t(k)];
+        const float v = truncate ? philox::truncate_f(s.seed, s.stream, b, k, z[k]) : z[k];
         p[first + k] = detail::convert<T>(m + sd * v);
       }
     });
@@ -258,10 +213,8 @@ void uniform_kernel(const std::vector<Tensor>&, std::vector<Tensor>& outs, const
           Block w = bits(s, b);
           for (int k = 0; k < count; ++k) {
             // Multiply-shift maps 64 random bits onto [0, range); bias <= range / 2^64.
-            std::uint64_t x = u64(w[std::size_t(2 * k)], w[std::size_t(2 * k + 1)]);
-            auto off = range == 0 ? x  // the whole i64 range (2^64 wrapped to 0)
-                                  : std::uint64_t((unsigned __int128)x * range >> 64);
-            p[first + k] = T(std::uint64_t(lo) + off);
+            // range 0: the whole i64 range (2^64 wrapped to 0).
+            p[first + k] = T(philox::uniform_int(std::uint64_t(lo), range, w[2 * k], w[2 * k + 1]));
           }
         });
       }
@@ -278,8 +231,7 @@ void uniform_kernel(const std::vector<Tensor>&, std::vector<Tensor>& outs, const
       generate(out.numel(), 2, [&](std::uint64_t b, std::int64_t first, int count) {
         Block w = bits(s, b);
         for (int k = 0; k < count; ++k) {
-          double v = minval + (maxval - minval) *
-                                  unit_d(u64(w[std::size_t(2 * k)], w[std::size_t(2 * k + 1)]));
+          double v = philox::uniform53(minval, maxval - minval, w[2 * k], w[2 * k + 1]);
           p[first + k] = v < maxval ? v : top;
         }
       });
@@ -289,7 +241,7 @@ void uniform_kernel(const std::vector<Tensor>&, std::vector<Tensor>& outs, const
       generate(out.numel(), 4, [&](std::uint64_t b, std::int64_t first, int count) {
         Block w = bits(s, b);
         for (int k = 0; k < count; ++k) {
-          T v = detail::convert<T>(minval + width * double(w[std::size_t(k)] >> 8) * 0x1p-24);
+          T v = detail::convert<T>(philox::uniform24(minval, width, w[k]));
           p[first + k] = detail::convert<double>(v) < hi_d ? v : top;
         }
       });
@@ -414,6 +366,18 @@ std::uint64_t splitmix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+std::pair<std::uint64_t, std::uint64_t> random_op_stream(const Attrs& attrs) {
+  Stream s = stream_of(attrs);
+  return {s.seed, s.stream};
+}
+
+double random_uniform_top(DType dtype, double maxval) {
+  double top = 0.0;
+  dispatch_floating(dtype, "random_uniform",
+                    [&]<class T>() { top = convert<double>(below(convert<T>(maxval))); });
+  return top;
 }
 
 std::pair<std::uint64_t, std::uint64_t> next_global_stream() {

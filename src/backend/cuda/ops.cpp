@@ -17,6 +17,7 @@ namespace soma::detail {
 const DeviceBackend* cuda_device_backend();
 void register_cuda_kernels();
 void register_cuda_dense_and_update_kernels();  // dense.cpp, optim_ops.cpp
+void register_cuda_index_kernels();  // index_ops.cpp
 }  // namespace soma::detail
 
 namespace soma::cuda_detail {
@@ -436,6 +437,7 @@ void register_cuda_kernels() {
   reg("matmul", matmul_kernel);
   register_cuda_dense_and_update_kernels();
   register_cuda_conv_kernels();
+  register_cuda_index_kernels();
 }
 
 }  // namespace soma::detail
