@@ -402,14 +402,8 @@ std::vector<Tensor> tape_gradients(const OpDef& d, const std::vector<Tensor>& in
   return tape.gradient(loss, srcs, UnconnectedGradients::Zero);
 }
 
-TEST_P(Op, CudaGradientEqualsCpu) {
-  const OpDef& d = def();
-  if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason();
-  if (!d.kernels[int(DeviceKind::CUDA)]) GTEST_SKIP() << d.name << " has no CUDA kernel";
-  if (!d.grad) GTEST_SKIP() << d.name << " is not differentiable (no gradient definition)";
-  if (!d.test.gradcheck) GTEST_SKIP() << d.name << "'s test entry turns the gradient check off";
-  Tf32Off full_f32;
-  const std::vector<Tensor> base = sample_inputs();
+// The op's tape gradients on `device` vs the CPU, in f64 and f32.
+void expect_gradients_agree(const OpDef& d, const std::vector<Tensor>& base, Device device) {
   std::vector<Tensor> ws;
   for (const auto& o : run(d, base))
     ws.push_back(soma::testing::rand_tensor(o.shape(), 99 + ws.size(), -1.0, 1.0));
@@ -418,11 +412,11 @@ TEST_P(Op, CudaGradientEqualsCpu) {
     SCOPED_TRACE(std::string("dtype ") + dtype_name(dt));
     const auto in = in_dtype(d, base, dt);
     const std::vector<Tensor> want = tape_gradients(d, in, ws);
-    std::vector<Tensor> in_gpu, ws_gpu, got;
-    for (const auto& t : in) in_gpu.push_back(t.to(Device::cuda(0)));
-    for (const auto& t : ws) ws_gpu.push_back(t.to(Device::cuda(0)));
-    for (const auto& g : tape_gradients(d, in_gpu, ws_gpu)) {
-      EXPECT_TRUE(g.device().is_cuda()) << "a gradient of " << d.name << " is on " << g.device().str();
+    std::vector<Tensor> in_dev, ws_dev, got;
+    for (const auto& t : in) in_dev.push_back(t.to(device));
+    for (const auto& t : ws) ws_dev.push_back(t.to(device));
+    for (const auto& g : tape_gradients(d, in_dev, ws_dev)) {
+      EXPECT_EQ(g.device(), device) << "a gradient of " << d.name << " is on " << g.device().str();
       got.push_back(g.to(Device::cpu()));
     }
     // A gradient sums over outputs: ten times the forward tolerance.
@@ -430,6 +424,25 @@ TEST_P(Op, CudaGradientEqualsCpu) {
     EXPECT_TRUE(close_outputs(got, want, {10 * t.atol, 10 * t.rtol}))
         << "gradients of inputs " << shapes_str(d.test.shapes);
   }
+}
+
+TEST_P(Op, CudaGradientEqualsCpu) {
+  const OpDef& d = def();
+  if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason();
+  if (!d.kernels[int(DeviceKind::CUDA)]) GTEST_SKIP() << d.name << " has no CUDA kernel";
+  if (!d.grad) GTEST_SKIP() << d.name << " is not differentiable (no gradient definition)";
+  if (!d.test.gradcheck) GTEST_SKIP() << d.name << "'s test entry turns the gradient check off";
+  Tf32Off full_f32;
+  expect_gradients_agree(d, sample_inputs(), Device::cuda(0));
+}
+
+// The same comparison with the CPU on both sides (runs everywhere): the harness gives one
+// gradient per floating input and is deterministic. A CPU stand-in device goes here too.
+TEST_P(Op, GradientHarnessOnTheCpu) {
+  const OpDef& d = def();
+  if (!d.grad) GTEST_SKIP() << d.name << " is not differentiable (no gradient definition)";
+  if (!d.test.gradcheck) GTEST_SKIP() << d.name << "'s test entry turns the gradient check off";
+  expect_gradients_agree(d, sample_inputs(), Device::cpu());
 }
 
 // ---- e. empty, NaN and inf inputs ----

@@ -148,28 +148,27 @@ PassResult pass(nn::Module& m, const std::vector<Tensor>& in, const std::vector<
 Tensor host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
 ::testing::AssertionResult close_all(const std::vector<Tensor>& got,
-                                     const std::vector<Tensor>& want, const char* what) {
+                                     const std::vector<Tensor>& want, const char* what,
+                                     Device device) {
   if (got.size() != want.size())
     return ::testing::AssertionFailure() << what << ": " << got.size() << " vs " << want.size();
   for (std::size_t i = 0; i < got.size(); ++i) {
-    if (!got[i].device().is_cuda())
+    if (!got[i].defined()) return ::testing::AssertionFailure() << what << " " << i << " is undefined";
+    if (got[i].device() != device)
       return ::testing::AssertionFailure() << what << " " << i << " is on " << got[i].device().str()
-                                           << ", not on the GPU";
+                                           << ", not on " << device.str();
     auto r = all_close(host(got[i]), want[i], 1e-4, 1e-4);
     if (!r) return r << " (" << what << " " << i << ")";
   }
   return ::testing::AssertionSuccess();
 }
 
-class LayerParity : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(LayerParity, CudaEqualsCpu) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason();
-  const auto all = samples();
-  const LayerSample& s = all.at(GetParam());
+// The layer `s` on the CPU and its twin on `device`, from the same weights: forward, gradients
+// and the weights after the pass agree.
+void expect_twins_agree(const LayerSample& s, Device device) {
   const std::vector<Tensor> in = sample_inputs(s, 17);
 
-  nn::ModuleRef cpu_layer = s.make(), gpu_layer = s.make();
+  nn::ModuleRef cpu_layer = s.make(), gpu_layer = s.make();  // gpu_layer: the one on `device`
   cpu_layer->train(!s.inference_only);
   gpu_layer->train(!s.inference_only);
   const std::vector<Tensor> first = call(*cpu_layer, in);  // builds the weights
@@ -182,21 +181,35 @@ TEST_P(LayerParity, CudaEqualsCpu) {
   // The twins start from the same state: the first pass above moved batch norm's statistics
   // on the CPU twin only if it ran before the copy, and it did; both now hold the same.
   const PassResult want = pass(*cpu_layer, in, ws);
-  gpu_layer->to(Device::cuda(0));
+  gpu_layer->to(device);
   std::vector<Tensor> in_gpu, ws_gpu;
-  for (const auto& t : in) in_gpu.push_back(t.to(Device::cuda(0)));
-  for (const auto& t : ws) ws_gpu.push_back(t.to(Device::cuda(0)));
+  for (const auto& t : in) in_gpu.push_back(t.to(device));
+  for (const auto& t : ws) ws_gpu.push_back(t.to(device));
   const PassResult got = pass(*gpu_layer, in_gpu, ws_gpu);
 
-  EXPECT_TRUE(close_all(got.outputs, want.outputs, "output"));
-  EXPECT_TRUE(close_all(got.input_grads, want.input_grads, "input gradient"));
-  EXPECT_TRUE(close_all(got.weight_grads, want.weight_grads, "weight gradient"));
+  EXPECT_TRUE(close_all(got.outputs, want.outputs, "output", device));
+  EXPECT_TRUE(close_all(got.input_grads, want.input_grads, "input gradient", device));
+  EXPECT_TRUE(close_all(got.weight_grads, want.weight_grads, "weight gradient", device));
   ASSERT_EQ(got.state_after.size(), want.state_after.size());
   for (const auto& [name, w] : want.state_after) {
     ASSERT_TRUE(got.state_after.count(name)) << name;
     EXPECT_TRUE(all_close(host(got.state_after.at(name)), w, 1e-4, 1e-4))
         << "weight " << name << " after the pass";
   }
+}
+
+class LayerParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LayerParity, CudaEqualsCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason();
+  expect_twins_agree(samples().at(GetParam()), Device::cuda(0));
+}
+
+// The harness itself, with the twin on the CPU too (runs everywhere): weight gradients come back
+// for every trainable weight, the copied state makes the twins equal, and training-mode passes
+// (batch norm's statistics) agree. A CPU stand-in device, where there is one, goes here too.
+TEST_P(LayerParity, HarnessAgreesOnTheCpu) {
+  expect_twins_agree(samples().at(GetParam()), Device::cpu());
 }
 
 std::vector<std::string> sampled_layers() {
