@@ -43,11 +43,12 @@ FETCH_DIR=
 # Accuracy tolerances, CPU vs GPU (absolute, in accuracy units). The same seed on two devices
 # gives different rounding, hence different weights after a few thousand steps: the gap is
 # run-to-run variation. For the MLP (5 epochs, 10,000 test images) that is about 0.3 points
-# (one standard deviation over seeds), so 1.5 points is 3-5 sigma. The CNN's synthetic test set
-# has 510 images (binomial sigma about 2 points at 80%): 5 points. Each run must also reach the
-# floor, so that "equally bad" does not pass.
-readonly MLP_TOL=0.015 MLP_FLOOR=0.84 CNN_TOL=0.05 CNN_FLOOR=0.5
-readonly CNN_ARGS=(--synthetic 2000 --epochs 3 --seed 1)
+# (one standard deviation over seeds), so 1.5 points is 3-5 sigma. The CNN runs 2 epochs on
+# 2000 synthetic images, where seeds 1 and 3 gave 0.998 and 0.992 on 510 test images (after one
+# epoch seeds spread from 0.73 to 0.95: too steep a point to compare at): 3 points. Each run
+# must also reach the floor, so that "equally bad" does not pass.
+readonly MLP_TOL=0.015 MLP_FLOOR=0.84 CNN_TOL=0.03 CNN_FLOOR=0.9
+readonly CNN_ARGS=(--synthetic 2000 --epochs 2 --seed 1)
 
 usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
@@ -239,6 +240,13 @@ run_step() {
   STEP_RC=$?
   STEP_SECS=$((SECONDS - start))
 }
+# Why a step did not finish, for the figures column ("" when it did).
+why_not() {
+  case $STEP_RC in
+    124|137) echo "stopped at its time limit (GPU_CHECK_BUDGET / GPU_CHECK_BUILD_LIMIT)" ;;
+    125) echo "not run: the time budget was spent (GPU_CHECK_BUDGET)" ;;
+  esac
+}
 result_of() {  # the RESULT column for STEP_RC
   case $STEP_RC in
     0) echo PASS ;; 124|137) echo TIMEOUT ;; 125) echo "NOT RUN" ;; *) echo "FAIL($STEP_RC)" ;;
@@ -320,7 +328,7 @@ if [ -n "$SOMA_BIN" ] && [ -x "$SOMA_BIN" ]; then
   if [ -z "$GPU_REASON" ] && ! grep -Eq '^cuda devices: [1-9]' "$STEP_LOG"; then
     res=FAIL  # the driver shows a GPU that soma cannot use
   fi
-  figures=$(grep -E '^cuda(nn)?:|^cuda devices' "$STEP_LOG" | tr '\n' ' ' | cut -c1-110)
+  figures=$(grep -E '^cuda(nn)?:|^cuda devices' "$STEP_LOG" | sed 's/^cuda: built; //' | tr '\n' ' ' | cut -c1-110)
   add_row "soma info" "$res" "$STEP_SECS" "$figures"
 else
   add_row "soma info" "FAIL" 0 "no soma binary in $B"
@@ -336,6 +344,7 @@ run_tests() {  # run_tests NAME LIMIT EXE [ARGS...]
   local res figures
   res=$(result_of)
   figures=$(gtest_figures "$STEP_LOG")
+  [ -n "$(why_not)" ] && figures="$(why_not); $figures"
   if [ -z "$GPU_REASON" ] && grep -q "no usable GPU" "$STEP_LOG"; then
     res=FAIL; figures="$figures; soma saw no GPU: $(grep -m1 -o 'no usable GPU.*' "$STEP_LOG" | cut -c1-60)"
   fi
@@ -358,7 +367,10 @@ train() {  # train NAME DEVICE LIMIT EXE ARGS... -> sets ACC
   res=$(result_of)
   figures="test accuracy ${ACC:-?}"
   if [ "$res" = PASS ] && [ -z "$ACC" ]; then res=FAIL; figures="no 'test accuracy' line"; fi
-  [ "$res" = PASS ] || figures="$figures; $(grep -v '^==' "$STEP_LOG" | grep -m1 -iE 'error|fail|skipped|no data|not available' | cut -c1-70)"
+  if [ -n "$(why_not)" ]; then figures=$(why_not)
+  elif [ "$res" != PASS ]; then
+    figures="$figures; $(grep -v '^==' "$STEP_LOG" | grep -m1 -iE 'error|fail|skipped|no data|not available' | cut -c1-70)"
+  fi
   add_row "$name" "$res" "$STEP_SECS" "$figures"
 }
 compare() {  # compare NAME GPU_ACC CPU_ACC TOL FLOOR
