@@ -75,9 +75,10 @@ OUT_DIR="${OUT_DIR:-$BUILD_DIR/gpu-check}"
 # ---- what a bare CUDA image may lack ---------------------------------------------------------
 # Debian 12 packages for the libraries soma needs to build and test (the CUDA image has nvcc,
 # cmake and ninja; g++ comes with nvcc's host compiler). Unpacked with dpkg -x, never installed.
-readonly DEB_PACKAGES=(libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev libgtest-dev
-                       libgmock-dev zlib1g-dev libpng-dev libpng16-16 nlohmann-json3-dev
-                       dataset-fashion-mnist)
+# OpenBLAS needs libgfortran5 and libquadmath0 at run time; zlib1g-dev's libz.so points into zlib1g.
+readonly DEB_PACKAGES=(libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev libgfortran5
+                       libquadmath0 libgtest-dev libgmock-dev zlib1g zlib1g-dev libpng-dev
+                       libpng16-16 nlohmann-json3-dev dataset-fashion-mnist)
 ARCH_TRIPLET=$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
 
 if [ "$MODE" = fetch ]; then
@@ -90,6 +91,12 @@ if [ "$MODE" = fetch ]; then
   # Only what the build links: no static OpenBLAS (58 MB), LAPACK, documentation.
   find "$FETCH_DIR" \( -name 'libopenblas*.a' -o -name 'libblas.a' -o -name 'liblapack*' \) -delete
   rm -rf "$FETCH_DIR/usr/share/doc" "$FETCH_DIR/usr/share/man"
+  # Absolute links (libz.so -> /lib/.../libz.so.1.2.13) become relative ones inside the folder,
+  # which moves to another path on the GPU machine.
+  find "$FETCH_DIR" -type l -lname '/*' | while read -r link; do
+    target=$(readlink "$link")
+    [ -e "$FETCH_DIR$target" ] && ln -sfnr "$FETCH_DIR$target" "$link"
+  done
   # One xz archive to carry (the GPU machine's copy limit): GPU_CHECK_DEPS takes it as it is.
   tar -C "$FETCH_DIR" -cJf "$FETCH_DIR.tar.xz" . || exit $EXIT_FAIL
   echo "unpacked ${#DEB_PACKAGES[@]} packages into $FETCH_DIR ($(du -sh "$FETCH_DIR" | cut -f1)), archived as"
@@ -113,7 +120,7 @@ if [ -n "$DEPS" ]; then
   INC_DIRS+=("$DEPS/usr/include" "$DEPS/usr/include/$ARCH_TRIPLET")
   LIB_DIRS+=("$DEPS/usr/lib/$ARCH_TRIPLET" "$DEPS/usr/lib")
   export CMAKE_PREFIX_PATH="$DEPS/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export LD_LIBRARY_PATH="$DEPS/usr/lib/$ARCH_TRIPLET:$DEPS/usr/lib/$ARCH_TRIPLET/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$DEPS/usr/lib/$ARCH_TRIPLET:$DEPS/usr/lib/$ARCH_TRIPLET/openblas-openmp:$DEPS/lib/$ARCH_TRIPLET${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   [ -d "$DATA_DIR" ] || [ ! -d "$DEPS/usr/share/datasets/fashion-mnist" ] ||
     DATA_DIR="$DEPS/usr/share/datasets/fashion-mnist"
 fi
