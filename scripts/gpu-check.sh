@@ -289,7 +289,9 @@ fi
 #    CUDA test executables only, for this GPU's architecture.
 CUDA_TESTS=()
 for f in "$ROOT"/tests/unit/test_cuda*.cpp; do CUDA_TESTS+=("$(basename "$f" .cpp)"); done
-TARGETS=(soma soma_cli fashion_mnist cnn_cifar10 test_op_registry "${CUDA_TESTS[@]}")
+# (and the programs of the `example.*.cuda` and `cli.train_on_cuda` tests)
+TARGETS=(soma soma_cli fashion_mnist cnn_cifar10 test_op_registry "${CUDA_TESTS[@]}"
+         linear_regression perceptron autoencoder_838 mnist_mlp text_lstm gan cli_fixtures)
 if [ "$DO_BUILD" = 1 ]; then
   DEADLINE=$((SECONDS + BUILD_LIMIT))
   gen=(-G Ninja); command -v ninja >/dev/null || gen=(-G "Unix Makefiles")
@@ -359,6 +361,25 @@ run_tests() {  # run_tests NAME LIMIT EXE [ARGS...]
 }
 for t in "${CUDA_TESTS[@]}"; do run_tests "$t" 120 "$t"; done
 run_tests "op registry (*Cuda*)" 180 test_op_registry '--gtest_filter=*Cuda*'
+
+# 4b. The examples that train, and the CLI, on the GPU: CTest's `cuda` tests outside the
+#     executables above (example.*.cuda, cli.train_on_cuda). They exit 77 (skipped) without a
+#     usable GPU: with one, a skip is a failure.
+if [ -f "$B/CTestTestfile.cmake" ] && command -v ctest >/dev/null; then
+  run_step ctest-cuda 150 ctest --test-dir "$B" -L cuda -R '^(example|cli)\.' -j4 --timeout 120 \
+    --output-on-failure
+  res=$(result_of)
+  total=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1 failed of \2/p' "$STEP_LOG")
+  skipped=$(grep -c '(Skipped)' "$STEP_LOG")
+  figures="${total:-?}, $skipped skipped"
+  [ -n "$(why_not)" ] && figures="$(why_not); $figures"
+  if [ -z "$GPU_REASON" ] && [ "$skipped" -gt 0 ] && [ "$res" = PASS ]; then
+    res=FAIL; figures="$figures: skipped with a GPU present ($(grep '(Skipped)' "$STEP_LOG" | head -n 2 | awk '{print $3}' | tr '\n' ' '))"
+  fi
+  add_row "examples + cli (ctest -L cuda)" "$res" "$STEP_SECS" "$figures"
+else
+  add_row "examples + cli (ctest -L cuda)" "SKIP" 0 "no CTest files in $B, or no ctest"
+fi
 
 # 5. Training, GPU and CPU: the default MLP on Fashion-MNIST (5 epochs, batch 32, the main job:
 #    examples/fashion_mnist) and the CIFAR-shaped CNN on synthetic 32x32x3 images.
