@@ -9,7 +9,9 @@
 //   CudaEqualsCpu  the op on CUDA tensors vs the CPU, within the dtype's tolerance (skips
 //                  without a GPU or a CUDA kernel);
 //   CudaGradientEqualsCpu  the tape's gradients of the op (and so the CUDA kernels of every op
-//                  its gradient is written with) on CUDA vs the CPU, in f64 and f32 (same skips);
+//                  its gradient is written with) on CUDA vs the CPU, in the dtypes of Forward,
+//                  within ten times its tolerance (same skips);
+//   GradientHarnessOnTheCpu  the same comparison CPU against CPU, to test the harness anywhere;
 //   EmptyInputs    a zero-size variant of the sample: the shape (and values) of the reference,
 //                  or a soma::Error where the reference refuses too;
 //   NanAndInf      NaN/inf in every floating input: no crash, the same output shapes, and NaN
@@ -402,13 +404,13 @@ std::vector<Tensor> tape_gradients(const OpDef& d, const std::vector<Tensor>& in
   return tape.gradient(loss, srcs, UnconnectedGradients::Zero);
 }
 
-// The op's tape gradients on `device` vs the CPU, in f64 and f32.
+// The op's tape gradients on `device` vs the CPU, in every dtype the op is tested in (f16 and
+// bf16 too for elementwise float ops).
 void expect_gradients_agree(const OpDef& d, const std::vector<Tensor>& base, Device device) {
   std::vector<Tensor> ws;
   for (const auto& o : run(d, base))
     ws.push_back(soma::testing::rand_tensor(o.shape(), 99 + ws.size(), -1.0, 1.0));
-  for (DType dt : {DType::f64, DType::f32}) {
-    if (all_inputs_fixed(d) && dt != DType::f64) continue;
+  for (DType dt : test_dtypes(d)) {
     SCOPED_TRACE(std::string("dtype ") + dtype_name(dt));
     const auto in = in_dtype(d, base, dt);
     const std::vector<Tensor> want = tape_gradients(d, in, ws);
