@@ -3,6 +3,7 @@
 // from a JSON config, model files, class names and the exit statuses.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,18 @@ std::optional<Shape> model_input_shape(nn::Model& model);
 // run before the data is loaded, so a missing, read-only or full directory fails at once.
 void check_output_path(const std::string& option, const std::string& path);
 
+// --device: cpu, cuda, cuda:N (kDeviceHelp). parse_device is the syntax alone (nullopt when
+// malformed); device_option also checks that the device can be used, before any data is
+// loaded: UsageError for a malformed value, NotAvailable in a build without CUDA, soma::Error
+// naming the reason when CUDA has no usable device or no such index.
+extern const char* const kDeviceHelp;
+std::optional<Device> parse_device(const std::string& spec);
+Device device_option(const Args& a);
+// model.to(device) (nothing for the CPU, where models are built).
+void move_model(nn::Module& model, Device device);
+// The tensor in host memory (a copy when it is on a device).
+Tensor to_host(const Tensor& t);
+
 // Subcommands: each gets argv after the subcommand name and returns the exit status.
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
@@ -78,6 +91,7 @@ int cmd_predict(int argc, char** argv);
 int cmd_summary(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_export(int argc, char** argv);
+int cmd_info(int argc, char** argv);
 
 // Parses with `parser`, printing help (returns true: the caller exits 0) when asked.
 bool parse_or_help(const ArgParser& parser, int argc, char** argv, Args& out);

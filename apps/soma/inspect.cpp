@@ -47,10 +47,12 @@ int cmd_eval(int argc, char** argv) {
               "evaluate even when weights hold NaN/inf or a negative batch-norm variance\n"
               "(the warnings are still printed)")
       .option("batch-size", "N", "samples per forward pass (default 256)")
-      .option("threads", "N", "CPU threads (default: all cores)");
+      .option("threads", "N", "CPU threads (default: all cores)")
+      .option("device", "DEV", kDeviceHelp);
   Args a;
   if (parse_or_help(p, argc, argv, a)) return 0;
   const std::string data_spec = a.str("data", "fashion-mnist");
+  const Device device = device_option(a);
   const std::int64_t batch_size = a.integer("batch-size", 256, 1);
   if (auto t = a.opt_integer("threads", 1, 4096)) set_num_threads(static_cast<int>(*t));
 
@@ -59,9 +61,11 @@ int cmd_eval(int argc, char** argv) {
     throw Error("'" + a.positional[0] +
                 "' has invalid weights (listed above): its predictions would be meaningless; "
                 "pass --allow-invalid-weights to evaluate it anyway");
+  move_model(*model, device);
   Dataset d = load_dataset(data_spec);
   const Tensor x = fit_to_model(d.x_test, *model);
-  const Tensor logits = cast(model->predict(x, {.batch_size = batch_size}), DType::f32);
+  const Tensor logits =
+      cast(to_host(model->predict(x, {.batch_size = batch_size})), DType::f32);
   if (logits.rank() != 2 || logits.shape()[0] != d.y_test.shape()[0])
     throw Error("the model's output " + shape_str(logits.shape()) +
                 " is not one row of class scores per test sample");
@@ -125,13 +129,16 @@ int cmd_predict(int argc, char** argv) {
       .option("top", "K", "how many classes to show per image (default 3)")
       .option("classes", "NAME",
               "class names: fashion-mnist, cifar10, mnist (digits), or a text file with one\n"
-              "name per line (default: cifar10 for 3-channel models, else fashion-mnist)");
+              "name per line (default: cifar10 for 3-channel models, else fashion-mnist)")
+      .option("device", "DEV", kDeviceHelp);
   Args a;
   if (parse_or_help(p, argc, argv, a)) return 0;
   const std::int64_t top = a.integer("top", 3, 1);
+  const Device device = device_option(a);
 
   auto model = load_model_file(a.positional[0]);
   warn_invalid_weights(*model, a.positional[0], "soma predict");
+  move_model(*model, device);
   // Outputs that are probabilities already (a softmax or sigmoid last layer) are shown as they
   // are; logits go through a softmax.
   const bool probabilities = nn::outputs_probabilities(*model);
@@ -164,7 +171,7 @@ int cmd_predict(int argc, char** argv) {
       x = image::load_model_input(path, {.height = h, .width = w,
                                          .channel_axis = shape.size() == 3});
     }
-    const Tensor out = cast(model->predict(x), DType::f32);
+    const Tensor out = cast(to_host(model->predict(x)), DType::f32);
     const Tensor probs = probabilities ? out : softmax(out, -1);
     const auto pv = probs.to_vector<float>();
     std::vector<std::int64_t> order(pv.size());

@@ -5,6 +5,7 @@
 //   soma summary mlp.soma
 //   soma bench --workload mlp_train --threads 2 --batch 32
 //   soma export mlp.soma mlp.onnx
+//   soma info
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -40,6 +41,7 @@ const Subcommand kSubcommands[] = {
     {"summary", cmd_summary, "the layer table of a model file"},
     {"bench", cmd_bench, "machine-readable benchmark lines (bench workload=... value=...)"},
     {"export", cmd_export, "write a model file as ONNX (soma export MODEL OUT.onnx)"},
+    {"info", cmd_info, "version, build, CPU threads and CUDA devices (name, memory, versions)"},
 };
 
 void print_help(std::FILE* f) {

@@ -18,6 +18,7 @@ ArgParser train_parser() {
               "  soma train --model mlp --epochs 5 --batch-size 32 --seed 1 --out mlp.soma\n"
               "  soma train --model cnn --epochs 5 --out cnn.soma\n"
               "  soma train --config my_model.json --data idx:DIR --epochs 3\n"
+              "  soma train --model cnn --device cuda --out cnn.soma\n"
               "  mpirun -np 4 soma train --distributed --threads 1 --batch-size 256\n"
               "The last line printed is `test_loss=<x> test_accuracy=<y>`.");
   p.option("model", "NAME",
@@ -36,6 +37,7 @@ ArgParser train_parser() {
       .option("lr", "RATE", "learning rate (default: the optimiser's own, e.g. 0.001 for Adam)")
       .option("seed", "N", "seed for the weights and the shuffling (default 42)")
       .option("threads", "N", "CPU threads (default: all cores)")
+      .option("device", "DEV", kDeviceHelp)
       .option("precision", "P",
               "f32 (default) or bf16 / f16: compile's mixed_precision (soma/autocast.hpp)")
       .option("out", "PATH", "where to save the model (default model.soma)")
@@ -89,6 +91,7 @@ int cmd_train(int argc, char** argv) {
   const double validation_split = a.opt_real("validation-split", 0.0, 0.99).value_or(0.0);
   const int verbose = static_cast<int>(a.integer("verbose", 1, 0, 2));
   const bool distributed = a.has("distributed");
+  const Device device = device_option(a);
   if (!model_files_available())
     throw NotAvailable("cannot save the trained model: model files are not available yet in "
                        "this build (soma/model/serialization.hpp is missing)");
@@ -108,6 +111,8 @@ int cmd_train(int argc, char** argv) {
       a.has("config") ? model_from_config(a.str("config"), input_shape)
                       : builtin_model(model_name, input_shape, d.num_classes);
   adapt_normalization_layers(*model, d.x_train);
+  // The weights move before compile creates the optimiser, so its state is made on the device.
+  move_model(*model, device);
   // A config may end with a softmax (or sigmoid): its outputs are probabilities already, and a
   // loss on logits would apply the softmax a second time (nn::outputs_probabilities).
   model->compile(make_optimizer(opt_name, lr),

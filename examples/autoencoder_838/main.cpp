@@ -3,7 +3,7 @@
 // training, the three hidden values of each input settle near the corners of the unit cube, a
 // 3-bit binary code with one distinct corner per input.
 //
-//   autoencoder_838 [--epochs N] [--seed S] [--check]
+//   autoencoder_838 [--epochs N] [--seed S] [--check] [--device cuda]
 //
 // --check exits non-zero unless every input is reconstructed and the eight codes, thresholded
 // at 0.5, are eight distinct corners.
@@ -14,9 +14,12 @@
 
 #include <soma/soma.hpp>
 
+#include "example_device.hpp"
+
 namespace nn = soma::nn;
 
 int main(int argc, char** argv) {
+  const soma::Device device = soma::examples::device_from_args(argc, argv);
   int epochs = 3000;
   unsigned long seed = 7;
   bool check = false;
@@ -35,6 +38,7 @@ int main(int argc, char** argv) {
   // Keep a handle on the encoder layer to read the hidden code after training.
   nn::ModuleRef encoder = nn::Dense(3, nn::sigmoid);
   nn::Sequential model{nn::Input({8}), encoder, nn::Dense(8)};
+  model.to(device);
   // Softmax cross-entropy over the eight outputs: the decoder has to name the input back.
   model.compile(soma::optim::Adam({.learning_rate = 0.05}),
                 nn::CategoricalCrossentropy({.from_logits = true}));
@@ -44,8 +48,8 @@ int main(int argc, char** argv) {
   auto history = model.fit(x, x, {.epochs = epochs, .batch_size = 8, .verbose = 0, .seed = seed});
   std::printf("loss after %d epochs: %.5f\n", epochs, history.history.at("loss").back());
 
-  soma::Tensor code = (*encoder)(x);                        // [8, 3] in (0, 1)
-  auto decoded = soma::argmax(model.predict(x), -1).to_vector<std::int64_t>();
+  soma::Tensor code = soma::examples::host((*encoder)(x.to(device)));                        // [8, 3] in (0, 1)
+  auto decoded = soma::argmax(soma::examples::host(model.predict(x)), -1).to_vector<std::int64_t>();
   auto h = code.to_vector<float>();
   std::set<int> corners;
   int reconstructed = 0;

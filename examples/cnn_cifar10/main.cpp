@@ -3,6 +3,7 @@
 //
 //   cnn_cifar10 [--data DIR] [--epochs N] [--train-samples N] [--test-samples N]
 //               [--synthetic N] [--write-cifar DIR] [--min-accuracy A] [--seed S]
+//               [--device cuda]   (or SOMA_DEVICE=cuda; example_device.hpp)
 //
 // --data DIR: the CIFAR-10 binary version (data_batch_1.bin .. data_batch_5.bin, test_batch.bin,
 // directly in DIR or in DIR/cifar-10-batches-bin). Without it the program says how to get the
@@ -20,6 +21,8 @@
 #include <vector>
 
 #include <soma/soma.hpp>
+
+#include "example_device.hpp"
 
 namespace nn = soma::nn;
 using soma::Tensor;
@@ -88,6 +91,7 @@ Tensor head(const Tensor& t, long n) { return n > 0 && n < t.dim(0) ? t.slice(0,
 }  // namespace
 
 int main(int argc, char** argv) {
+  const soma::Device device = soma::examples::device_from_args(argc, argv);
   std::string dir, write_dir;
   int epochs = 10, synthetic_n = 1000;
   long train_samples = 0, test_samples = 0;
@@ -153,6 +157,7 @@ int main(int argc, char** argv) {
         nn::Conv2D(16, 3, {.padding = "same", .activation = nn::relu}), nn::MaxPool2D(2),
         nn::Conv2D(32, 3, {.padding = "same", .activation = nn::relu}), nn::MaxPool2D(2),
         nn::Flatten(), nn::Dense(64, nn::relu), nn::Dense(10)};
+    model.to(device);
     model.compile(soma::optim::Adam({.learning_rate = 1e-3}),
                   nn::SparseCategoricalCrossentropy({.from_logits = true}),
                   {soma::metrics::Accuracy()});

@@ -4,6 +4,7 @@
 // each, with their own optimisers and GradientTapes.
 //
 //   gan [--data ring|fashion] [--fashion-dir DIR] [--steps N] [--batch-size B] [--seed S]
+//       [--device cuda]   (or SOMA_DEVICE=cuda; example_device.hpp)
 //       [--out FILE.png] [--check]
 //
 // ring (default): 2-D points from a ring of 8 Gaussians of radius 2; writes a scatter plot with
@@ -20,6 +21,8 @@
 #include <vector>
 
 #include <soma/soma.hpp>
+
+#include "example_device.hpp"
 
 namespace nn = soma::nn;
 using soma::Tensor;
@@ -103,6 +106,8 @@ void write_grid(const Tensor& images, int n, const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const soma::Device device = soma::examples::device_from_args(argc, argv);
+  using soma::examples::host;
   std::string data = "ring", fashion_dir = soma::data::kFashionMnistDir, out;
   int steps = -1;
   long batch = 128;
@@ -147,10 +152,11 @@ int main(int argc, char** argv) {
                    .reshape({-1, 784}) / 255.0;
     }
     const std::int64_t dim = ring ? 2 : 784, latent = ring ? 4 : 64, hidden = ring ? 64 : 256;
+    // Batches are drawn on the host and copied to the device (with G and D: --device).
     auto real_batch = [&](std::int64_t n) {
-      if (ring) return sample_ring(n);
+      if (ring) return sample_ring(n).to(device);
       Tensor idx = soma::cast(soma::random_uniform({n}, 0.0, double(images.dim(0))), soma::DType::i64);
-      return soma::gather(images, idx);
+      return soma::gather(images, idx).to(device);
     };
 
     // G: noise -> sample (a sigmoid keeps generated pixels in [0, 1]); D: sample -> logit.
@@ -158,19 +164,21 @@ int main(int argc, char** argv) {
                      nn::Dense(dim, ring ? nn::linear : nn::sigmoid)};
     nn::Sequential D{nn::Input({dim}), nn::Dense(hidden, nn::leaky_relu),
                      nn::Dense(hidden, nn::leaky_relu), nn::Dense(1)};
+    G.to(device);
+    D.to(device);
     // beta_1 = 0.5, the usual choice for GANs: less momentum follows the moving target better.
     soma::optim::Adam g_opt({.learning_rate = 1e-3, .beta_1 = 0.5});
     soma::optim::Adam d_opt({.learning_rate = 1e-3, .beta_1 = 0.5});
     const nn::BinaryCrossentropy bce({.from_logits = true});
     const std::vector<soma::Variable> g_vars = G.trainable_parameters(),
                                       d_vars = D.trainable_parameters();
-    const Tensor ones = soma::ones({batch, 1}), zeros = soma::zeros({batch, 1});
-    auto noise = [&](std::int64_t n) { return soma::random_normal({n, latent}); };
+    const Tensor ones = soma::ones({batch, 1}).to(device), zeros = soma::zeros({batch, 1}).to(device);
+    auto noise = [&](std::int64_t n) { return soma::random_normal({n, latent}).to(device); };
 
     const Tensor probe = noise(1000);  // fixed noise, to watch the generator's output
     RingStats before;
     if (ring) {
-      before = ring_stats(G.predict(probe));
+      before = ring_stats(host(G.predict(probe)));
       std::printf("before training: mean radius %.2f, %.0f%% of points near a mode, %d/8 modes\n",
                   before.mean_radius, 100 * before.near_fraction, before.modes_covered);
     }
@@ -197,16 +205,16 @@ int main(int argc, char** argv) {
         g_opt.apply_gradients(tape.gradient(g_loss, g_vars), g_vars);
       }
       if (step % (steps / 10 > 0 ? steps / 10 : 1) == 0 || step == steps)
-        std::printf("step %5d  d_loss %.4f  g_loss %.4f\n", step, d_loss.item<double>(),
-                    g_loss.item<double>());
+        std::printf("step %5d  d_loss %.4f  g_loss %.4f\n", step, host(d_loss).item<double>(),
+                    host(g_loss).item<double>());
     }
 
     if (!ring) {
-      write_grid(G.predict(noise(64)), 8, out);
+      write_grid(host(G.predict(noise(64))), 8, out);
       std::printf("wrote 64 generated images to %s\n", out.c_str());
       return 0;
     }
-    const Tensor generated = G.predict(probe);
+    const Tensor generated = host(G.predict(probe));
     const RingStats after = ring_stats(generated);
     std::printf("after %d steps:  mean radius %.2f, %.0f%% of points near a mode, %d/8 modes "
                 "(target: radius 2, all points near a mode)\n",

@@ -1,6 +1,6 @@
 // Fits y = w x + b by gradient descent with a GradientTape and prints what it learned.
 //
-//   linear_regression [--steps N] [--samples N] [--check]
+//   linear_regression [--steps N] [--samples N] [--check] [--device cuda]
 //
 // --check exits non-zero unless w and b come within 0.05 of the true 3 and 2.
 #include <cmath>
@@ -10,7 +10,10 @@
 
 #include <soma/soma.hpp>
 
+#include "example_device.hpp"
+
 int main(int argc, char** argv) {
+  const soma::Device device = soma::examples::device_from_args(argc, argv);
   int steps = 100;
   long samples = 256;
   bool check = false;
@@ -28,9 +31,11 @@ int main(int argc, char** argv) {
   // Noisy samples of y = 3x + 2.
   soma::Tensor x = soma::random_uniform({samples, 1}, -1.0, 1.0);
   soma::Tensor y = x * 3.0 + 2.0 + soma::random_normal({samples, 1}, 0.0, 0.05);
+  x = x.to(device);  // the data and the weights where the steps run
+  y = y.to(device);
 
-  soma::Variable w(soma::zeros({1}), "w");
-  soma::Variable b(soma::zeros({1}), "b");
+  soma::Variable w(soma::zeros({1}).to(device), "w");
+  soma::Variable b(soma::zeros({1}).to(device), "b");
   const double lr = 0.5;
   for (int step = 0; step <= steps; ++step) {
     soma::GradientTape tape;  // records the ops below; trainable variables are watched
@@ -39,9 +44,10 @@ int main(int argc, char** argv) {
     auto grads = tape.gradient(loss, {w, b});
     w -= lr * grads[0];  // in place, not recorded (as assign_sub)
     b -= lr * grads[1];
-    if (step % 20 == 0) std::printf("step %3d  loss %.6f\n", step, loss.item<double>());
+    if (step % 20 == 0) std::printf("step %3d  loss %.6f\n", step, soma::examples::host(loss).item<double>());
   }
-  const double wv = w.value().item<double>(), bv = b.value().item<double>();
+  const double wv = soma::examples::host(w.value()).item<double>(),
+               bv = soma::examples::host(b.value()).item<double>();
   std::printf("learned w = %.4f, b = %.4f (true: 3, 2)\n", wv, bv);
   if (check) {
     const bool ok = std::abs(wv - 3.0) < 0.05 && std::abs(bv - 2.0) < 0.05;

@@ -18,6 +18,8 @@
 
 #include <soma/soma.hpp>
 
+#include "example_device.hpp"
+
 namespace nn = soma::nn;
 using soma::Tensor;
 
@@ -34,6 +36,7 @@ Tensor scale(const Tensor& x) { return soma::cast(x, soma::DType::f32) / 255.0; 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const soma::Device device = soma::examples::device_from_args(argc, argv);
   std::string dir = soma::data::kFashionMnistDir;
   int epochs = 5;
   long batch_size = 32, train_samples = 0, test_samples = 0;
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
 
     nn::Sequential model{nn::Input({x_train.dim(1), x_train.dim(2)}), nn::Flatten(),
                          nn::Dense(128, nn::relu), nn::Dense(128, nn::relu), nn::Dense(10)};
+    model.to(device);
     model.compile(soma::optim::Adam({.learning_rate = 1e-3}),
                   nn::SparseCategoricalCrossentropy({.from_logits = true}),
                   {soma::metrics::Accuracy()});
@@ -82,7 +86,7 @@ int main(int argc, char** argv) {
     std::printf("test accuracy: %.4f  test loss: %.4f\n", accuracy, logs.at("loss"));
 
     // The predicted class of the first few test images, next to the truth.
-    auto predicted = soma::argmax(model.predict(x_test.slice(0, 0, 10)), -1);
+    auto predicted = soma::argmax(soma::examples::host(model.predict(x_test.slice(0, 0, 10))), -1);
     auto p = predicted.to_vector<std::int64_t>();
     auto t = soma::cast(y_test.slice(0, 0, 10), soma::DType::i64).to_vector<std::int64_t>();
     std::printf("first test images: predicted");

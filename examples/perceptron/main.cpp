@@ -12,6 +12,8 @@
 
 #include <soma/soma.hpp>
 
+#include "example_device.hpp"
+
 namespace nn = soma::nn;
 using soma::Tensor;
 
@@ -59,6 +61,9 @@ int max_of(const std::vector<int>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The MLP of part 3 runs on the device; the perceptron rule of parts 1 and 2 reads single
+  // weights and stays on the CPU.
+  const soma::Device device = soma::examples::device_from_args(argc, argv);
   int epochs = 20, mlp_epochs = 600;
   unsigned long seed = 1;
   bool check = false;
@@ -96,10 +101,11 @@ int main(int argc, char** argv) {
   // 3. A hidden layer bends the boundary: 2-4-1 with tanh and a sigmoid output, trained by
   // backpropagation (Adam on binary cross-entropy) through the Keras-style API.
   nn::Sequential mlp{nn::Input({2}), nn::Dense(4, nn::tanh), nn::Dense(1, nn::sigmoid)};
+  mlp.to(device);
   mlp.compile(soma::optim::Adam({.learning_rate = 0.05}), nn::BinaryCrossentropy());
   mlp.fit(x, soma::constant<float>({{0}, {1}, {1}, {0}}),
           {.epochs = mlp_epochs, .batch_size = 4, .verbose = 0, .seed = seed});
-  auto p = mlp.predict(x).to_vector<float>();
+  auto p = soma::examples::host(mlp.predict(x)).to_vector<float>();
   int mlp_right = 0;
   for (std::size_t i = 0; i < 4; ++i) mlp_right += (p[i] > 0.5f) == (xor_[i] > 0.5f);
   std::printf("2-layer MLP on XOR: %d/4 right after %d epochs\n", mlp_right, mlp_epochs);

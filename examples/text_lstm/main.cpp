@@ -16,10 +16,13 @@
 
 #include <soma/soma.hpp>
 
+#include "example_device.hpp"
+
 namespace nn = soma::nn;
 using soma::Tensor;
 
 int main(int argc, char** argv) {
+  const soma::Device device = soma::examples::device_from_args(argc, argv);
   std::string text = "the quick brown fox jumps over the lazy dog; soma learns it by heart. ";
   int window = 10, units = 64, epochs = 60, generate = 140;
   unsigned long seed = 3;
@@ -68,6 +71,7 @@ int main(int argc, char** argv) {
 
   nn::Sequential model{nn::Input({window}), nn::Embedding(vocab, 16), nn::LSTM(units),
                        nn::Dense(vocab)};
+  model.to(device);
   model.compile(soma::optim::Adam({.learning_rate = 0.01}),
                 nn::SparseCategoricalCrossentropy({.from_logits = true}),
                 {soma::metrics::Accuracy()});
@@ -82,7 +86,7 @@ int main(int argc, char** argv) {
   std::string generated;
   int matches = 0;
   for (int k = 0; k < generate; ++k) {
-    Tensor logits = model.predict(soma::constant(context, {1, window}));
+    Tensor logits = soma::examples::host(model.predict(soma::constant(context, {1, window})));
     const int next = int(soma::argmax(logits, -1).item<std::int64_t>());
     generated += chars[std::size_t(next)];
     matches += chars[std::size_t(next)] == at(window + k);

@@ -18,6 +18,31 @@ int device_count();
 // cudaErrorNoDevice (no CUDA-capable device is detected)"; empty when a device is usable.
 std::string unavailable_reason();
 
+// What `soma info` prints about a device (cudaGetDeviceProperties and the version queries).
+struct DeviceProperties {
+  int index = 0;
+  std::string name;                  // e.g. "NVIDIA H100 80GB HBM3"
+  std::size_t total_memory = 0;      // bytes
+  std::size_t free_memory = 0;       // bytes, when read (cudaMemGetInfo); 0 otherwise
+  int major = 0, minor = 0;          // compute capability, e.g. 9.0
+  int multiprocessors = 0;
+  int driver_version = 0;            // cudaDriverGetVersion: 13000 is CUDA 13.0
+  int runtime_version = 0;           // cudaRuntimeGetVersion
+};
+// Throws soma::Error naming the reason when the device does not exist or CUDA is unusable.
+DeviceProperties device_properties(int device = 0);
+// The CUDA driver's and runtime's versions (1000 * major + 10 * minor); 0 when unknown (no
+// driver, or not built). They answer without a device.
+int driver_version();
+int runtime_version();
+// cuDNN's version as cudnnGetVersion gives it (e.g. 91900 for 9.19.0), from libcudnn.so.9 opened
+// with dlopen; 0 when it cannot be loaded (cudnn_load_error() says why) or not built.
+int cudnn_version();
+std::string cudnn_load_error();
+// "13.0" from 13000; "9.19.0" from 91900 (cuDNN 9's encoding: major*10000 + minor*100 + patch).
+std::string cuda_version_str(int version);
+std::string cudnn_version_str(int version);
+
 // Waits until all work queued on soma's stream of `device` (-1: every device) has finished.
 // A no-op when no device is usable (nothing can have been queued).
 void synchronize(int device = -1);

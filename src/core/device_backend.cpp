@@ -66,6 +66,21 @@ void device_fill(const Tensor& dst, double value) {
 
 }  // namespace soma::detail
 
+namespace soma::cuda {
+// Version numbers to text, in every build (soma info prints them).
+std::string cuda_version_str(int version) {
+  if (version <= 0) return "unknown";
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+std::string cudnn_version_str(int version) {
+  if (version <= 0) return "unknown";
+  // cuDNN 9 encodes major*10000 + minor*100 + patch; cuDNN 8 and older major*1000 + ...
+  const int major_unit = version >= 90000 ? 10000 : 1000;
+  return std::to_string(version / major_unit) + "." + std::to_string(version % major_unit / 100) +
+         "." + std::to_string(version % 100);
+}
+}  // namespace soma::cuda
+
 #ifndef SOMA_HAS_CUDA
 // The public CUDA API of a build without the backend (src/backend/cuda/runtime.cpp otherwise).
 namespace soma::cuda {
@@ -76,6 +91,11 @@ std::string unavailable_reason() {
   return "soma was built without CUDA (nvcc was not found or SOMA_ENABLE_CUDA=OFF)";
 }
 void synchronize(int) {}
+DeviceProperties device_properties(int) { fail("device_properties", unavailable_reason()); }
+int driver_version() { return 0; }
+int runtime_version() { return 0; }
+int cudnn_version() { return 0; }
+std::string cudnn_load_error() { return unavailable_reason(); }
 MemoryStats memory_stats(int) { return {}; }
 void reset_peak_memory_stats(int) {}
 void empty_cache() {}

@@ -35,7 +35,7 @@ case $case_name in
   help_lists_subcommands)
     run --help
     expect_status 0
-    for c in train eval predict summary bench; do expect_stdout "^  $c "; done
+    for c in train eval predict summary bench info; do expect_stdout "^  $c "; done
     ;;
   every_subcommand_has_help)
     for c in train eval predict summary bench; do
@@ -376,6 +376,79 @@ case $case_name in
     env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT SOMA_OMP_DEFAULTS=0 OMP_DISPLAY_ENV=verbose "$soma" --version >"$out/stdout" 2>"$out/stderr"
     grep -q "GOMP_SPINCOUNT = '300000'" "$out/stderr" || fail "SOMA_OMP_DEFAULTS=0 does not leave libgomp's default"
     expect_stdout '^soma '
+    ;;
+  info_lists_devices)
+    run info
+    expect_status 0
+    expect_stdout '^soma [0-9]+\.[0-9]+\.[0-9]+$'
+    expect_stdout '^cpu: [0-9]+ threads$'
+    # Either not built (with the reason), or the versions, cuDNN and the device list.
+    if grep -q '^cuda: not built (.\+)$' "$out/stdout"; then
+      grep -q '^cuda devices' "$out/stdout" && fail "a build without CUDA lists devices"
+    else
+      expect_stdout '^cuda: built; runtime [0-9]+\.[0-9]+, driver ([0-9]+\.[0-9]+|not found)$'
+      expect_stdout '^cudnn: ([0-9]+\.[0-9]+\.[0-9]+|not loaded \(.+\))$'
+      expect_stdout '^cuda devices: (none \(.+\)|[0-9]+)$'
+      n=$(sed -n 's/^cuda devices: \([0-9]*\)$/\1/p' "$out/stdout")
+      if [ -n "$n" ]; then
+        [ "$(grep -Ec '^  cuda:[0-9]+  .+  memory .+ compute capability [0-9]+\.[0-9]+' "$out/stdout")" -eq "$n" ] ||
+          fail "expected one line per device (name, memory, compute capability)"
+      fi
+    fi
+    run info --help
+    expect_status 0
+    expect_stdout '^usage: soma info'
+    ;;
+  device_option_is_checked)
+    for c in train "eval $dir/mlp.soma" "predict $dir/mlp.soma $dir/shoe.png"; do
+      sub=${c%% *}
+      # shellcheck disable=SC2086
+      run $c --device tpu
+      expect_usage_error "soma $sub: bad value for --device: 'tpu' (expected cpu, cuda or cuda:N) (see soma $sub --help)"
+      # shellcheck disable=SC2086
+      run $c --device cuda:x
+      expect_status 2
+    done
+    # --device cpu is the default, said out loud.
+    run eval "$dir/mlp.soma" --data idx:"$dir" --device cpu
+    expect_status 0
+    expect_result_line
+    # A GPU that cannot be used fails before the data is read (the data directory does not
+    # exist), naming the reason: exit 2 in a build without CUDA, 1 when CUDA has no device.
+    "$soma" info >"$out/info" 2>&1
+    if grep -q '^cuda: not built' "$out/info"; then want=2; reason='built without CUDA'
+    elif grep -q '^cuda devices: none' "$out/info"; then want=1; reason='CUDA is not available: '
+    else want=1; reason=''
+    fi
+    if [ -n "$reason" ]; then
+      run train --device cuda --data idx:"$out/nowhere" --epochs 1 --out "$out/m.soma"
+      expect_status $want
+      [ "$(wc -l <"$out/stderr")" -eq 1 ] || fail "expected a one-line error on stderr"
+      grep -q -- "^soma train: --device cuda: .*$reason" "$out/stderr" || fail "the error does not name the reason"
+      grep -q "nowhere" "$out/stderr" && fail "the data was read before the device was checked"
+    fi
+    # An index past the last device names how many there are.
+    run eval "$dir/mlp.soma" --data idx:"$out/nowhere" --device cuda:999
+    [ "$status" -ne 0 ] || fail "cuda:999 was accepted"
+    grep -q "nowhere" "$out/stderr" && fail "the data was read before the device was checked"
+    [ -z "$reason" ] && { grep -q 'there is no cuda:999 (' "$out/stderr" || fail "cuda:999: $(cat "$out/stderr")"; }
+    ;;
+  train_on_cuda)
+    # On a GPU: train, evaluate and predict with --device cuda (skipped, exit 77, without one).
+    "$soma" info >"$out/info" 2>&1
+    grep -Eq '^cuda devices: [1-9]' "$out/info" || { echo "skipped: no usable GPU"; exit 77; }
+    run train --model mlp --epochs 1 --batch-size 32 --seed 1 --data idx:"$dir" \
+      --out "$out/gpu.soma" --device cuda
+    expect_status 0
+    expect_result_line
+    acc=$(tail -n 1 "$out/stdout" | sed 's/.*test_accuracy=//')
+    awk -v a="$acc" 'BEGIN { exit !(a >= 0.5) }' || fail "test accuracy $acc < 0.5 on the GPU"
+    run eval "$out/gpu.soma" --data idx:"$dir" --device cuda
+    expect_status 0
+    expect_result_line
+    run predict "$out/gpu.soma" "$dir/shoe.png" --classes mnist --device cuda:0
+    expect_status 0
+    [ "$(grep -c '%' "$out/stdout")" -eq 3 ] || fail "expected the top 3 classes"
     ;;
   *)
     fail "unknown test case"

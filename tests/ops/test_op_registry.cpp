@@ -8,6 +8,10 @@
 //                  1 ulp;
 //   CudaEqualsCpu  the op on CUDA tensors vs the CPU, within the dtype's tolerance (skips
 //                  without a GPU or a CUDA kernel);
+//   CudaGradientEqualsCpu  the tape's gradients of the op (and so the CUDA kernels of every op
+//                  its gradient is written with) on CUDA vs the CPU, in the dtypes of Forward,
+//                  within ten times its tolerance (same skips);
+//   GradientHarnessOnTheCpu  the same comparison CPU against CPU, to test the harness anywhere;
 //   EmptyInputs    a zero-size variant of the sample: the shape (and values) of the reference,
 //                  or a soma::Error where the reference refuses too;
 //   NanAndInf      NaN/inf in every floating input: no crash, the same output shapes, and NaN
@@ -347,12 +351,19 @@ TEST_P(Op, GraphEqualsEager) {
 }
 
 // ---- d. CUDA == CPU ----
+// Full f32 products on the GPU for the test's length (TF32 keeps 10 mantissa bits), restored
+// even when the test throws.
+struct Tf32Off {
+  bool was = cuda::allow_tf32();
+  Tf32Off() { cuda::set_allow_tf32(false); }
+  ~Tf32Off() { cuda::set_allow_tf32(was); }
+};
+
 TEST_P(Op, CudaEqualsCpu) {
   const OpDef& d = def();
   if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason();
   if (!d.kernels[int(DeviceKind::CUDA)]) GTEST_SKIP() << d.name << " has no CUDA kernel";
-  const bool tf32 = cuda::allow_tf32();
-  cuda::set_allow_tf32(false);  // full f32 products, comparable to the CPU's
+  Tf32Off full_f32;  // full f32 products, comparable to the CPU's
   const std::vector<Tensor> base = sample_inputs();
   for (DType dt : test_dtypes(d)) {
     SCOPED_TRACE(std::string("dtype ") + dtype_name(dt));
@@ -369,7 +380,71 @@ TEST_P(Op, CudaEqualsCpu) {
     for (const auto& g : want) tol = looser(tol, tol_of(g.dtype()));
     EXPECT_TRUE(close_outputs(got, want, tol));
   }
-  cuda::set_allow_tf32(tf32);
+}
+
+// The tape's gradients of L = sum_k <out_k, w_k> with respect to the op's floating inputs, on
+// whatever device `in` and `ws` are on.
+std::vector<Tensor> tape_gradients(const OpDef& d, const std::vector<Tensor>& in,
+                                   const std::vector<Tensor>& ws) {
+  GradientTape tape;
+  std::vector<Tensor> srcs;
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (!fixed_input(d, i)) {
+      tape.watch(in[i]);
+      srcs.push_back(in[i]);
+    }
+  auto outs = run(d, in);
+  Tensor loss;
+  for (std::size_t k = 0; k < outs.size(); ++k) {
+    if (!is_floating(outs[k].dtype()) || outs[k].numel() == 0) continue;
+    Tensor term = sum(multiply(outs[k], cast(ws[k], outs[k].dtype())));
+    loss = loss.defined() ? loss + term : term;
+  }
+  if (!loss.defined()) return {};
+  return tape.gradient(loss, srcs, UnconnectedGradients::Zero);
+}
+
+// The op's tape gradients on `device` vs the CPU, in every dtype the op is tested in (f16 and
+// bf16 too for elementwise float ops).
+void expect_gradients_agree(const OpDef& d, const std::vector<Tensor>& base, Device device) {
+  std::vector<Tensor> ws;
+  for (const auto& o : run(d, base))
+    ws.push_back(soma::testing::rand_tensor(o.shape(), 99 + ws.size(), -1.0, 1.0));
+  for (DType dt : test_dtypes(d)) {
+    SCOPED_TRACE(std::string("dtype ") + dtype_name(dt));
+    const auto in = in_dtype(d, base, dt);
+    const std::vector<Tensor> want = tape_gradients(d, in, ws);
+    std::vector<Tensor> in_dev, ws_dev, got;
+    for (const auto& t : in) in_dev.push_back(t.to(device));
+    for (const auto& t : ws) ws_dev.push_back(t.to(device));
+    for (const auto& g : tape_gradients(d, in_dev, ws_dev)) {
+      EXPECT_EQ(g.device(), device) << "a gradient of " << d.name << " is on " << g.device().str();
+      got.push_back(g.to(Device::cpu()));
+    }
+    // A gradient sums over outputs: ten times the forward tolerance.
+    const Tol t = tol_of(dt);
+    EXPECT_TRUE(close_outputs(got, want, {10 * t.atol, 10 * t.rtol}))
+        << "gradients of inputs " << shapes_str(d.test.shapes);
+  }
+}
+
+TEST_P(Op, CudaGradientEqualsCpu) {
+  const OpDef& d = def();
+  if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason();
+  if (!d.kernels[int(DeviceKind::CUDA)]) GTEST_SKIP() << d.name << " has no CUDA kernel";
+  if (!d.grad) GTEST_SKIP() << d.name << " is not differentiable (no gradient definition)";
+  if (!d.test.gradcheck) GTEST_SKIP() << d.name << "'s test entry turns the gradient check off";
+  Tf32Off full_f32;
+  expect_gradients_agree(d, sample_inputs(), Device::cuda(0));
+}
+
+// The same comparison with the CPU on both sides (runs everywhere): the harness gives one
+// gradient per floating input and is deterministic. A CPU stand-in device goes here too.
+TEST_P(Op, GradientHarnessOnTheCpu) {
+  const OpDef& d = def();
+  if (!d.grad) GTEST_SKIP() << d.name << " is not differentiable (no gradient definition)";
+  if (!d.test.gradcheck) GTEST_SKIP() << d.name << "'s test entry turns the gradient check off";
+  expect_gradients_agree(d, sample_inputs(), Device::cpu());
 }
 
 // ---- e. empty, NaN and inf inputs ----

@@ -4,6 +4,8 @@
 
 #include "backend/cuda/cublas_loader.hpp"
 
+#include <dlfcn.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -250,6 +252,78 @@ bool is_built() { return true; }
 bool is_available() { return runtime().count > 0; }
 int device_count() { return runtime().count; }
 std::string unavailable_reason() { return runtime().reason; }
+
+DeviceProperties device_properties(int device) {
+  use_device(device, "device_properties");
+  cudaDeviceProp p{};
+  check(cudaGetDeviceProperties(&p, device), "device_properties", "cudaGetDeviceProperties",
+        device);
+  DeviceProperties out;
+  out.index = device;
+  out.name = p.name;
+  out.total_memory = p.totalGlobalMem;
+  out.major = p.major;
+  out.minor = p.minor;
+  out.multiprocessors = p.multiProcessorCount;
+  std::size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) out.free_memory = free_b;
+  cudaGetLastError();
+  out.driver_version = driver_version();
+  out.runtime_version = runtime_version();
+  return out;
+}
+
+int driver_version() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) v = 0;
+  cudaGetLastError();
+  return v;
+}
+
+int runtime_version() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) v = 0;
+  cudaGetLastError();
+  return v;
+}
+
+namespace {
+// cuDNN is opened only to ask its version (the convolution kernels have their own loader): a
+// process that never asks does not map it.
+struct CudnnVersion {
+  int version = 0;
+  std::string error;
+};
+const CudnnVersion& cudnn_probe() {
+  static const CudnnVersion v = [] {
+    CudnnVersion r;
+    void* lib = nullptr;
+    std::string tried;
+    for (const char* name : {"libcudnn.so.9", "libcudnn.so", "/usr/local/cuda/lib64/libcudnn.so.9"}) {
+      lib = dlopen(name, RTLD_LAZY | RTLD_LOCAL);
+      if (lib) break;
+      const char* e = dlerror();
+      tried += std::string(tried.empty() ? "" : "; ") + (e ? e : name);
+    }
+    if (!lib) {
+      r.error = "cannot load cuDNN: " + tried;
+      return r;
+    }
+    using GetVersion = std::size_t (*)();
+    auto get = reinterpret_cast<GetVersion>(dlsym(lib, "cudnnGetVersion"));
+    if (!get) {
+      r.error = "dlsym(cudnnGetVersion) failed";
+      return r;
+    }
+    r.version = int(get());
+    return r;  // the library stays loaded: the kernels will open the same one
+  }();
+  return v;
+}
+}  // namespace
+
+int cudnn_version() { return cudnn_probe().version; }
+std::string cudnn_load_error() { return cudnn_probe().error; }
 
 void synchronize(int device) {
   const Runtime& rt = runtime();
