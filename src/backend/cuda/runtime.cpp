@@ -3,8 +3,7 @@
 #include "backend/cuda/runtime.hpp"
 
 #include "backend/cuda/cublas_loader.hpp"
-
-#include <dlfcn.h>
+#include "backend/cuda/cudnn_loader.hpp"
 
 #include <atomic>
 #include <cstdlib>
@@ -287,43 +286,9 @@ int runtime_version() {
   return v;
 }
 
-namespace {
-// cuDNN is opened only to ask its version (the convolution kernels have their own loader): a
-// process that never asks does not map it.
-struct CudnnVersion {
-  int version = 0;
-  std::string error;
-};
-const CudnnVersion& cudnn_probe() {
-  static const CudnnVersion v = [] {
-    CudnnVersion r;
-    void* lib = nullptr;
-    std::string tried;
-    for (const char* name : {"libcudnn.so.9", "libcudnn.so", "/usr/local/cuda/lib64/libcudnn.so.9"}) {
-      lib = dlopen(name, RTLD_LAZY | RTLD_LOCAL);
-      if (lib) break;
-      const char* e = dlerror();
-      tried += std::string(tried.empty() ? "" : "; ") + (e ? e : name);
-    }
-    if (!lib) {
-      r.error = "cannot load cuDNN: " + tried;
-      return r;
-    }
-    using GetVersion = std::size_t (*)();
-    auto get = reinterpret_cast<GetVersion>(dlsym(lib, "cudnnGetVersion"));
-    if (!get) {
-      r.error = "dlsym(cudnnGetVersion) failed";
-      return r;
-    }
-    r.version = int(get());
-    return r;  // the library stays loaded: the kernels will open the same one
-  }();
-  return v;
-}
-}  // namespace
-
-int cudnn_version() { return cudnn_probe().version; }
-std::string cudnn_load_error() { return cudnn_probe().error; }
+// The convolution kernels' loader (cudnn_loader.cpp) opens cuDNN once; asking its version loads it.
+int cudnn_version() { return int(cuda_detail::cudnn_version()); }
+std::string cudnn_load_error() { return cuda_detail::cudnn_unavailable_reason(); }
 
 void synchronize(int device) {
   const Runtime& rt = runtime();
