@@ -15,11 +15,8 @@ using namespace soma;
 
 namespace {
 
-// Ops without a CUDA kernel on this branch (h/gpucheck), as of issue 22's start. The other
-// helpers of issue 22 bring the kernels: cuDNN convolution/pooling/normalisation, the index and
-// random ops, cuBLASLt dense with epilogues and the fused optimiser updates. Delete a line when
-// its kernel lands (this test names the lines to delete). What is left at the end needs a reason
-// written beside it.
+// Ops allowed to have no CUDA kernel, each with its reason (empty since issue 22). Delete a line
+// when its kernel lands (this test names the lines to delete).
 const std::set<std::string> kNoCudaKernelYet = {
 #include "cuda_kernel_allowlist.inc"
 };
