@@ -203,6 +203,10 @@ fi
 
 # ---- table -------------------------------------------------------------------------------------
 [[ $TABLE_ONLY == 1 ]] || echo "# bash bench/compare.sh $MODE, $REPS repetition(s), $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ)"
+# The CPU and its vector ISA extensions (soma builds with -march=native: figures from machines with
+# different ISAs do not compare).
+[[ $TABLE_ONLY == 1 ]] || echo "# ISA: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1);" \
+  "$(grep -m1 -ow -E 'avx512f|avx512_bf16|avx512_vnni|amx_tile|avx2|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 python3 - "$RAW" <<'EOF'
 import re, statistics, sys
 from collections import defaultdict
