@@ -9,6 +9,8 @@
 #   bash bench/compare.sh --reps 7 --threads 1 --before /tmp/base/build-bench
 #       # also runs the `soma` of another build (an earlier revision) alternated with this one
 #       # and prints "now / before" per workload (the "no speed lost" check of a refactor)
+#   bash bench/compare.sh --reps 7 --threads 1 --before /tmp/base/build-bench --no-peers
+#       # the same without libtorch: neither installs nor builds the peer programs
 #
 # Builds soma's `soma` program (BUILD_DIR, default build-bench, Release) and the peer programs in
 # bench/libtorch (libtorch twins, OpenBLAS/oneDNN called directly; libtorch is optional and is
@@ -27,6 +29,7 @@ REPS=
 COMPILE_TIME=0
 TABLE_ONLY=0
 BEFORE=
+PEERS_ON=1
 THREADS=1,2
 WORKLOADS=mlp_train,lenet_train,cifar_cnn_train,mlp_infer,cnn_infer,op_overhead,op_overhead_tape,sgemm
 while [[ $# -gt 0 ]]; do
@@ -39,7 +42,8 @@ while [[ $# -gt 0 ]]; do
     --threads) THREADS=$2; shift ;;
     --workloads) WORKLOADS=$2; shift ;;
     --before) BEFORE=$2; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --no-peers) PEERS_ON=0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -53,8 +57,8 @@ mkdir -p "$OUT"
 RAW=$OUT/raw.txt
 measure() {
 # ---- build -------------------------------------------------------------------------------------
-if [[ ! -f /usr/lib/x86_64-linux-gnu/cmake/Torch/TorchConfig.cmake ]] && command -v apt-get >/dev/null \
-   && [[ $(id -u) == 0 ]]; then
+if [[ $PEERS_ON == 1 && ! -f /usr/lib/x86_64-linux-gnu/cmake/Torch/TorchConfig.cmake ]] \
+   && command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
   log "installing libtorch-dev and libdnnl-dev (the peer side only)"
   apt-get install -y -q libtorch-dev libdnnl-dev >/dev/null || log "could not install libtorch-dev"
 fi
@@ -68,16 +72,19 @@ cmake --build "$BUILD_DIR" --target soma_cli >"$BUILD_DIR/compare-build.log" 2>&
   { tail -20 "$BUILD_DIR/compare-build.log" >&2; exit 1; }
 SOMA=$ROOT/$BUILD_DIR/apps/soma/soma
 PEERS=$ROOT/$BUILD_DIR/peers
-log "building the peer programs in $PEERS (libtorch: about a minute per file)"
 # A peer side that cannot be configured or built (e.g. oneDNN's CMake config asking for OpenCL)
 # leaves its columns empty; soma's side (and --before) still run.
-if cmake -S bench/libtorch -B "$PEERS" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$BUILD_DIR/compare-peers.log" 2>&1 &&
+if [[ $PEERS_ON == 0 ]]; then
+  log "--no-peers: no libtorch column"
+elif log "building the peer programs in $PEERS (libtorch: about a minute per file)"
+   cmake -S bench/libtorch -B "$PEERS" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$BUILD_DIR/compare-peers.log" 2>&1 &&
    cmake --build "$PEERS" >>"$BUILD_DIR/compare-peers.log" 2>&1; then :; else
   log "the peer programs did not build (see $BUILD_DIR/compare-peers.log):"
   grep -m3 -E "Error|error" "$BUILD_DIR/compare-peers.log" >&2 || true
 fi
 TORCH=$PEERS/bench_torch
-[[ -x $TORCH ]] || { log "libtorch not available: the libtorch column stays empty"; TORCH=; }
+[[ $PEERS_ON == 0 ]] && TORCH=
+[[ -n $TORCH && -x $TORCH ]] || { log "libtorch not available: the libtorch column stays empty"; TORCH=; }
 BEFORE_SOMA=
 if [[ -n $BEFORE ]]; then
   BEFORE_SOMA=$BEFORE/apps/soma/soma
@@ -153,7 +160,7 @@ for ((r = 1; r <= REPS; ++r)); do
         done
       done
     done
-    if [[ $w == sgemm && -x $PEERS/bench_gemm_peers ]]; then
+    if [[ $w == sgemm && $PEERS_ON == 1 && -x $PEERS/bench_gemm_peers ]]; then
       OMP_NUM_THREADS=${TH[-1]} "$PEERS/bench_gemm_peers" --threads "$THREADS" \
         --batch 256,512,1024,2048 | sed 's/^/peer /' >>"$RAW"
     fi
@@ -196,6 +203,10 @@ fi
 
 # ---- table -------------------------------------------------------------------------------------
 [[ $TABLE_ONLY == 1 ]] || echo "# bash bench/compare.sh $MODE, $REPS repetition(s), $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ)"
+# The CPU and its vector ISA extensions (soma builds with -march=native: figures from machines with
+# different ISAs do not compare).
+[[ $TABLE_ONLY == 1 ]] || echo "# ISA: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1);" \
+  "$(grep -m1 -ow -E 'avx512f|avx512_bf16|avx512_vnni|amx_tile|avx2|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 python3 - "$RAW" <<'EOF'
 import re, statistics, sys
 from collections import defaultdict
@@ -267,15 +278,25 @@ if peer:
 # Against an earlier build (--before): now / before, > 1 is faster now; a refactor keeps 0.97+.
 if any(k[0] == "before" for k in vals):
     print()
-    print("| workload | threads | batch | unit | now | spread | before | spread | now / before | within 3% |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    # The same ratio over process CPU time (the "cpu" lines): what a busy machine blurs least.
+    print("| workload | threads | batch | unit | now | spread | before | spread | now / before | within 3% | now / before by CPU time | within 3% |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    def ratio(side_now, side_before, key):
+        ms, mo = med(vals.get(side_now + key, [])), med(vals.get(side_before + key, []))
+        if not (ms and mo):
+            return None
+        return ms / mo if units[key] in higher_better else mo / ms
+    def cell(r):
+        return ("-", "-") if r is None else (f"{r:.3f}", "yes" if r >= 0.97 else "NO")
     for key in sorted({k[1:] for k in vals if k[0] == "before" and k[1] == "bench"}):
         kind, w, t, b = key
         s, o = vals.get(("soma",) + key, []), vals.get(("before",) + key, [])
         ms, mo, u = med(s), med(o), units[key]
-        r = None if not (ms and mo) else (ms / mo if u in higher_better else mo / ms)
+        ckey = ("cpu", w, t, b)
+        units.setdefault(ckey, u)
+        r, rc = cell(ratio(("soma",), ("before",), key)), cell(ratio(("soma",), ("before",), ckey))
         print(f"| {w} | {t} | {b} | {u} | {fmt(ms)} | {spread(s):.0f}% | {fmt(mo)} | {spread(o):.0f}% | "
-              f"{'-' if r is None else f'{r:.3f}'} | {'-' if r is None else ('yes' if r >= 0.97 else 'NO')} |")
+              f"{r[0]} | {r[1]} | {rc[0]} | {rc[1]} |")
 
 # Thread scaling: every workload should be faster with 2 threads than with 1.
 print()

@@ -388,9 +388,13 @@ bool fused_inference_state_ok() {
 
 bool fused_inference_activation(const Activation& act, bool* relu) {
   *relu = !act.is_linear();
-  // The built-in ReLU: the op-activation closure type (a custom function, even one named
-  // "relu", has another) with relu's name (every activation op shares that closure type).
-  return !*relu || (act.fn.target_type() == nn::relu.fn.target_type() && act.name == nn::relu.name);
+  if (!*relu) return true;
+  // The built-in ReLU: relu's name with the op-activation closure type (a custom function, even
+  // one named "relu", has another; every activation op shares that type). The name first: it
+  // rejects most activations without the std::function type queries (Dense and Sequential's
+  // chain ask on every call).
+  static const std::type_info& op_activation_type = nn::relu.fn.target_type();
+  return act.name == nn::relu.name && act.fn.target_type() == op_activation_type;
 }
 
 bool is_cpu_f32_packed(const Tensor& t) {

@@ -108,9 +108,25 @@ std::vector<Tensor> dense_reference(const std::vector<Tensor>& in, const Attrs& 
   return {y};
 }
 
+// The two attribute lists Dense passes, built once (on first use: layers may be made during
+// static initialisation). One guarded static for both: dense_relu reads them on every call.
+struct DenseAttrLists {
+  Attrs linear{{"activation", std::string("linear")}};
+  Attrs relu{{"activation", std::string("relu")}};
+};
+const DenseAttrLists& dense_attr_lists() {
+  static const DenseAttrLists lists;
+  return lists;
+}
+
 }  // namespace
 
 bool dense_relu(const Attrs& a) {
+  // The shared lists first: every call from Dense and Sequential's chain passes one of them, and
+  // an attribute lookup plus name comparisons per call is a visible part of batch-1 inference.
+  const DenseAttrLists& lists = dense_attr_lists();
+  if (&a == &lists.relu) return true;
+  if (&a == &lists.linear) return false;
   const std::string& name = a.s("activation");
   for (const DenseActivation& d : kDenseActivations)
     if (name == d.name) return d.relu;
@@ -120,9 +136,8 @@ bool dense_relu(const Attrs& a) {
 }
 
 const Attrs& dense_attrs(bool relu) {
-  static const Attrs linear{{"activation", std::string("linear")}};
-  static const Attrs with_relu{{"activation", std::string("relu")}};
-  return relu ? with_relu : linear;
+  const DenseAttrLists& lists = dense_attr_lists();
+  return relu ? lists.relu : lists.linear;
 }
 
 void register_layer_ops() {

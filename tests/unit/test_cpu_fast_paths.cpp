@@ -216,6 +216,29 @@ TEST(FusedDense, ACustomActivationNamedReluIsNotReplaced) {
   EXPECT_TRUE(all_close(y, matmul(x, d.kernel().value()) * 2.0, 1e-5, 1e-5));
 }
 
+// Dense passes one of two shared attribute lists, which the op reads by address; a list built by
+// the caller (the op called by name, a model file) still decides by its "activation" value.
+TEST(FusedDense, TheOpCalledWithItsOwnAttributeListAppliesItsActivation) {
+  nn::Dense relu_layer = seeded_dense(12, true, true), linear_layer = seeded_dense(12, false, true);
+  const Tensor x = cast(rand_tensor({1, 9}, 9), DType::f32);
+  NoGradScope no_grad;
+  const Tensor want_relu = relu_layer(x), want_linear = linear_layer(x);
+  ASSERT_TRUE(any(want_linear < 0.0).item<bool>()) << "no negative output: relu is not tested";
+  const OpDef& op = get_op("dense_bias_act");
+  for (const bool fast : {true, false}) {
+    FastPathsScope scope(fast);
+    const Tensor r = call_op1(op, {x, relu_layer.kernel().value(), relu_layer.bias().value()},
+                              Attrs{{"activation", std::string("relu")}});
+    const Tensor l = call_op1(op, {x, linear_layer.kernel().value(), linear_layer.bias().value()},
+                              Attrs{{"activation", std::string("linear")}});
+    EXPECT_TRUE(all_close(r, want_relu, 1e-6, 1e-6)) << "fast paths " << fast;
+    EXPECT_TRUE(all_close(l, want_linear, 1e-6, 1e-6)) << "fast paths " << fast;
+    EXPECT_THROW(call_op1(op, {x, relu_layer.kernel().value()},
+                          Attrs{{"activation", std::string("tanh")}}),
+                 Error);
+  }
+}
+
 // ---- the caching allocator ------------------------------------------------------------------
 struct CacheOn {
   CacheOn() { detail::set_cpu_cache_enabled(true); }
