@@ -77,15 +77,6 @@ std::vector<Tensor> dense_grad(const GradContext& c) {
   return out;
 }
 
-// Any device: the ops themselves.
-void dense_composite_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
-                            const Attrs& a) {
-  NoGradScope no_grad;
-  Tensor y = matmul(in[0], in[1]);
-  if (in.size() == 3) y = y + in[2];
-  if (dense_relu(a)) y = relu(y);
-  copy_into(y, out[0]);
-}
 
 // The test table's reference: act(x @ kernel + bias) in f64 with loops.
 std::vector<Tensor> dense_reference(const std::vector<Tensor>& in, const Attrs& a) {
@@ -120,6 +111,16 @@ const DenseAttrLists& dense_attr_lists() {
 }
 
 }  // namespace
+
+// Any device: the ops themselves.
+void dense_composite_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                            const Attrs& a) {
+  NoGradScope no_grad;
+  Tensor y = matmul(in[0], in[1]);
+  if (in.size() == 3) y = y + in[2];
+  if (dense_relu(a)) y = relu(y);
+  copy_into(y, out[0]);
+}
 
 bool dense_relu(const Attrs& a) {
   // The shared lists first: every call from Dense and Sequential's chain passes one of them, and

@@ -36,15 +36,6 @@ namespace {
 constexpr const char* kOp = "dense_bias_act";
 constexpr bool kReluEpilogue = true;
 
-// The op's composite (src/ops/dense.cpp keeps its own private): f64, and what cuBLASLt declines.
-void dense_composite(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  NoGradScope no_grad;
-  Tensor y = matmul(in[0], in[1]);
-  if (in.size() == 3) y = y + in[2];
-  if (detail::dense_relu(a)) y = relu(y);
-  detail::copy_into(y, out[0]);
-}
-
 void* first_element(const Tensor& t) {
   return static_cast<char*>(t.storage()->data) + t.offset() * std::int64_t(dtype_size(t.dtype()));
 }
@@ -195,7 +186,7 @@ void dense_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
   const Tensor& y = out[0];
   if (y.numel() == 0) return;
   const std::int64_t k = in[1].dim(0), n = in[1].dim(1), m = y.numel() / n;
-  if (t == DType::f64 || k == 0) return dense_composite(in, out, attrs);
+  if (t == DType::f64 || k == 0) return detail::dense_composite_kernel(in, out, attrs);
   const bool relu = detail::dense_relu(attrs), has_bias = in.size() == 3;
 
   // x as m rows of k: packed (its leading dims merged) or a 2-d view; W as it is. A view that
@@ -259,7 +250,7 @@ void dense_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
       ran = true;
     }
   }
-  if (!ran) return dense_composite(in, out, attrs);
+  if (!ran) return detail::dense_composite_kernel(in, out, attrs);
   if (relu && !kReluEpilogue) {
     NoGradScope no_grad;
     detail::copy_into(soma::relu(dst), y);
