@@ -14,7 +14,10 @@
 // "mask_grad", also returns the gradient of the logits, which is the additive mask's gradient
 // before it is summed over the mask's broadcast axes: only that case is O(Sq * Sk) in memory.
 #include <cmath>
+#include <limits>
 
+#include "dispatch_hooks.hpp"
+#include "internal/copy.hpp"
 #include "internal/registration.hpp"
 #include "references.hpp"
 #include "soma/nn_ops.hpp"
@@ -127,6 +130,85 @@ std::vector<TensorSpec> sdpa_grad_infer(const std::vector<TensorSpec>& in, const
   return r;
 }
 
+// ---- the composite kernels: any device, the [Sq, Sk] logits held whole ----------------------
+// For devices without a fused kernel (CUDA until cuDNN's fused attention is wired in): matmul,
+// softmax-like steps and the same fully-masked-row rule as the CPU kernels.
+
+// A kernel's own ops are not graph nodes or tape entries: dispatch hooks off for its duration.
+struct HooksOff {
+  std::uint32_t saved = dispatch::t_active;
+  HooksOff() { dispatch::t_active = 0; }
+  ~HooksOff() { dispatch::t_active = saved; }
+  HooksOff(const HooksOff&) = delete;
+  HooksOff& operator=(const HooksOff&) = delete;
+};
+
+Tensor swap_last(const Tensor& t) { return transpose(t, {0, 1, 3, 2}); }
+
+// scale * q k^T + mask, -inf where a boolean or the causal mask hides a key.
+Tensor composite_logits(const std::vector<Tensor>& in, std::size_t mask_input, const Attrs& a) {
+  const Tensor &q = in[0], &k = in[1];
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::int64_t sq = q.dim(2), sk = k.dim(2), d = q.dim(3);
+  const double scale = a.has("scale") && a.f("scale") > 0 ? a.f("scale")
+                                                          : (d > 0 ? 1.0 / std::sqrt(double(d)) : 1.0);
+  Tensor s = matmul(q, swap_last(k)) * scale;
+  if (in.size() > mask_input) {
+    const Tensor& m = in[mask_input];
+    s = m.dtype() == DType::boolean ? where(m, s, full_like(s, -inf)) : s + m;
+  }
+  if (a.has("causal") && a.b("causal")) {
+    std::vector<std::uint8_t> keep(std::size_t(sq * sk));
+    for (std::int64_t i = 0; i < sq; ++i)
+      for (std::int64_t j = 0; j < sk; ++j) keep[std::size_t(i * sk + j)] = j <= i;
+    Tensor c = cast(constant(std::vector<std::int64_t>(keep.begin(), keep.end()), {sq, sk}),
+                    DType::boolean).to(q.device());
+    s = where(c, s, full_like(s, -inf));
+  }
+  return s;
+}
+
+void sdpa_composite_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                           const Attrs& a) {
+  HooksOff off;
+  const double inf = std::numeric_limits<double>::infinity();
+  if (in[1].dim(2) == 0) {  // no keys: every row is fully masked
+    detail::fill_value(out[0], 0.0);
+    detail::fill_value(out[1], -inf);
+    return;
+  }
+  Tensor s = composite_logits(in, 3, a);
+  Tensor m = max(s, {-1}, true);
+  m = where(equal(m, full_like(m, -inf)), zeros_like(m), m);  // fully masked rows
+  Tensor e = exp(s - m), z = sum(e, {-1}, true);
+  Tensor z1 = where(equal(z, zeros_like(z)), ones_like(z), z);
+  detail::copy_into(matmul(e / z1, in[2]), out[0]);
+  detail::copy_into(squeeze(log(z) + m, {-1}), out[1]);
+}
+
+void sdpa_grad_composite_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                                const Attrs& a) {
+  HooksOff off;
+  const double inf = std::numeric_limits<double>::infinity();
+  if (in[1].dim(2) == 0) {
+    for (auto& t : out) detail::fill_value(t, 0.0);
+    return;
+  }
+  const Tensor &q = in[0], &k = in[1], &v = in[2], &o = in[3], &dout = in[5];
+  const std::int64_t d = q.dim(3);
+  const double scale = a.has("scale") && a.f("scale") > 0 ? a.f("scale")
+                                                          : (d > 0 ? 1.0 / std::sqrt(double(d)) : 1.0);
+  Tensor lse = expand_dims(in[4], -1), dlse = expand_dims(in[6], -1);
+  lse = where(equal(lse, full_like(lse, -inf)), zeros_like(lse), lse);  // P = 0 there anyway
+  Tensor p = exp(composite_logits(in, 7, a) - lse);
+  Tensor di = sum(dout * o, {-1}, true);
+  Tensor ds = p * (matmul(dout, swap_last(v)) - di + dlse);
+  detail::copy_into(matmul(ds, k) * scale, out[0]);
+  detail::copy_into(matmul(swap_last(ds), q) * scale, out[1]);
+  detail::copy_into(matmul(swap_last(p), dout), out[2]);
+  if (out.size() > 3) detail::copy_into(ds, out[3]);
+}
+
 }  // namespace
 
 namespace detail {
@@ -135,19 +217,27 @@ void register_attention_ops() {
   // Samples: seq_q != seq_k, d != d_v, a causal mask on top of an additive one broadcast over
   // the heads (so its gradient is a sum over them).
   const Attrs sample = {{"causal", true}, {"scale", 0.7}};
-  register_op({.name = kName, .num_inputs = -1, .infer = sdpa_infer, .grad = sdpa_grad,
-               .tags = kFloatOnly, .attrs = attrs,
-               .test = {.shapes = {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, {2, 1, 3, 5}},
-                        .attrs = sample,
-                        .reference = ref::scaled_dot_product_attention}});
+  OpDef fwd{.name = kName, .num_inputs = -1, .infer = sdpa_infer, .grad = sdpa_grad,
+            .tags = kFloatOnly, .attrs = attrs,
+            .test = {.shapes = {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, {2, 1, 3, 5}},
+                     .attrs = sample,
+                     .reference = ref::scaled_dot_product_attention}};
   std::vector<AttrSpec> gattrs = attrs;
   gattrs.push_back({"mask_grad", false});
-  register_op({.name = kGradName, .num_inputs = -1, .infer = sdpa_grad_infer,
-               .tags = kFloatOnly, .attrs = gattrs,
-               .test = {.shapes = {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, {2, 2, 3, 3},
-                                   {2, 2, 3}, {2, 2, 3, 3}, {2, 2, 3}, {1, 2, 3, 5}},
-                        .attrs = Attrs(sample).set("mask_grad", true),
-                        .reference = ref::scaled_dot_product_attention_grad}});
+  OpDef bwd{.name = kGradName, .num_inputs = -1, .infer = sdpa_grad_infer,
+            .tags = kFloatOnly, .attrs = gattrs,
+            .test = {.shapes = {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, {2, 2, 3, 3},
+                                {2, 2, 3}, {2, 2, 3, 3}, {2, 2, 3}, {1, 2, 3, 5}},
+                     .attrs = Attrs(sample).set("mask_grad", true),
+                     .reference = ref::scaled_dot_product_attention_grad}};
+  // The composite on every device; the CPU's fused kernels replace it there
+  // (src/backend/cpu/attention.cpp).
+  for (int k = 0; k < kNumDeviceKinds; ++k) {
+    fwd.kernels[k] = sdpa_composite_kernel;
+    bwd.kernels[k] = sdpa_grad_composite_kernel;
+  }
+  register_op(std::move(fwd));
+  register_op(std::move(bwd));
 }
 }  // namespace detail
 

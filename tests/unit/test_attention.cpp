@@ -186,6 +186,52 @@ TEST(Attention, RefusesMismatchedShapesNamingThem) {
   EXPECT_THROW(scaled_dot_product_attention(rand_tensor({2, 3, 4}, 1), q, q), Error);
 }
 
+// ---- the composite kernels other devices run (registered for CUDA) ----
+// They are made of ops, so they run on CPU tensors too: same outputs as the fused CPU kernels.
+std::vector<Tensor> run_kernel(const char* op, DeviceKind device, const std::vector<Tensor>& in,
+                               const Attrs& a) {
+  const OpDef& d = get_op(op);
+  std::vector<TensorSpec> specs;
+  for (const auto& t : in) specs.push_back({t.shape(), t.dtype()});
+  std::vector<Tensor> out;
+  for (const auto& s : d.infer(specs, a)) out.push_back(Tensor::empty(s.shape, s.dtype));
+  d.kernels[int(device)](in, out, a);
+  return out;
+}
+
+TEST(Attention, CompositeKernelForOtherDevicesMatchesTheFusedOne) {
+  Tensor q = rand_tensor({2, 2, 5, 4}, 1), k = rand_tensor({2, 2, 7, 4}, 2),
+         v = rand_tensor({2, 2, 7, 3}, 3);
+  std::vector<double> keep(2 * 5 * 7, 1.0);
+  for (int j = 0; j < 7; ++j) keep[std::size_t(7 + j)] = 0.0;  // batch 0, query 1: sees nothing
+  const Tensor bool_mask = cast(constant(keep, {2, 1, 5, 7}), DType::boolean);
+  const Tensor float_mask = rand_tensor({1, 2, 5, 7}, 4);
+  for (bool causal : {false, true})
+    for (const Tensor* mask : {static_cast<const Tensor*>(nullptr), &bool_mask, &float_mask}) {
+      SCOPED_TRACE(std::string(causal ? "causal " : "") +
+                   (mask ? (mask->dtype() == DType::boolean ? "bool mask" : "float mask") : "no mask"));
+      Attrs a{{"causal", causal}, {"scale", 0.0}};
+      std::vector<Tensor> in = {q, k, v};
+      if (mask) in.push_back(*mask);
+      auto fused = run_kernel("scaled_dot_product_attention", DeviceKind::CPU, in, a);
+      auto comp = run_kernel("scaled_dot_product_attention", DeviceKind::CUDA, in, a);
+      for (std::size_t i = 0; i < 2; ++i) EXPECT_TRUE(all_close(comp[i], fused[i], 1e-12, 1e-12)) << i;
+      std::vector<Tensor> gin = {q, k, v, fused[0], fused[1], rand_tensor(fused[0].shape(), 5),
+                                 rand_tensor(fused[1].shape(), 6)};
+      if (mask) gin.push_back(*mask);
+      Attrs ga = a;
+      ga.set("mask_grad", mask && mask->dtype() != DType::boolean);
+      auto gf = run_kernel("scaled_dot_product_attention_grad", DeviceKind::CPU, gin, ga);
+      auto gc = run_kernel("scaled_dot_product_attention_grad", DeviceKind::CUDA, gin, ga);
+      ASSERT_EQ(gf.size(), gc.size());
+      for (std::size_t i = 0; i < gf.size(); ++i) EXPECT_TRUE(all_close(gc[i], gf[i], 1e-12, 1e-12)) << i;
+    }
+  // no keys at all
+  auto out = run_kernel("scaled_dot_product_attention", DeviceKind::CUDA,
+                        {q, rand_tensor({2, 2, 0, 4}, 7), rand_tensor({2, 2, 0, 3}, 8)}, {});
+  EXPECT_TRUE(all_close(out[0], zeros({2, 2, 5, 3}, DType::f64), 0, 0));
+}
+
 // ---- memory at sequence length 4096 ----
 // The process's peak resident set (VmHWM), reset by writing 5 to /proc/self/clear_refs.
 long peak_rss_kib() {
