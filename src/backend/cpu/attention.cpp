@@ -6,13 +6,15 @@
 // lse = m + log(l). The backward recomputes each block of logits, P = exp(logits - lse) and
 //   dS = P * (dout v^T - rowsum(dout * out) + dlse),  dq += scale dS k,  dk += scale dS^T q,
 //   dv += P^T dout.
-// Memory is the outputs plus a [block_q, block_k] tile and two transposed key/value blocks per
-// thread: O(seq * d), never O(seq_q * seq_k) (except the logits' gradient, which the backward
-// writes only when an additive mask needs its gradient).
-// Inner loops are axpy rows (y[0:n] += a * x[0:n]) over transposed blocks, which the compiler
-// vectorises without reassociating sums. f32 and f64 natively; f16/bf16 through f32.
-// Threads: the forward over (batch*heads x query blocks), the backward over batch*heads (dk and
-// dv gather from every query block of their head).
+// Memory is the outputs plus two [block_q, block_k] tiles per thread: O(seq * d), never
+// O(seq_q * seq_k) (except the logits' gradient, which the backward writes only when an additive
+// mask needs its gradient). The block products are OpenBLAS GEMMs, one thread each.
+// f32 and f64 natively; f16/bf16 through f32.
+// Threads: the forward over (batch*heads x query blocks); the backward in two passes, dk and dv
+// over (batch*heads x key blocks), then dq over (batch*heads x query blocks), so that no two
+// threads write one row (each pass recomputes P: 7 block products where one pass needs 5).
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -26,7 +28,7 @@
 namespace soma::detail {
 namespace {
 
-constexpr std::int64_t kBlockQ = 64, kBlockK = 64;
+constexpr std::int64_t kBlockQ = 128, kBlockK = 128;
 
 std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
 
@@ -77,25 +79,44 @@ Geom geometry(const std::vector<Tensor>& in, std::size_t mask_input, const Attrs
   return g;
 }
 
-template <class T>
-inline void axpy(T* y, T a, const T* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+// Row-major C = alpha op(A) op(B) + beta C through OpenBLAS (single-threaded here: the kernels
+// thread over blocks themselves).
+inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                 const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+                 float* c, std::int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+                 const double* a, std::int64_t lda, const double* b, std::int64_t ldb,
+                 double beta, double* c, std::int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
-// The logits of query rows [i0, i0+ni) against keys [j0, j0+nj) into s (row stride nj):
-// scale * q k^T (kt: the key block transposed, [D, nj]) + mask, -inf where masked or causal.
+// OpenBLAS's OpenMP build threads a call by omp_get_max_threads() of the calling thread: 1 for
+// this scope, so that a serial pass over blocks does not start a team per small product.
+struct SerialBlasScope {
+  int saved = omp_get_max_threads();
+  SerialBlasScope() {
+    if (saved > 1) omp_set_num_threads(1);
+  }
+  ~SerialBlasScope() {
+    if (saved > 1) omp_set_num_threads(saved);
+  }
+};
+
+// The logits of query rows [i0, i0+ni) against keys [j0, j0+nj) of head (b, h) into s (row
+// stride nj): scale * q k^T + mask, -inf where masked or causal.
 template <class T>
-void block_logits(const Geom& g, const T* q, const T* kt, const T* mask, const bool* bmask,
+void block_logits(const Geom& g, const T* q, const T* k, const T* mask, const bool* bmask,
                   std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t ni,
                   std::int64_t j0, std::int64_t nj, T* s) {
   const T inf = std::numeric_limits<T>::infinity();
-  const T scale = T(g.scale);
+  if (g.D > 0) gemm(false, true, ni, nj, g.D, T(g.scale), q + i0 * g.D, g.D, k + j0 * g.D, g.D, T(0), s, nj);
+  else std::fill(s, s + ni * nj, T(0));
   for (std::int64_t ii = 0; ii < ni; ++ii) {
     T* row = s + ii * nj;
-    std::fill(row, row + nj, T(0));
-    const T* qi = q + (i0 + ii) * g.D;
-    for (std::int64_t c = 0; c < g.D; ++c) axpy(row, qi[c], kt + c * nj, nj);
-    for (std::int64_t jj = 0; jj < nj; ++jj) row[jj] *= scale;
     if (g.has_mask) {
       const std::int64_t base = b * g.ms[0] + h * g.ms[1] + (i0 + ii) * g.ms[2] + j0 * g.ms[3];
       if (g.bool_mask) {
@@ -111,49 +132,50 @@ void block_logits(const Geom& g, const T* q, const T* kt, const T* mask, const b
   }
 }
 
-// rows [j0, j0+nj) of a [S, n] matrix, transposed into [n, nj]
-template <class T>
-void transpose_block(const T* x, std::int64_t j0, std::int64_t nj, std::int64_t n, T* out) {
-  for (std::int64_t jj = 0; jj < nj; ++jj)
-    for (std::int64_t c = 0; c < n; ++c) out[c * nj + jj] = x[(j0 + jj) * n + c];
-}
-
-// The last key a block of queries ending before `i_end` can see.
+// The keys a query block ending before `i_end` can see end here.
 std::int64_t key_end(const Geom& g, std::int64_t i_end) {
   return g.causal ? std::min(g.Sk, i_end) : g.Sk;
+}
+// The first query block that sees key j0 (causal: queries i >= j0).
+std::int64_t first_query_block(const Geom& g, std::int64_t j0) {
+  return g.causal ? std::min(g.Sq, j0) / kBlockQ * kBlockQ : 0;
+}
+std::int64_t blocks(std::int64_t n, std::int64_t b) { return (n + b - 1) / b; }
+std::int64_t grain_for(std::int64_t work_per_item) {
+  return std::max<std::int64_t>(1, kParallelGrain * 8 / std::max<std::int64_t>(work_per_item, 1));
 }
 
 template <class T>
 void forward(const Geom& g, const T* q, const T* k, const T* v, const T* mask, const bool* bmask,
              T* out, T* lse) {
-  const std::int64_t nqb = (g.Sq + kBlockQ - 1) / kBlockQ;
-  const std::int64_t items = g.B * g.H * nqb;
-  const std::int64_t work = kBlockQ * g.Sk * (g.D + g.Dv);
+  const std::int64_t nqb = blocks(g.Sq, kBlockQ);
   const T inf = std::numeric_limits<T>::infinity();
-  parallel_for(items, std::max<std::int64_t>(1, kParallelGrain * 8 / std::max<std::int64_t>(work, 1)),
+  parallel_for(g.B * g.H * nqb, grain_for(kBlockQ * g.Sk * (g.D + g.Dv)),
                [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<T> s(sz(kBlockQ * kBlockK)), kt(sz(g.D * kBlockK));
-    std::vector<T> m(sz(kBlockQ)), l(sz(kBlockQ));
+    SerialBlasScope serial;
+    std::vector<T> s(sz(kBlockQ * kBlockK)), m(sz(kBlockQ)), l(sz(kBlockQ));
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t bh = t / nqb, i0 = (t % nqb) * kBlockQ;
       const std::int64_t b = bh / g.H, h = bh % g.H, ni = std::min(kBlockQ, g.Sq - i0);
       const T* qh = q + bh * g.Sq * g.D;
       const T* kh = k + bh * g.Sk * g.D;
       const T* vh = v + bh * g.Sk * g.Dv;
-      T* oh = out + bh * g.Sq * g.Dv;
+      T* ob = out + (bh * g.Sq + i0) * g.Dv;  // this block's output rows
       std::fill(m.begin(), m.end(), -inf);
       std::fill(l.begin(), l.end(), T(0));
-      std::fill(oh + i0 * g.Dv, oh + (i0 + ni) * g.Dv, T(0));
+      std::fill(ob, ob + ni * g.Dv, T(0));
       const std::int64_t jend = key_end(g, i0 + ni);
       for (std::int64_t j0 = 0; j0 < jend; j0 += kBlockK) {
         const std::int64_t nj = std::min(kBlockK, jend - j0);
-        transpose_block(kh, j0, nj, g.D, kt.data());
-        block_logits(g, qh, kt.data(), mask, bmask, b, h, i0, ni, j0, nj, s.data());
+        block_logits(g, qh, kh, mask, bmask, b, h, i0, ni, j0, nj, s.data());
         for (std::int64_t ii = 0; ii < ni; ++ii) {
           T* row = s.data() + ii * nj;
           T mx = m[ii];
           for (std::int64_t jj = 0; jj < nj; ++jj) mx = std::max(mx, row[jj]);
-          if (mx == -inf) continue;  // every key so far masked out
+          if (mx == -inf) {  // every key so far masked out
+            std::fill(row, row + nj, T(0));
+            continue;
+          }
           const T alpha = std::exp(m[ii] - mx);  // 0 on the first visible block
           T sum = 0;
           for (std::int64_t jj = 0; jj < nj; ++jj) {
@@ -162,95 +184,123 @@ void forward(const Geom& g, const T* q, const T* k, const T* v, const T* mask, c
           }
           l[ii] = l[ii] * alpha + sum;
           m[ii] = mx;
-          T* oi = oh + (i0 + ii) * g.Dv;
-          if (alpha != T(1))
+          if (alpha != T(1)) {
+            T* oi = ob + ii * g.Dv;
             for (std::int64_t c = 0; c < g.Dv; ++c) oi[c] *= alpha;
-          for (std::int64_t jj = 0; jj < nj; ++jj)
-            if (row[jj] != T(0)) axpy(oi, row[jj], vh + (j0 + jj) * g.Dv, g.Dv);
+          }
         }
+        if (g.Dv > 0) gemm(false, false, ni, g.Dv, nj, T(1), s.data(), nj, vh + j0 * g.Dv, g.Dv, T(1), ob, g.Dv);
       }
-      T* lh = lse + bh * g.Sq;
+      T* lb = lse + bh * g.Sq + i0;
       for (std::int64_t ii = 0; ii < ni; ++ii) {
-        T* oi = oh + (i0 + ii) * g.Dv;
+        T* oi = ob + ii * g.Dv;
         if (m[ii] == -inf) {  // nothing to attend to: zeros, as FlashAttention does
           std::fill(oi, oi + g.Dv, T(0));
-          lh[i0 + ii] = -inf;
+          lb[ii] = -inf;
           continue;
         }
         const T inv = T(1) / l[ii];
         for (std::int64_t c = 0; c < g.Dv; ++c) oi[c] *= inv;
-        lh[i0 + ii] = m[ii] + std::log(l[ii]);
+        lb[ii] = m[ii] + std::log(l[ii]);
       }
     }
   });
 }
 
+// One block of the backward: P = exp(logits - lse) into p and dS = P * (dout v^T - di) into ds
+// (di = rowsum(dout * out) - dlse, per query row). Rows with lse = -inf get zeros.
+template <class T>
+void block_p_ds(const Geom& g, const T* qh, const T* kh, const T* vh, const T* doh, const T* lh,
+                const T* di, const T* mask, const bool* bmask, std::int64_t b, std::int64_t h,
+                std::int64_t i0, std::int64_t ni, std::int64_t j0, std::int64_t nj, T* p, T* ds) {
+  const T inf = std::numeric_limits<T>::infinity();
+  block_logits(g, qh, kh, mask, bmask, b, h, i0, ni, j0, nj, p);
+  if (g.Dv > 0) gemm(false, true, ni, nj, g.Dv, T(1), doh + i0 * g.Dv, g.Dv, vh + j0 * g.Dv, g.Dv, T(0), ds, nj);
+  else std::fill(ds, ds + ni * nj, T(0));
+  for (std::int64_t ii = 0; ii < ni; ++ii) {
+    T* pi = p + ii * nj;
+    T* dsi = ds + ii * nj;
+    const T l = lh[i0 + ii];
+    if (l == -inf) {  // a fully masked row: no gradient
+      std::fill(pi, pi + nj, T(0));
+      std::fill(dsi, dsi + nj, T(0));
+      continue;
+    }
+    const T d = di[i0 + ii];
+    for (std::int64_t jj = 0; jj < nj; ++jj) {
+      pi[jj] = std::exp(pi[jj] - l);
+      dsi[jj] = pi[jj] * (dsi[jj] - d);
+    }
+  }
+}
+
+// Two passes, each parallel without write conflicts: dk and dv per key block (over the query
+// blocks that see it), then dq (and the logits' gradient) per query block. Each recomputes P.
 template <class T>
 void backward(const Geom& g, const T* q, const T* k, const T* v, const T* out, const T* lse,
               const T* dout, const T* dlse, const T* mask, const bool* bmask, T* dq, T* dk, T* dv,
               T* dlogits) {
-  const T inf = std::numeric_limits<T>::infinity();
+  // di = rowsum(dout * out) - dlse for every row: O(B H Sq).
+  std::vector<T> di(sz(g.B * g.H * g.Sq));
+  for (std::int64_t r = 0; r < g.B * g.H * g.Sq; ++r) {
+    T d = 0;
+    for (std::int64_t c = 0; c < g.Dv; ++c) d += dout[r * g.Dv + c] * out[r * g.Dv + c];
+    di[sz(r)] = d - dlse[r];
+  }
   const T scale = T(g.scale);
-  const std::int64_t work = g.Sq * g.Sk * (g.D + g.Dv);
-  parallel_for(g.B * g.H, std::max<std::int64_t>(1, kParallelGrain * 8 / std::max<std::int64_t>(work, 1)),
-               [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<T> p(sz(kBlockQ * kBlockK)), dp(sz(kBlockK));
-    std::vector<T> kt(sz(g.D * kBlockK)), vt(sz(g.Dv * kBlockK));
-    std::vector<T> di(sz(kBlockQ));
-    for (std::int64_t bh = t0; bh < t1; ++bh) {
-      const std::int64_t b = bh / g.H, h = bh % g.H;
-      const T* qh = q + bh * g.Sq * g.D;
-      const T* kh = k + bh * g.Sk * g.D;
-      const T* vh = v + bh * g.Sk * g.Dv;
-      const T* oh = out + bh * g.Sq * g.Dv;
-      const T* doh = dout + bh * g.Sq * g.Dv;
-      const T* lh = lse + bh * g.Sq;
-      const T* dlh = dlse + bh * g.Sq;
-      T* dqh = dq + bh * g.Sq * g.D;
-      T* dkh = dk + bh * g.Sk * g.D;
-      T* dvh = dv + bh * g.Sk * g.Dv;
-      T* dlg = dlogits ? dlogits + bh * g.Sq * g.Sk : nullptr;
-      std::fill(dqh, dqh + g.Sq * g.D, T(0));
-      std::fill(dkh, dkh + g.Sk * g.D, T(0));
-      std::fill(dvh, dvh + g.Sk * g.Dv, T(0));
-      if (dlg) std::fill(dlg, dlg + g.Sq * g.Sk, T(0));
-      for (std::int64_t i0 = 0; i0 < g.Sq; i0 += kBlockQ) {
+  const std::int64_t nkb = blocks(g.Sk, kBlockK), nqb = blocks(g.Sq, kBlockQ);
+  const std::int64_t item_work = std::max(kBlockQ, kBlockK) * std::max(g.Sq, g.Sk) * (g.D + g.Dv);
+  auto head = [&](std::int64_t bh, const T*& qh, const T*& kh, const T*& vh, const T*& doh,
+                  const T*& lh, const T*& dih) {
+    qh = q + bh * g.Sq * g.D;
+    kh = k + bh * g.Sk * g.D;
+    vh = v + bh * g.Sk * g.Dv;
+    doh = dout + bh * g.Sq * g.Dv;
+    lh = lse + bh * g.Sq;
+    dih = di.data() + bh * g.Sq;
+  };
+  // Pass 1: dk, dv.
+  parallel_for(g.B * g.H * nkb, grain_for(item_work), [&](std::int64_t t0, std::int64_t t1) {
+    SerialBlasScope serial;
+    std::vector<T> p(sz(kBlockQ * kBlockK)), ds(sz(kBlockQ * kBlockK));
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t bh = t / nkb, j0 = (t % nkb) * kBlockK, nj = std::min(kBlockK, g.Sk - j0);
+      const T *qh, *kh, *vh, *doh, *lh, *dih;
+      head(bh, qh, kh, vh, doh, lh, dih);
+      T* dkb = dk + (bh * g.Sk + j0) * g.D;
+      T* dvb = dv + (bh * g.Sk + j0) * g.Dv;
+      std::fill(dkb, dkb + nj * g.D, T(0));
+      std::fill(dvb, dvb + nj * g.Dv, T(0));
+      for (std::int64_t i0 = first_query_block(g, j0); i0 < g.Sq; i0 += kBlockQ) {
         const std::int64_t ni = std::min(kBlockQ, g.Sq - i0);
-        for (std::int64_t ii = 0; ii < ni; ++ii) {
-          const T* oi = oh + (i0 + ii) * g.Dv;
-          const T* doi = doh + (i0 + ii) * g.Dv;
-          T d = 0;
-          for (std::int64_t c = 0; c < g.Dv; ++c) d += doi[c] * oi[c];
-          di[ii] = d - dlh[i0 + ii];
-        }
-        const std::int64_t jend = key_end(g, i0 + ni);
-        for (std::int64_t j0 = 0; j0 < jend; j0 += kBlockK) {
-          const std::int64_t nj = std::min(kBlockK, jend - j0);
-          transpose_block(kh, j0, nj, g.D, kt.data());
-          transpose_block(vh, j0, nj, g.Dv, vt.data());
-          block_logits(g, qh, kt.data(), mask, bmask, b, h, i0, ni, j0, nj, p.data());
-          for (std::int64_t ii = 0; ii < ni; ++ii) {
-            const std::int64_t i = i0 + ii;
-            if (lh[i] == -inf) continue;  // a fully masked row: no gradient
-            T* pi = p.data() + ii * nj;
-            for (std::int64_t jj = 0; jj < nj; ++jj) pi[jj] = std::exp(pi[jj] - lh[i]);
-            const T* doi = doh + i * g.Dv;
-            std::fill(dp.begin(), dp.begin() + nj, T(0));
-            for (std::int64_t c = 0; c < g.Dv; ++c) axpy(dp.data(), doi[c], vt.data() + c * nj, nj);
-            // dp becomes dS, the gradient of the logits
-            for (std::int64_t jj = 0; jj < nj; ++jj) dp[jj] = pi[jj] * (dp[jj] - di[ii]);
-            if (dlg) std::copy(dp.begin(), dp.begin() + nj, dlg + i * g.Sk + j0);
-            T* dqi = dqh + i * g.D;
-            const T* qi = qh + i * g.D;
-            for (std::int64_t jj = 0; jj < nj; ++jj) {
-              if (pi[jj] == T(0) && dp[jj] == T(0)) continue;
-              const std::int64_t j = j0 + jj;
-              axpy(dqi, scale * dp[jj], kh + j * g.D, g.D);
-              axpy(dkh + j * g.D, scale * dp[jj], qi, g.D);
-              axpy(dvh + j * g.Dv, pi[jj], doi, g.Dv);
-            }
-          }
-        }
+        block_p_ds(g, qh, kh, vh, doh, lh, dih, mask, bmask, bh / g.H, bh % g.H, i0, ni, j0, nj,
+                   p.data(), ds.data());
+        if (g.D > 0) gemm(true, false, nj, g.D, ni, scale, ds.data(), nj, qh + i0 * g.D, g.D, T(1), dkb, g.D);
+        if (g.Dv > 0) gemm(true, false, nj, g.Dv, ni, T(1), p.data(), nj, doh + i0 * g.Dv, g.Dv, T(1), dvb, g.Dv);
+      }
+    }
+  });
+  // Pass 2: dq and the logits' gradient.
+  parallel_for(g.B * g.H * nqb, grain_for(item_work), [&](std::int64_t t0, std::int64_t t1) {
+    SerialBlasScope serial;
+    std::vector<T> p(sz(kBlockQ * kBlockK)), ds(sz(kBlockQ * kBlockK));
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t bh = t / nqb, i0 = (t % nqb) * kBlockQ, ni = std::min(kBlockQ, g.Sq - i0);
+      const T *qh, *kh, *vh, *doh, *lh, *dih;
+      head(bh, qh, kh, vh, doh, lh, dih);
+      T* dqb = dq + (bh * g.Sq + i0) * g.D;
+      T* dlb = dlogits ? dlogits + (bh * g.Sq + i0) * g.Sk : nullptr;
+      std::fill(dqb, dqb + ni * g.D, T(0));
+      if (dlb) std::fill(dlb, dlb + ni * g.Sk, T(0));
+      const std::int64_t jend = key_end(g, i0 + ni);
+      for (std::int64_t j0 = 0; j0 < jend; j0 += kBlockK) {
+        const std::int64_t nj = std::min(kBlockK, jend - j0);
+        block_p_ds(g, qh, kh, vh, doh, lh, dih, mask, bmask, bh / g.H, bh % g.H, i0, ni, j0, nj,
+                   p.data(), ds.data());
+        if (g.D > 0) gemm(false, false, ni, g.D, nj, scale, ds.data(), nj, kh + j0 * g.D, g.D, T(1), dqb, g.D);
+        if (dlb)
+          for (std::int64_t ii = 0; ii < ni; ++ii)
+            std::copy(ds.data() + ii * nj, ds.data() + (ii + 1) * nj, dlb + ii * g.Sk + j0);
       }
     }
   });
