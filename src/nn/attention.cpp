@@ -188,4 +188,49 @@ std::vector<Tensor> MultiHeadAttention::call(const std::vector<Tensor>& inputs) 
 
 Tensor MultiHeadAttention::forward(const Tensor& x) { return attend(x, x).output; }
 
+std::vector<LoweredValue> MultiHeadAttention::lower(Lowering& l,
+                                                    const std::vector<LoweredValue>& in) {
+  if (in.empty() || in.size() > 3)
+    l.unsupported(in.size() > 3 ? "attention_mask input" : "no inputs");
+  if (!built()) l.fail(describe(*this) + " is not built");
+  const LoweredValue& query = in[0];
+  const LoweredValue& value = in.size() > 1 ? in[1] : in[0];
+  const LoweredValue& key = in.size() > 2 ? in[2] : value;
+  using Ints = std::vector<std::int64_t>;
+  // x [B, T, D] -> [B, H, T, d] (or [B, H, d, T] for the key, ready for q k^T)
+  auto project = [&](const LoweredValue& x, const char* which, const Variable& kernel,
+                     const Variable& bias, const Ints& perm) {
+    const Shape& ks = kernel.value().shape();
+    std::string y = l.emit1("matmul", {x.name, l.weight(std::string(which) + "_kernel",
+                                                         reshape(kernel.value(), {ks[0], ks[1] * ks[2]}))});
+    if (bias.defined())
+      y = l.emit1("add", {y, l.weight(std::string(which) + "_bias", reshape(bias.value(), {ks[1] * ks[2]}))});
+    y = l.emit1("reshape", {y}, {{"shape", Ints{0, 0, ks[1], ks[2]}}});
+    return l.emit1("transpose", {y}, {{"perm", perm}});
+  };
+  const std::string q = project(query, "query", wq_, bq_, {0, 2, 1, 3});
+  const std::string kt = project(key, "key", wk_, bk_, {0, 2, 3, 1});
+  const std::string v = project(value, "value", wv_, bv_, {0, 2, 1, 3});
+  std::string s = l.emit1("multiply", {l.emit1("matmul", {q, kt}),
+                                       l.scalar(1.0 / std::sqrt(double(key_dim_)))});
+  if (opt_.use_causal_mask) {
+    const std::int64_t T = query.shape.size() > 1 ? query.shape[1] : -1;
+    const std::int64_t S = key.shape.size() > 1 ? key.shape[1] : -1;
+    if (T < 0 || S < 0) l.fail(describe(*this) + ": the causal mask needs known sequence lengths");
+    std::vector<double> m(std::size_t(T * S));
+    for (std::int64_t i = 0; i < T; ++i)
+      for (std::int64_t j = 0; j < S; ++j) m[std::size_t(i * S + j)] = j <= i ? 0.0 : -1e30;
+    s = l.emit1("add", {s, l.weight("causal_mask", cast(constant(m, {T, S}), l.float_dtype()))});
+  }
+  std::string o = l.emit1("matmul", {l.emit1("softmax", {s}, {{"axis", std::int64_t(-1)}}), v});
+  const Shape& wos = wo_.value().shape();
+  o = l.emit1("reshape", {l.emit1("transpose", {o}, {{"perm", Ints{0, 2, 1, 3}}})},
+              {{"shape", Ints{0, 0, wos[0] * wos[1]}}});
+  std::string y = l.emit1("matmul", {o, l.weight("output_kernel",
+                                                 reshape(wo_.value(), {wos[0] * wos[1], wos[2]}))});
+  if (bo_.defined()) y = l.emit1("add", {y, l.weight("output_bias", bo_.value())});
+  return {{y, {query.shape.empty() ? -1 : query.shape[0], query.shape.size() > 1 ? query.shape[1] : -1,
+               wos[2]}}};
+}
+
 }  // namespace soma::nn

@@ -15,6 +15,7 @@
 
 #include "soma/model/serialization.hpp"
 #include "soma/nn/attention.hpp"
+#include "soma/onnx.hpp"
 #include "soma/runtime_checks.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
@@ -285,6 +286,24 @@ TEST(MultiHeadAttention, FunctionalModelSavesAndLoads) {
   auto p0 = model.predict(x), p1 = loaded->predict(x);
   ASSERT_EQ(p1.size(), 1u);
   EXPECT_TRUE(all_close(p1[0], p0[0], 0, 0));
+}
+
+TEST(MultiHeadAttention, ExportsToOnnxAndImportsBack) {
+  if (!onnx::available()) GTEST_SKIP() << "soma was built without ONNX";
+  // self-attention with a causal mask (Sequential), and cross-attention (functional)
+  nn::Sequential self{nn::Input({5, 8}), nn::MultiHeadAttention(2, 3, {.value_dim = 4,
+                                                                        .use_causal_mask = true})};
+  Tensor x = rand_tensor({2, 5, 8}, 1, -1, 1, DType::f32);
+  auto a = onnx::load_from_bytes(onnx::export_to_bytes(self));
+  EXPECT_TRUE(all_close(a->predict(x), self.predict(x), 1e-5, 1e-5));
+
+  auto q_in = nn::Input({4, 6}), v_in = nn::Input({7, 5});
+  auto h = nn::call(nn::MultiHeadAttention(3, 2, {.output_shape = 9}), {q_in, v_in}).at(0);
+  nn::Model cross({q_in, v_in}, {h});
+  std::vector<Tensor> xs{rand_tensor({2, 4, 6}, 2, -1, 1, DType::f32),
+                         rand_tensor({2, 7, 5}, 3, -1, 1, DType::f32)};
+  auto b = onnx::load_from_bytes(onnx::export_to_bytes(cross));
+  EXPECT_TRUE(all_close(b->predict(xs).at(0), cross.predict(xs).at(0), 1e-5, 1e-5));
 }
 
 TEST(MultiHeadAttention, Seq4096TrainingStepFitsUnderOneSeqBySeqMatrix) {

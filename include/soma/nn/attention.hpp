@@ -65,6 +65,9 @@ class MultiHeadAttention : public Module {
   // inputs {query, value [, key [, attention_mask]]} (one input: self-attention); one output.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
   Shape output_shape(const Shape& query_shape) override;
+  // As matmul, softmax and reshapes (ONNX export); inputs {query [, value [, key]]}, the causal
+  // mask as a constant (needs known sequence lengths). An attention_mask input is not lowered.
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
 
   std::int64_t num_heads() const { return heads_; }
   std::int64_t key_dim() const { return key_dim_; }
