@@ -134,11 +134,12 @@ std::vector<TensorSpec> sdpa_grad_infer(const std::vector<TensorSpec>& in, const
 // For devices without a fused kernel (CUDA until cuDNN's fused attention is wired in): matmul,
 // softmax-like steps and the same fully-masked-row rule as the CPU kernels.
 
-// A kernel's own ops are not graph nodes or tape entries: dispatch hooks off for its duration.
+// A kernel's own ops are not graph nodes or tape entries: the dispatch hooks are off while it
+// runs (dense's composite kernel gets the same from NoGradScope, which ops/ cannot include).
 struct HooksOff {
   std::uint32_t saved = dispatch::t_active;
-  HooksOff() { dispatch::t_active = 0; }
-  ~HooksOff() { dispatch::t_active = saved; }
+  HooksOff() { dispatch::set_active(dispatch::kGraphBuild | dispatch::kTapeRecord, false); }
+  ~HooksOff() { dispatch::set_active(saved, true); }
   HooksOff(const HooksOff&) = delete;
   HooksOff& operator=(const HooksOff&) = delete;
 };
