@@ -247,7 +247,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   static const OpDef& d = get_op(kName);
   if (!q.defined() || !k.defined() || !v.defined())
     fail(kName, "query, key and value must be defined Tensors");
-  if (options.scale && !(*options.scale > 0.0) )
+  if (options.scale && !(*options.scale > 0.0))
     fail(kName, "scale must be > 0, got ", *options.scale);
   Attrs a{{"causal", options.causal}, {"scale", options.scale.value_or(0.0)}};
   if (!mask.defined()) return call_op1(d, {q, k, v}, a);
