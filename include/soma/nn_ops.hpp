@@ -97,4 +97,18 @@ Tensor avg_pool2d_grad(const Tensor& g, const Shape& input_shape, Size2 pool_siz
                        std::optional<Size2> strides = std::nullopt,
                        const Padding& padding = "valid");
 
+// Scaled dot-product attention: softmax(scale * q k^T + mask) v over q [B, H, Sq, D],
+// k [B, H, Sk, D], v [B, H, Sk, Dv] -> [B, H, Sq, Dv]. The mask (may be undefined) broadcasts to
+// [B, H, Sq, Sk]: boolean (true: the key takes part) or additive in q's dtype (its gradient is
+// computed). `causal` lets query i see keys j <= i. The CPU kernel streams over blocks of keys
+// (online softmax) and never holds the [Sq, Sk] matrix; a fully masked row gives zeros.
+// docs/attention.md.
+struct AttentionOptions {
+  bool causal = false;
+  std::optional<double> scale;  // default 1/sqrt(D)
+};
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& mask = Tensor(),
+                                    const AttentionOptions& options = {});
+
 }  // namespace soma

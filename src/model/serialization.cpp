@@ -26,6 +26,7 @@
 #include "soma/model/merge.hpp"
 #include "soma/model/sequential.hpp"
 #include "soma/model/weights.hpp"
+#include "soma/nn/attention.hpp"
 #include "soma/nn/conv.hpp"
 #include "soma/nn/layers.hpp"
 #include "soma/nn/losses.hpp"
@@ -156,6 +157,7 @@ std::map<std::string, LayerCodec> builtin_codecs() {
                                      [](const nn::LSTM& p) { return nn::ModuleRef(nn::LSTM(p.units(), p.options())); }));
   add("GRU", schema_codec<nn::GRU>("GRU", [] { return nn::GRU(1); },
                                    [](const nn::GRU& p) { return nn::ModuleRef(nn::GRU(p.units(), p.options())); }));
+  add("MultiHeadAttention", schema_codec<nn::MultiHeadAttention>("MultiHeadAttention", [] { return nn::MultiHeadAttention(1, 1); }, [](const nn::MultiHeadAttention& p) { return nn::ModuleRef(nn::MultiHeadAttention(p.num_heads(), p.key_dim(), p.options())); }));
   // Merge layers (functional models).
   add("Add", plain_codec<nn::Add>("Add"));
   add("Multiply", plain_codec<nn::Multiply>("Multiply"));

@@ -687,4 +687,115 @@ Outputs avg_pool2d_grad(const Inputs& in, const Attrs& a) {
   return {tensor(dx, in[0].dtype())};
 }
 
+// ---- attention ----
+namespace {
+// Logits of one (b, h) row i over every key: scale * q.k + mask, causal and boolean masks as
+// -inf. Shapes as src/ops/attention.cpp checks them.
+struct Attention {
+  Nd q, k, v, mask;
+  bool has_mask = false, bool_mask = false, causal = false;
+  double scale = 1.0;
+  std::int64_t B = 0, H = 0, Sq = 0, Sk = 0, D = 0, Dv = 0;
+
+  Attention(const Inputs& in, std::size_t mask_input, const Attrs& a)
+      : q(nd(in[0])), k(nd(in[1])), v(nd(in[2])) {
+    if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
+      fail("scaled_dot_product_attention", "reference: q, k, v must be 4-d");
+    B = q.shape[0], H = q.shape[1], Sq = q.shape[2], D = q.shape[3];
+    Sk = k.shape[2], Dv = v.shape[3];
+    causal = a.has("causal") && a.b("causal");
+    scale = a.has("scale") && a.f("scale") > 0 ? a.f("scale")
+                                                : (D > 0 ? 1.0 / std::sqrt(double(D)) : 1.0);
+    if (in.size() > mask_input) {
+      has_mask = true;
+      bool_mask = in[mask_input].dtype() == DType::boolean;
+      mask = nd(in[mask_input]);
+    }
+  }
+  double mask_at(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    const Ints full{b, h, i, j};
+    const std::size_t lead = 4 - mask.shape.size();
+    Ints idx;
+    for (std::size_t d = 0; d < mask.shape.size(); ++d)
+      idx.push_back(mask.shape[d] == 1 ? 0 : full[lead + d]);
+    return at(mask, idx);
+  }
+  std::vector<double> logits(std::int64_t b, std::int64_t h, std::int64_t i) const {
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> s(static_cast<std::size_t>(Sk));
+    for (std::int64_t j = 0; j < Sk; ++j) {
+      double dot = 0;
+      for (std::int64_t c = 0; c < D; ++c) dot += at(q, {b, h, i, c}) * at(k, {b, h, j, c});
+      double x = scale * dot;
+      if (has_mask) {
+        const double m = mask_at(b, h, i, j);
+        if (bool_mask) x = m != 0 ? x : -inf;
+        else x += m;
+      }
+      if (causal && j > i) x = -inf;
+      s[std::size_t(j)] = x;
+    }
+    return s;
+  }
+};
+}  // namespace
+
+Outputs scaled_dot_product_attention(const Inputs& in, const Attrs& a) {
+  const Attention t(in, 3, a);
+  const double inf = std::numeric_limits<double>::infinity();
+  Nd out = filled({t.B, t.H, t.Sq, t.Dv}, 0.0), lse = filled({t.B, t.H, t.Sq}, -inf);
+  for (std::int64_t b = 0; b < t.B; ++b)
+    for (std::int64_t h = 0; h < t.H; ++h)
+      for (std::int64_t i = 0; i < t.Sq; ++i) {
+        const std::vector<double> s = t.logits(b, h, i);
+        double m = -inf;
+        for (double x : s) m = std::max(m, x);
+        if (m == -inf) continue;  // every key masked out: zeros, lse -inf
+        double z = 0;
+        for (double x : s) z += std::exp(x - m);
+        for (std::int64_t j = 0; j < t.Sk; ++j) {
+          const double p = std::exp(s[std::size_t(j)] - m) / z;
+          for (std::int64_t c = 0; c < t.Dv; ++c) at(out, {b, h, i, c}) += p * at(t.v, {b, h, j, c});
+        }
+        at(lse, {b, h, i}) = m + std::log(z);
+      }
+  return {tensor(out, in[0].dtype()), tensor(lse, in[0].dtype())};
+}
+
+// P = exp(logits - lse), dS = P * (dout . v - sum(dout * out) + dlse).
+Outputs scaled_dot_product_attention_grad(const Inputs& in, const Attrs& a) {
+  const Attention t(in, 7, a);
+  const double inf = std::numeric_limits<double>::infinity();
+  const Nd out = nd(in[3]), lse = nd(in[4]), dout = nd(in[5]), dlse = nd(in[6]);
+  Nd dq = filled(t.q.shape, 0.0), dk = filled(t.k.shape, 0.0), dv = filled(t.v.shape, 0.0);
+  Nd dl = filled({t.B, t.H, t.Sq, t.Sk}, 0.0);
+  for (std::int64_t b = 0; b < t.B; ++b)
+    for (std::int64_t h = 0; h < t.H; ++h)
+      for (std::int64_t i = 0; i < t.Sq; ++i) {
+        const double l = at(lse, {b, h, i});
+        if (l == -inf) continue;
+        const std::vector<double> s = t.logits(b, h, i);
+        double di = 0;
+        for (std::int64_t c = 0; c < t.Dv; ++c) di += at(dout, {b, h, i, c}) * at(out, {b, h, i, c});
+        for (std::int64_t j = 0; j < t.Sk; ++j) {
+          const double p = std::exp(s[std::size_t(j)] - l);
+          double dp = 0;
+          for (std::int64_t c = 0; c < t.Dv; ++c) {
+            dp += at(dout, {b, h, i, c}) * at(t.v, {b, h, j, c});
+            at(dv, {b, h, j, c}) += p * at(dout, {b, h, i, c});
+          }
+          const double ds = p * (dp - di + at(dlse, {b, h, i}));
+          at(dl, {b, h, i, j}) = ds;
+          for (std::int64_t c = 0; c < t.D; ++c) {
+            at(dq, {b, h, i, c}) += t.scale * ds * at(t.k, {b, h, j, c});
+            at(dk, {b, h, j, c}) += t.scale * ds * at(t.q, {b, h, i, c});
+          }
+        }
+      }
+  const DType dt = in[0].dtype();
+  Outputs r = {tensor(dq, dt), tensor(dk, dt), tensor(dv, dt)};
+  if (a.has("mask_grad") && a.b("mask_grad")) r.push_back(tensor(dl, dt));
+  return r;
+}
+
 }  // namespace soma::ref

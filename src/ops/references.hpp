@@ -60,4 +60,8 @@ Outputs max_pool2d_grad_grad(const Inputs&, const Attrs&);
 Outputs avg_pool2d(const Inputs&, const Attrs&);
 Outputs avg_pool2d_grad(const Inputs&, const Attrs&);
 
+// Attention (attrs "causal", "scale"; the grad op also "mask_grad"; src/ops/attention.cpp).
+Outputs scaled_dot_product_attention(const Inputs&, const Attrs&);
+Outputs scaled_dot_product_attention_grad(const Inputs&, const Attrs&);
+
 }  // namespace soma::ref

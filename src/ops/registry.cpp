@@ -83,11 +83,13 @@ void ensure_initialized() {
     detail::register_nn_ops();
     detail::register_random_ops();
     detail::register_layer_ops();
+    detail::register_attention_ops();
     detail::register_cpu_elementwise_kernels();
     detail::register_cpu_reduction_kernels();
     detail::register_cpu_shape_kernels();
     detail::register_cpu_linalg_kernels();
     detail::register_cpu_nn_kernels();
+    detail::register_cpu_attention_kernels();
 #ifdef SOMA_HAS_CUDA
     detail::register_cuda_kernels();  // registering touches no GPU
 #endif

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "soma/model/serialization.hpp"
+#include "soma/nn/attention.hpp"
 #include "soma/soma.hpp"
 #include "error_testing.hpp"
 #include "fast_paths_testing.hpp"
@@ -141,6 +142,7 @@ std::map<std::string, std::function<std::shared_ptr<nn::Model>()>> layer_samples
       {"SimpleRNN", SEQ(nn::Input({3, 2}), nn::SimpleRNN(4, {.return_sequences = true}))},
       {"LSTM", SEQ(nn::Input({3, 2}), nn::LSTM(4))},
       {"GRU", SEQ(nn::Input({3, 2}), nn::GRU(4, {.reset_after = false}))},
+      {"MultiHeadAttention", SEQ(nn::Input({3, 4}), nn::MultiHeadAttention(2, 3, {.use_causal_mask = true}))},
       {"Sequential", SEQ(nn::Input({4}), nn::Sequential{nn::Dense(3), nn::Dense(2)})},
       {"Add", two_inputs([] { return nn::ModuleRef(nn::Add()); })},
       {"Multiply", two_inputs([] { return nn::ModuleRef(nn::Multiply()); })},

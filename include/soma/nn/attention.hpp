@@ -1,0 +1,92 @@
+#pragma once
+// Keras' MultiHeadAttention on soma's fused scaled_dot_product_attention op (soma/nn_ops.hpp):
+//
+//   nn::MultiHeadAttention mha(/*num_heads=*/4, /*key_dim=*/32);
+//   Tensor y = mha(query, value);                                  // key = value
+//   Tensor z = mha(query, value, {.key = key, .attention_mask = m, .use_causal_mask = true});
+//   auto [out, scores] = mha.attend(query, value, {.return_attention_scores = true});
+//   Tensor s = mha(x);                                             // self-attention
+//   auto h = nn::call(ModuleRef(nn::MultiHeadAttention(4, 32)), {q_in, v_in});  // functional
+//
+// query [B, T, Dq], value [B, S, Dv], key [B, S, Dk] -> [B, T, output_shape]. Weights, as Keras
+// names and lays them out: query_kernel [Dq, H, key_dim], key_kernel [Dk, H, key_dim],
+// value_kernel [Dv, H, value_dim], output_kernel [H, value_dim, output_shape], and biases
+// query_bias [H, key_dim], key_bias, value_bias [H, value_dim], output_bias [output_shape].
+// attention_mask [B, T, S] (or broadcastable, e.g. [B, 1, S] for padding): true / nonzero where
+// query t may attend to key s. A query row with no key to attend to gives zeros (Keras gives
+// the mean of the values: it adds -1e9 rather than masking).
+// The attention runs fused (memory O(T + S), docs/attention.md) except when the scores are
+// returned or dropout is active in training: those need the [B, H, T, S] weights.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "soma/nn/module.hpp"
+
+namespace soma::nn {
+
+struct MultiHeadAttentionOptions {
+  std::optional<std::int64_t> value_dim;     // default key_dim
+  bool use_bias = true;
+  std::optional<std::int64_t> output_shape;  // default the query's last dimension
+  double dropout = 0.0;                      // on the attention weights, in training
+  // Keras takes use_causal_mask per call; here it is also a layer option so that functional
+  // models and model files keep it (either one turns the causal mask on).
+  bool use_causal_mask = false;
+  Initializer kernel_initializer = init::glorot_uniform();
+  Initializer bias_initializer = init::zeros();
+  DType dtype = DType::f32;  // of the weights; inputs are cast to it
+};
+
+// Keras' call arguments after query and value.
+struct AttentionCallOptions {
+  Tensor key;             // undefined: key = value
+  Tensor attention_mask;  // undefined: none; else broadcastable to [B, T, S], bool or numeric
+  bool use_causal_mask = false;
+  bool return_attention_scores = false;  // attend() only
+};
+
+struct AttentionResult {
+  Tensor output;  // [B, T, output_shape]
+  Tensor scores;  // [B, H, T, S] when asked for, else undefined
+};
+
+class MultiHeadAttention : public Module {
+ public:
+  MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim,
+                     MultiHeadAttentionOptions options = {});
+  std::string type_name() const override { return "MultiHeadAttention"; }
+
+  using Module::operator();  // mha(x): self-attention
+  Tensor operator()(const Tensor& query, const Tensor& value, const AttentionCallOptions& c = {});
+  AttentionResult attend(const Tensor& query, const Tensor& value,
+                         const AttentionCallOptions& c = {});
+  // inputs {query, value [, key [, attention_mask]]} (one input: self-attention); one output.
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
+  Shape output_shape(const Shape& query_shape) override;
+  // As matmul, softmax and reshapes (ONNX export); inputs {query [, value [, key]]}, the causal
+  // mask as a constant (needs known sequence lengths). An attention_mask input is not lowered.
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
+
+  std::int64_t num_heads() const { return heads_; }
+  std::int64_t key_dim() const { return key_dim_; }
+  std::int64_t value_dim() const { return opt_.value_dim.value_or(key_dim_); }
+  const MultiHeadAttentionOptions& options() const { return opt_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
+
+ protected:
+  void build(const Shape& query_shape) override;
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  Tensor project(const Tensor& x, const Variable& kernel, const Variable& bias) const;
+
+  std::int64_t heads_, key_dim_;
+  MultiHeadAttentionOptions opt_;
+  std::int64_t value_in_ = 0, key_in_ = 0;  // the value's and key's last dims, for build()
+  std::uint64_t dropout_calls_ = 0;
+  Variable wq_, bq_, wk_, bk_, wv_, bv_, wo_, bo_;
+};
+
+}  // namespace soma::nn
