@@ -19,6 +19,7 @@
 #include "soma/graph/graph.hpp"
 
 #include "soma/nn/activation.hpp"
+#include "soma/nn/attention.hpp"
 #include "soma/nn/conv.hpp"
 #include "soma/nn/initializers.hpp"
 #include "soma/nn/layers.hpp"
