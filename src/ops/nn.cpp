@@ -156,7 +156,12 @@ PoolGeom pool_geometry(const char* op, const Shape& x, const Ints& pool, const I
   if (pool.size() != 2) fail(op, "attr pool must be {h, w}");
   check_pair(op, "pool_size", {pool[0], pool[1]});
   check_attr_lists(op, st, pads, {1, 1});
-  // A window made only of padding has no maximum and no elements to average.
+  // A window made only of padding has no maximum and no elements to average. Padding smaller
+  // than the window puts a real element in every window, as long as H and W are not empty
+  // (PyTorch refuses empty H, W too; an empty batch or channel dim gives an empty output).
+  if (x[2] == 0 || x[3] == 0)
+    fail(op, "input ", shape_str(x), " has an empty spatial dim: every pool window (", pool[0],
+         "x", pool[1], ", padding ", pads_str(pads), ") would hold only padding");
   if (pads[0] >= pool[0] || pads[1] >= pool[0] || pads[2] >= pool[1] || pads[3] >= pool[1])
     fail(op, "padding ", pads_str(pads), " must be smaller than the pool size ",
          pair_str(pool[0], pool[1]));

@@ -3,6 +3,7 @@
 // usable (docs/cuda.md: how to run them on a GPU machine).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 
@@ -257,11 +258,32 @@ TEST(CudaDevices, ReadingDeviceValuesOnTheHostIsAnError) {
   EXPECT_EQ(host(b).item<float>(), 1.0f);
 }
 
+// A test-only op with a CPU kernel and none for CUDA: a real op would go stale as kernels land.
+const OpDef& cpu_only_test_op() {
+  static const OpDef& def = []() -> const OpDef& {
+    register_op({.name = "test_cuda.cpu_only_identity",
+                 .num_inputs = 1,
+                 .infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+                   return std::vector<TensorSpec>{in[0]};
+                 }});
+    register_kernel("test_cuda.cpu_only_identity", DeviceKind::CPU,
+                    [](const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+                      const float* x = in[0].data<float>();  // f32, contiguous: test inputs
+                      std::copy(x, x + in[0].numel(), out[0].data<float>());
+                    });
+    return get_op("test_cuda.cpu_only_identity");
+  }();
+  return def;
+}
+
 TEST(CudaDevices, AnOpWithoutACudaKernelSaysSo) {
+  const OpDef& def = cpu_only_test_op();
+  EXPECT_TRUE(all_close(call_op1(def, {ones({2, 3})}), ones({2, 3})));  // the CPU kernel runs
   SKIP_WITHOUT_GPU();
-  Tensor x = zeros({1, 1, 4, 4}).to(kGpu), w = zeros({1, 1, 3, 3}).to(kGpu);
-  std::string m = error_of([&] { conv2d(x, w); });
-  EXPECT_NE(m.find("has no kernel for cuda:0"), std::string::npos) << m;
+  Tensor x = zeros({2, 3}).to(kGpu);
+  std::string m = error_of([&] { call_op1(def, {x}); });
+  EXPECT_NE(m.find("op 'test_cuda.cpu_only_identity' has no kernel for cuda:0"), std::string::npos)
+      << m;
 }
 
 TEST(CudaMemory, ASecondIdenticalAllocationIsACacheHit) {

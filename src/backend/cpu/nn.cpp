@@ -381,6 +381,9 @@ void backprop_filter_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
 }
 
 // ---- pooling: direct loops over (image, channel) planes ----
+// The shape rule (pool_geometry, src/ops/nn.cpp) refuses an empty H or W and padding as large as
+// the window, so every window clipped to the input is non-empty: argmax may read its first
+// element and the average divides by at least 1. An empty batch or channel dim means no planes.
 struct Pool {
   std::int64_t planes, h, w, oh, ow, ph, pw, sh, sw, pt, pl;
   // Window rows [y0, y1) and columns [x0, x1), clipped to the input (padding excluded).
