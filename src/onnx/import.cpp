@@ -227,8 +227,33 @@ std::vector<Tensor> dropout(const Node& n) {
   return {x * cast(keep, x.dtype()) / (1.0 - ratio), keep};
 }
 
-// Integer operands divide as f32 (soma's divide).
-std::vector<Tensor> divide_(const Node& n) { return {n.x() / n.arg(1)}; }
+// Integer quotient truncated toward zero (ONNX's Div and Mod with fmod=1 on integers), from
+// soma's floor division: one more where the division leaves a remainder and the signs differ.
+Tensor trunc_div(const Tensor& a, const Tensor& b) {
+  Tensor q = floor_div(a, b);
+  const Tensor zero = zeros({}, a.dtype());
+  Tensor fix = logical_and(not_equal(mod(a, b), zero), not_equal(less(a, zero), less(b, zero)));
+  return q + cast(fix, a.dtype());
+}
+std::vector<Tensor> divide_(const Node& n) {
+  const Tensor &a = n.x(), &b = n.arg(1);
+  if (is_floating(a.dtype()) || is_floating(b.dtype())) return {a / b};
+  if (a.dtype() != b.dtype()) fail(kWho, n.what, ": inputs have dtypes ", a.dtype(), " and ", b.dtype());
+  return {trunc_div(a, b)};
+}
+// fmod=0: the remainder takes the divisor's sign (soma's mod, NumPy's np.mod, for floats too as
+// ONNX's reference does); fmod=1: the dividend's (C's fmod).
+std::vector<Tensor> mod_(const Node& n) {
+  const Tensor &a = n.x(), &b = n.arg(1);
+  if (a.dtype() != b.dtype()) fail(kWho, n.what, ": inputs have dtypes ", a.dtype(), " and ", b.dtype());
+  if (!n.attr.i("fmod")) return {mod(a, b)};
+  if (!is_floating(a.dtype())) return {a - b * trunc_div(a, b)};
+  // soma's mod is fmod plus the divisor where the signs differ: undo that.
+  Tensor r = mod(a, b);
+  const Tensor zero = zeros({}, a.dtype());
+  Tensor undo = logical_and(not_equal(r, zero), not_equal(less(r, zero), less(a, zero)));
+  return {where(undo, r - b, r)};
+}
 // The exponent may have another dtype than the base.
 std::vector<Tensor> pow_(const Node& n) { return {pow(n.x(), cast(n.arg(1), n.x().dtype()))}; }
 
@@ -427,19 +452,150 @@ std::vector<Tensor> layer_norm(const Node& n) {
   return {y};
 }
 
-template <bool Mean>
+// The Reduce* operators. Their axes are an attribute, and an input from opset 13 (ReduceSum)
+// or 18 (the others); no axes reduce everything unless noop_with_empty_axes.
+enum class Reduce { sum, mean, max, min, prod, l1, l2, log_sum, log_sum_exp, sum_square };
+template <Reduce R>
 std::vector<Tensor> reduce(const Node& n) {
   const Tensor& x = n.x();
   Axes axes;
-  if (!Mean && n.opset >= 13) {  // ReduceSum's axes are an input from opset 13 on
+  if (n.opset >= (R == Reduce::sum ? 13 : 18)) {
     if (n.has(1))
       for (auto a : ints_of(n.in[1])) axes.push_back(a);
   } else {
     for (auto a : n.attr.ints("axes")) axes.push_back(a);
   }
   const bool keep = n.attr.i("keepdims") != 0;
-  if (axes.empty() && !Mean && n.attr.i("noop_with_empty_axes")) return {x};
-  return {Mean ? mean(x, axes, keep) : sum(x, axes, keep)};
+  if (axes.empty() && n.attr.i("noop_with_empty_axes")) {
+    // The input as it is, after the elementwise part (ONNX's reference: |x| for L1, x^2 ...).
+    if (R == Reduce::l1) return {abs(x)};
+    if (R == Reduce::sum_square) return {square(x)};
+    return {x};
+  }
+  // Over no elements: the reduction's identity (a shape soma's reductions refuse).
+  if (x.numel() == 0) {
+    Shape out;
+    std::vector<bool> reduced(std::size_t(x.rank()), axes.empty());
+    for (auto a : axes) reduced[std::size_t(norm_axis(a, x.rank()))] = true;
+    for (std::int64_t d = 0; d < x.rank(); ++d)
+      if (!reduced[std::size_t(d)]) out.push_back(x.dim(d));
+      else if (keep) out.push_back(1);
+    const double inf = std::numeric_limits<double>::infinity();
+    double v = 0.0;
+    if (R == Reduce::prod) v = 1.0;
+    if (R == Reduce::max || R == Reduce::log_sum || R == Reduce::log_sum_exp) v = -inf;
+    if (R == Reduce::min) v = inf;
+    if (x.dtype() == DType::boolean && (R == Reduce::max || R == Reduce::min))
+      v = R == Reduce::max ? 0.0 : 1.0;
+    else if (!is_floating(x.dtype()) && (R == Reduce::max || R == Reduce::min))
+      v = R == Reduce::max ? double(std::numeric_limits<std::int64_t>::min())
+                           : double(std::numeric_limits<std::int64_t>::max());
+    return {fill(out, v, x.dtype())};
+  }
+  switch (R) {
+    case Reduce::sum: return {sum(x, axes, keep)};
+    case Reduce::mean: return {mean(x, axes, keep)};
+    case Reduce::max: return {max(x, axes, keep)};
+    case Reduce::min: return {min(x, axes, keep)};
+    case Reduce::prod: return {prod(x, axes, keep)};
+    case Reduce::l1: return {sum(abs(x), axes, keep)};
+    case Reduce::l2: return {sqrt(sum(square(x), axes, keep))};
+    case Reduce::log_sum: return {log(sum(x, axes, keep))};
+    case Reduce::log_sum_exp: return {logsumexp(x, axes, keep)};
+    case Reduce::sum_square: return {sum(square(x), axes, keep)};
+  }
+  return {};
+}
+
+// ArgMax / ArgMin; select_last_index: the same on the reversed axis, counted back.
+template <bool Max>
+std::vector<Tensor> arg_reduce(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
+  const bool keep = n.attr.i("keepdims") != 0;
+  if (!n.attr.i("select_last_index")) return {Max ? argmax(x, axis, keep) : argmin(x, axis, keep)};
+  std::vector<Slice> rev(std::size_t(x.rank()));
+  rev[std::size_t(axis)] = Slice{x.dim(axis) - 1, std::nullopt, -1};
+  Tensor r = slice(x, rev);
+  Tensor i = Max ? argmax(r, axis, keep) : argmin(r, axis, keep);
+  return {scalar(double(x.dim(axis) - 1), DType::i64) - i};
+}
+
+std::vector<Tensor> size_(const Node& n) {
+  return {constant(std::vector<std::int64_t>{n.x().numel()}, Shape{})};
+}
+std::vector<Tensor> where_(const Node& n) { return {where(n.x(), n.arg(1), n.arg(2))}; }
+std::vector<Tensor> cast_like(const Node& n) { return {cast(n.x(), n.arg(1).dtype())}; }
+std::vector<Tensor> xor_(const Node& n) { return {not_equal(n.x(), n.arg(1))}; }
+
+// Trilu: keeps the elements on and above (upper) or below the k-th diagonal of the last two axes.
+std::vector<Tensor> trilu(const Node& n) {
+  const Tensor& x = n.x();
+  if (x.rank() < 2) fail(kWho, n.what, ": the input has rank ", x.rank(), ", expected >= 2");
+  const std::int64_t k = n.has(1) ? std::int64_t(n.number(1)) : 0;
+  const std::int64_t rows = x.dim(-2), cols = x.dim(-1);
+  Tensor d = reshape(arange(0, double(cols), 1, DType::i64), {1, cols}) -
+             reshape(arange(0, double(rows), 1, DType::i64), {rows, 1});
+  Tensor kk = scalar(double(k), DType::i64);
+  Tensor keep = n.attr.i("upper") ? greater_equal(d, kk) : less_equal(d, kk);
+  return {where(keep, x, zeros({}, x.dtype()))};
+}
+
+// Range: start, start + delta, ... up to limit (exclusive), in the inputs' dtype.
+std::vector<Tensor> range_(const Node& n) {
+  return {arange(n.number(0), n.number(1), n.number(2), n.x().dtype())};
+}
+
+// CumSum along an axis (an input): a product with a triangle of ones, in f64 for integers.
+std::vector<Tensor> cumsum_(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(std::int64_t(n.number(1)), x.rank());
+  const std::int64_t len = x.dim(axis);
+  std::vector<std::int64_t> perm;
+  for (std::int64_t d = 0; d < x.rank(); ++d)
+    if (d != axis) perm.push_back(d);
+  perm.push_back(axis);
+  std::vector<std::int64_t> back(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) back[std::size_t(perm[i])] = std::int64_t(i);
+  const DType t = is_floating(x.dtype()) ? x.dtype() : DType::f64;
+  // tri[i, j] = 1 where element i adds into output j.
+  Tensor i = reshape(arange(0, double(len), 1, DType::i64), {len, 1});
+  Tensor j = reshape(arange(0, double(len), 1, DType::i64), {1, len});
+  const bool excl = n.attr.i("exclusive") != 0, rev = n.attr.i("reverse") != 0;
+  Tensor tri = rev ? (excl ? greater(i, j) : greater_equal(i, j))
+                   : (excl ? less(i, j) : less_equal(i, j));
+  Tensor xt = transpose(cast(x, t), perm);
+  Tensor y = reshape(matmul(reshape(xt, {-1, len}), cast(tri, t)), xt.shape());
+  return {cast(transpose(y, back), x.dtype())};
+}
+
+// GatherElements: out[p] = data[p with its axis coordinate replaced by indices[p]], as one
+// gather from the flattened data at computed linear positions.
+std::vector<Tensor> gather_elements(const Node& n) {
+  const Tensor& x = n.x();
+  Tensor idx = cast(n.arg(1), DType::i64);
+  const std::int64_t r = x.rank();
+  const std::int64_t axis = norm_axis(n.attr.i("axis"), r);
+  if (idx.rank() != r) fail(kWho, n.what, ": indices have rank ", idx.rank(), ", expected ", r);
+  const Tensor dim = scalar(double(x.dim(axis)), DType::i64);
+  idx = where(less(idx, zeros({}, DType::i64)), idx + dim, idx);
+  std::int64_t stride = 1;
+  Tensor lin;
+  for (std::int64_t d = r - 1; d >= 0; --d) {
+    Tensor c;
+    if (d == axis) {
+      c = idx;
+    } else {
+      Shape s(std::size_t(r), 1);
+      s[std::size_t(d)] = idx.dim(d);
+      c = reshape(arange(0, double(idx.dim(d)), 1, DType::i64), s);
+    }
+    Tensor term = c * scalar(double(stride), DType::i64);
+    lin = lin.defined() ? lin + term : term;
+    stride *= x.dim(d);
+  }
+  lin = lin + zeros(idx.shape(), DType::i64);  // broadcast to the indices' shape
+  return {reshape(gather(reshape(x, {-1}), reshape(lin, {-1}), 0), idx.shape())};
 }
 
 std::vector<Tensor> flatten(const Node& n) {
@@ -492,12 +648,8 @@ std::vector<Tensor> squeeze_(const Node& n) {
 std::vector<Tensor> gather_(const Node& n) {
   const Tensor& x = n.x();
   const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
-  // Negative indices count from the end (indices carry no gradient: fix them on the host).
-  Tensor idx = n.arg(1);
-  auto iv = ints_of(idx);
-  for (auto& v : iv)
-    if (v < 0) v += x.dim(axis);
-  idx = constant(iv, idx.shape());
+  // soma's gather counts negative indices from the end and checks the range itself.
+  const Tensor& idx = n.arg(1);
   if (idx.rank() == 0) {  // a scalar index drops the axis
     return {squeeze(gather(x, reshape(cast(idx, DType::i64), {1}), axis), {axis})};
   }
@@ -753,6 +905,9 @@ std::vector<AttrDef> pool_attrs(std::vector<AttrDef> more = {}) {
     more.push_back(a);
   return more;
 }
+std::vector<AttrDef> reduce_attrs() {
+  return {Is("axes"), I("keepdims", 1), I("noop_with_empty_axes")};
+}
 std::vector<AttrDef> rnn_attrs(std::vector<AttrDef> more = {}) {
   for (auto& a : {Fs("activation_alpha"), Fs("activation_beta"), Ss("activations"), F("clip"),
                   S("direction", "forward", kDirections), I("hidden_size"), I("layout"),
@@ -788,6 +943,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Identity", {identity}},
       {"Dropout", {dropout, legacy({F("ratio", 0.5f), I("is_test"), I("seed")})}},
       {"Div", {divide_, legacy_broadcast()}},
+      {"Mod", {mod_, {I("fmod")}}},
       {"Pow", {pow_, {I("broadcast"), I("axis")}}},
       {"Sum", {variadic<add2>, legacy()}},
       {"Mean", {variadic<add2, true>, legacy()}},
@@ -810,8 +966,26 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
                             I("is_test"), I("training_mode")}),
         {3, 4}}},
       {"LayerNormalization", {layer_norm, {I("axis", -1), F("epsilon", 1e-5f), I("stash_type", 1)}}},
-      {"ReduceMean", {reduce<true>, {Is("axes"), I("keepdims", 1), I("noop_with_empty_axes")}}},
-      {"ReduceSum", {reduce<false>, {Is("axes"), I("keepdims", 1), I("noop_with_empty_axes")}}},
+      {"ReduceMean", {reduce<Reduce::mean>, reduce_attrs()}},
+      {"ReduceSum", {reduce<Reduce::sum>, reduce_attrs()}},
+      {"ReduceMax", {reduce<Reduce::max>, reduce_attrs()}},
+      {"ReduceMin", {reduce<Reduce::min>, reduce_attrs()}},
+      {"ReduceProd", {reduce<Reduce::prod>, reduce_attrs()}},
+      {"ReduceL1", {reduce<Reduce::l1>, reduce_attrs()}},
+      {"ReduceL2", {reduce<Reduce::l2>, reduce_attrs()}},
+      {"ReduceLogSum", {reduce<Reduce::log_sum>, reduce_attrs()}},
+      {"ReduceLogSumExp", {reduce<Reduce::log_sum_exp>, reduce_attrs()}},
+      {"ReduceSumSquare", {reduce<Reduce::sum_square>, reduce_attrs()}},
+      {"ArgMax", {arg_reduce<true>, {I("axis"), I("keepdims", 1), I("select_last_index")}}},
+      {"ArgMin", {arg_reduce<false>, {I("axis"), I("keepdims", 1), I("select_last_index")}}},
+      {"Size", {size_}},
+      {"Where", {where_}},
+      {"CastLike", {cast_like, {I("saturate", 1)}}},
+      {"Xor", {xor_, {I("broadcast"), I("axis")}}},
+      {"Trilu", {trilu, {I("upper", 1)}}},
+      {"Range", {range_}},
+      {"CumSum", {cumsum_, {I("exclusive"), I("reverse")}}},
+      {"GatherElements", {gather_elements, {I("axis")}}},
       {"Flatten", {flatten, {I("axis", 1)}}},
       {"Reshape", {reshape_, legacy({I("allowzero"), Is("shape")})}},
       {"Shape", {shape_, {I("start"), I("end")}}},
@@ -1080,6 +1254,13 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
       in.shape = {};  // unknown rank
     inputs_.push_back(in);
   }
+  // Dropout drops out when the model trains (nn::Module::train); a training_mode fed at run time
+  // would ask for a random mask that matches no other runtime's.
+  for (auto& s : steps_)
+    if (s.proto->op_type() == "Dropout" && s.proto->input_size() > 2 &&
+        !s.proto->input(2).empty() && !constants_.count(s.proto->input(2)))
+      fail(kWho, s.what, ": a training_mode input computed at run time is not supported (soma "
+           "drops out while the model trains: Model::train / eval)");
   for (auto& vo : g.output()) output_names_.push_back(vo.name());
   if (output_names_.empty()) fail(kWho, "the graph has no outputs");
 }
