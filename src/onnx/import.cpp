@@ -278,6 +278,7 @@ std::vector<Tensor> clip_(const Node& n) {
     lo = n.attr.f("min");
     hi = n.attr.f("max");
   }
+  if (lo > hi) return {full_like(n.x(), hi)};
   return {clip(n.x(), lo, hi)};
 }
 
@@ -322,6 +323,8 @@ const std::unordered_map<std::string, AutoPad>& auto_pads() {
 }
 const std::vector<std::string_view> kAutoPads{"NOTSET", "VALID", "SAME_UPPER", ""};
 
+// 1-D windows (inputs [N, C, L]) run as 2-D ones of height 1: their attributes get a leading
+// 1 (0 for pads), the input and weight a unit axis 2.
 Padding onnx_padding(const Node& n) {
   switch (auto_pads().at(n.attr.s("auto_pad"))) {
     case AutoPad::valid: return Padding("valid");
@@ -329,24 +332,29 @@ Padding onnx_padding(const Node& n) {
     case AutoPad::notset: break;
   }
   auto p = n.attr.has("pads") ? n.attr.ints("pads") : std::vector<std::int64_t>{0, 0, 0, 0};
-  if (p.size() != 4) fail(kWho, n.what, ": only 2-D windows are supported (pads ", p.size(), ")");
+  if (p.size() == 2) return Padding(0, 0, p[0], p[1]);  // 1-D {begin, end}
+  if (p.size() != 4) fail(kWho, n.what, ": only 1-D and 2-D windows are supported (pads ", p.size(), ")");
   return Padding(p[0], p[2], p[1], p[3]);  // ONNX {t, l, b, r} -> soma {t, b, l, r}
 }
 
 Size2 size2(const Node& n, std::string_view attr, std::int64_t def) {
   auto v = n.attr.ints(attr);
   if (v.empty()) return Size2(def);
+  if (v.size() == 1) return Size2(attr == "output_padding" ? 0 : 1, v[0]);
   if (v.size() != 2)
-    fail(kWho, n.what, ": only 2-D ", std::string(attr), " are supported, got ", v.size(), " values");
+    fail(kWho, n.what, ": only 1-D and 2-D ", std::string(attr), " are supported, got ", v.size(), " values");
   return Size2(v[0], v[1]);
 }
+Tensor lift_1d(const Tensor& t) { return t.rank() == 3 ? expand_dims(t, 2) : t; }
+Tensor drop_1d(const Tensor& t, bool lifted) { return lifted ? squeeze(t, {2}) : t; }
 
 template <bool Transposed>
 std::vector<Tensor> conv(const Node& n) {
-  const Tensor& x = n.x();
+  const bool lifted = n.x().rank() == 3;
+  const Tensor x = lift_1d(n.x());
   if (x.rank() != 4)
-    fail(kWho, n.what, ": only 2-D convolutions (inputs [N, C, H, W]) are supported");
-  const Tensor& w = n.arg(1);
+    fail(kWho, n.what, ": only 1-D and 2-D convolutions (inputs [N, C, L] or [N, C, H, W]) are supported");
+  const Tensor w = lift_1d(n.arg(1));
   Size2 strides = size2(n, "strides", 1);
   Size2 dil = size2(n, "dilations", 1);
   const std::int64_t groups = n.attr.i("group");
@@ -359,6 +367,7 @@ std::vector<Tensor> conv(const Node& n) {
       fail(kWho, n.what, ": ConvTranspose needs explicit pads (auto_pad is not supported)");
     Size2 op_ = size2(n, "output_padding", 0);
     auto os = n.attr.ints("output_shape");
+    if (os.size() == 1) os.insert(os.begin(), 1);
     const auto& p = pad.pads();
     if (!os.empty()) {  // the output size decides output_padding (the pads stay as given)
       auto keff = [](std::int64_t k, std::int64_t d) { return (k - 1) * d + 1; };
@@ -369,13 +378,15 @@ std::vector<Tensor> conv(const Node& n) {
     y = conv2d_transpose(x, w, strides, pad, op_, dil, groups);
   }
   if (n.has(2)) y = y + reshape(n.in[2], {1, -1, 1, 1});
-  return {y};
+  return {drop_1d(y, lifted)};
 }
 
 template <bool Max>
 std::vector<Tensor> pool(const Node& n) {
-  const Tensor& x = n.x();
-  if (x.rank() != 4) fail(kWho, n.what, ": only 2-D pooling (inputs [N, C, H, W]) is supported");
+  const bool lifted = n.x().rank() == 3;
+  const Tensor x = lift_1d(n.x());
+  if (x.rank() != 4)
+    fail(kWho, n.what, ": only 1-D and 2-D pooling (inputs [N, C, L] or [N, C, H, W]) is supported");
   if (n.proto.output_size() > 1 && !n.proto.output(1).empty())
     fail(kWho, n.what, ": the Indices output is not supported");
   Size2 ks = size2(n, "kernel_shape", 1);
@@ -384,35 +395,40 @@ std::vector<Tensor> pool(const Node& n) {
     if (d != 1) fail(kWho, n.what, ": dilated pooling is not supported");
   Padding pad = onnx_padding(n);
   Tensor xi = x;
+  std::array<std::int64_t, 4> moved{0, 0, 0, 0};  // padding moved into xi
   if (!Max && n.attr.i("count_include_pad") && pad.mode() == Padding::Mode::explicit_) {
     // Zeros that count: pad explicitly, then pool without padding.
     const auto& p = pad.pads();
+    moved = p;
     xi = soma::pad(x, {{0, 0}, {0, 0}, {p[0], p[1]}, {p[2], p[3]}});
     pad = Padding("valid");
   }
   if (n.attr.i("ceil_mode")) {
-    // Extra padding at the end gives the ceil sizes; max pooling ignores padding, so the
-    // result is exact there. Average pooling with a partial window is refused.
+    // Extra padding at the end gives the ceil sizes; max pooling ignores padding and average
+    // pooling leaves it out of the count, so the result is exact.
     auto base = pool2d_output_shape(xi.shape(), ks, st, pad);
     std::array<std::int64_t, 4> p{0, 0, 0, 0};
     if (pad.mode() == Padding::Mode::explicit_) p = pad.pads();
     else if (pad.mode() == Padding::Mode::same)
       p = resolve_padding(pad, xi.dim(2), xi.dim(3), ks, st);
-    auto ceil_len = [](std::int64_t len, std::int64_t k, std::int64_t s) {
-      return (len - k + s - 1) / s + 1;
+    // A last window that would start in the end padding is dropped (ONNX, as PyTorch).
+    auto ceil_len = [](std::int64_t len, std::int64_t begin, std::int64_t end,
+                       std::int64_t moved_end, std::int64_t k, std::int64_t s) {
+      std::int64_t out = (len + begin + end - k + s - 1) / s + 1;
+      if ((out - 1) * s >= len + begin - moved_end) --out;
+      return out;
     };
-    const std::int64_t ch = ceil_len(xi.dim(2) + p[0] + p[1], ks.h, st.h);
-    const std::int64_t cw = ceil_len(xi.dim(3) + p[2] + p[3], ks.w, st.w);
+    const std::int64_t ch = ceil_len(xi.dim(2), p[0], p[1], moved[1], ks.h, st.h);
+    const std::int64_t cw = ceil_len(xi.dim(3), p[2], p[3], moved[3], ks.w, st.w);
     if (ch != base[2] || cw != base[3]) {
-      if (!Max)
-        fail(kWho, n.what, ": ceil_mode with a partial last window is not supported for "
-             "AveragePool");
+      // The extra padding at the end counts in no average (soma's pooling divides by the real
+      // elements; count_include_pad's zeros were padded in above).
       p[1] += (ch - 1) * st.h + ks.h - (xi.dim(2) + p[0] + p[1]);
       p[3] += (cw - 1) * st.w + ks.w - (xi.dim(3) + p[2] + p[3]);
       pad = Padding(p[0], p[1], p[2], p[3]);
     }
   }
-  return {Max ? max_pool2d(xi, ks, st, pad) : avg_pool2d(xi, ks, st, pad)};
+  return {drop_1d(Max ? max_pool2d(xi, ks, st, pad) : avg_pool2d(xi, ks, st, pad), lifted)};
 }
 
 template <bool Max>
@@ -438,18 +454,19 @@ std::vector<Tensor> batch_norm(const Node& n) {
 
 std::vector<Tensor> layer_norm(const Node& n) {
   const Tensor& x = n.x();
-  if (n.proto.output_size() > 1)
-    fail(kWho, n.what, ": the Mean/InvStdDev outputs are not supported");
   const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
   Axes axes;
   for (std::int64_t d = axis; d < x.rank(); ++d) axes.push_back(d);
   const double eps = n.attr.f("epsilon");
   Tensor m = mean(x, axes, true);
   Tensor var = mean(square(x - m), axes, true);
-  Tensor y = (x - m) * rsqrt(var + eps);
+  Tensor inv = rsqrt(var + eps);
+  Tensor y = (x - m) * inv;
   y = y * n.arg(1);
   if (n.has(2)) y = y + n.in[2];
-  return {y};
+  // Mean and InvStdDev in the stash type (1: f32).
+  const DType stash = n.attr.i("stash_type") == 1 ? DType::f32 : x.dtype();
+  return {y, cast(m, stash), cast(inv, stash)};
 }
 
 // The Reduce* operators. Their axes are an attribute, and an input from opset 13 (ReduceSum)
@@ -491,6 +508,10 @@ std::vector<Tensor> reduce(const Node& n) {
       v = R == Reduce::max ? double(std::numeric_limits<std::int64_t>::min())
                            : double(std::numeric_limits<std::int64_t>::max());
     return {fill(out, v, x.dtype())};
+  }
+  if (x.dtype() == DType::boolean && (R == Reduce::max || R == Reduce::min)) {
+    Tensor u = cast(x, DType::u8);
+    return {cast(R == Reduce::max ? max(u, axes, keep) : min(u, axes, keep), DType::boolean)};
   }
   switch (R) {
     case Reduce::sum: return {sum(x, axes, keep)};
@@ -689,9 +710,20 @@ std::vector<Tensor> slice_(const Node& n) {
 std::vector<Tensor> pad_(const Node& n) {  // mode 'constant' only (its AttrDef's allowed list)
   const Tensor& x = n.x();
   auto p = n.opset >= 11 ? ints_of(n.arg(1)) : n.attr.ints("pads");
+  if (n.has(3)) {  // pads for the listed axes only (opset 18)
+    auto axes = ints_of(n.in[3]);
+    if (p.size() != 2 * axes.size())
+      fail(kWho, n.what, ": pads has ", p.size(), " values for ", axes.size(), " axes");
+    std::vector<std::int64_t> full(std::size_t(2 * x.rank()), 0);
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const auto a = std::size_t(norm_axis(axes[i], x.rank()));
+      full[a] = p[i];
+      full[a + std::size_t(x.rank())] = p[i + axes.size()];
+    }
+    p = full;
+  }
   if (std::int64_t(p.size()) != 2 * x.rank())
     fail(kWho, n.what, ": pads has ", p.size(), " values for an input of rank ", x.rank());
-  if (n.has(3)) fail(kWho, n.what, ": the axes input is not supported");
   const double value = n.opset >= 11 ? (n.has(2) ? n.number(2) : 0.0) : n.attr.f("value");
   std::vector<std::pair<std::int64_t, std::int64_t>> pads;
   for (std::int64_t d = 0; d < x.rank(); ++d)
@@ -876,6 +908,76 @@ std::vector<Tensor> recurrent(const Node& n) {
 }
 
 
+// ---- checks at load: what a handler cannot run, refused before anything runs ---------------------
+
+// What the file declares about a value: rank (-1: unknown) and ONNX element type (0: unknown).
+struct Declared {
+  std::int64_t rank = -1;
+  int elem = 0;
+};
+struct LoadCheck {
+  const NodeProto& proto;
+  const NodeAttrs& attr;
+  const std::string& what;
+  const std::unordered_map<std::string, Declared>& declared;
+  Declared input(int i) const {
+    if (i >= proto.input_size()) return {};
+    auto it = declared.find(proto.input(i));
+    return it == declared.end() ? Declared{} : it->second;
+  }
+  bool has_input(int i) const { return i < proto.input_size() && !proto.input(i).empty(); }
+  bool has_output(int i) const { return i < proto.output_size() && !proto.output(i).empty(); }
+};
+using Check = void (*)(const LoadCheck&);
+
+bool floating_elem(int e) {
+  using TP = ::onnx::TensorProto;
+  return e == TP::FLOAT || e == TP::DOUBLE || e == TP::FLOAT16 || e == TP::BFLOAT16;
+}
+// Conv / pooling: 1-D and 2-D windows on floating inputs.
+void check_window(const LoadCheck& c, bool pool) {
+  const auto ks = c.attr.ints("kernel_shape");
+  if (ks.size() > 2)
+    fail(kWho, c.what, ": ", ks.size(), "-D windows are not supported (1-D and 2-D)");
+  for (int i : {0, pool ? 0 : 1}) {
+    const Declared d = c.input(i);
+    if (d.rank >= 0 && d.rank != 3 && d.rank != 4)
+      fail(kWho, c.what, ": input ", i, " has rank ", d.rank, "; only 1-D and 2-D windows "
+           "(rank 3 or 4) are supported");
+  }
+  const Declared x = c.input(0);
+  if (x.elem && !floating_elem(x.elem))
+    fail(kWho, c.what, ": input 0 has element type ", elem_type_name(x.elem),
+         "; soma runs it on float, double, float16 and bfloat16");
+}
+void check_conv(const LoadCheck& c) { check_window(c, false); }
+void check_conv_transpose(const LoadCheck& c) {
+  check_window(c, false);
+  const std::string pad = c.attr.s("auto_pad");
+  if (pad != "NOTSET" && !pad.empty())
+    fail(kWho, c.what, ": auto_pad '", pad, "' is not supported for ConvTranspose (NOTSET, "
+         "with explicit pads)");
+}
+void check_pool(const LoadCheck& c) {
+  check_window(c, true);
+  for (auto d : c.attr.ints("dilations"))
+    if (d != 1) fail(kWho, c.what, ": dilated pooling (dilations ", d, ") is not supported");
+  if (c.has_output(1)) fail(kWho, c.what, ": the Indices output is not supported");
+}
+void check_batch_norm(const LoadCheck& c) {
+  for (int i = 1; i < c.proto.output_size(); ++i)
+    if (c.has_output(i))
+      fail(kWho, c.what, ": training-mode outputs (running mean/var) are not supported");
+}
+void check_recurrent(const LoadCheck& c) {
+  if (c.attr.has("clip")) fail(kWho, c.what, ": clip is not supported");
+  if (c.attr.has("input_forget") && c.attr.i("input_forget", 0))
+    fail(kWho, c.what, ": input_forget is not supported");
+  if (c.has_input(4)) fail(kWho, c.what, ": sequence_lens is not supported");
+  if (c.proto.op_type() == "LSTM" && c.has_input(7))
+    fail(kWho, c.what, ": peephole weights (P) are not supported");
+}
+
 // ---- the table -----------------------------------------------------------------------------------
 
 // An ONNX operator soma knows: its attributes (the union over opsets, with ONNX's defaults) and
@@ -885,6 +987,7 @@ struct OnnxOp {
   std::vector<AttrDef> attrs = {};
   std::vector<int> statistics = {};  // inputs holding running statistics: weights not trained
   bool at_load = false;              // no inputs: evaluated once at load, its outputs constants
+  Check check = nullptr;             // refuses at load what the handler cannot run
 };
 
 // Attributes of opset-1 operators that later opsets dropped (ignored, as other runtimes do).
@@ -955,16 +1058,17 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"LogSoftmax", {softmax_<true>, {I("axis")}}},
       {"Gemm", {gemm, {F("alpha", 1.0f), F("beta", 1.0f), I("transA"), I("transB"),
                        I("broadcast")}}},
-      {"Conv", {conv<false>, conv_attrs()}},
-      {"ConvTranspose", {conv<true>, conv_attrs({Is("output_padding"), Is("output_shape")})}},
-      {"MaxPool", {pool<true>, pool_attrs({I("storage_order")})}},
-      {"AveragePool", {pool<false>, pool_attrs({I("count_include_pad")})}},
+      {"Conv", {conv<false>, conv_attrs(), {}, false, check_conv}},
+      {"ConvTranspose", {conv<true>, conv_attrs({Is("output_padding"), Is("output_shape")}), {},
+                         false, check_conv_transpose}},
+      {"MaxPool", {pool<true>, pool_attrs({I("storage_order")}), {}, false, check_pool}},
+      {"AveragePool", {pool<false>, pool_attrs({I("count_include_pad")}), {}, false, check_pool}},
       {"GlobalAveragePool", {global_pool<false>}},
       {"GlobalMaxPool", {global_pool<true>}},
       {"BatchNormalization",
        {batch_norm, legacy({F("epsilon", 1e-5f), F("momentum", 0.9f), I("spatial", 1),
                             I("is_test"), I("training_mode")}),
-        {3, 4}}},
+        {3, 4}, false, check_batch_norm}},
       {"LayerNormalization", {layer_norm, {I("axis", -1), F("epsilon", 1e-5f), I("stash_type", 1)}}},
       {"ReduceMean", {reduce<Reduce::mean>, reduce_attrs()}},
       {"ReduceSum", {reduce<Reduce::sum>, reduce_attrs()}},
@@ -1003,9 +1107,9 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
          S("value_string"), Ss("value_strings"), {"sparse_value", AP::SPARSE_TENSOR}},
         {},
         true}},
-      {"LSTM", {recurrent<4>, rnn_attrs({I("input_forget")})}},
-      {"GRU", {recurrent<3>, rnn_attrs({I("linear_before_reset")})}},
-      {"RNN", {recurrent<1>, rnn_attrs()}},
+      {"LSTM", {recurrent<4>, rnn_attrs({I("input_forget")}), {}, false, check_recurrent}},
+      {"GRU", {recurrent<3>, rnn_attrs({I("linear_before_reset")}), {}, false, check_recurrent}},
+      {"RNN", {recurrent<1>, rnn_attrs(), {}, false, check_recurrent}},
   };
   return ops;
 }
@@ -1254,6 +1358,20 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
       in.shape = {};  // unknown rank
     inputs_.push_back(in);
   }
+  // What the file declares about each value, for the checks at load.
+  std::unordered_map<std::string, Declared> declared;
+  auto declare = [&](const ::onnx::ValueInfoProto& vi) {
+    if (!vi.type().has_tensor_type()) return;
+    const auto& tt = vi.type().tensor_type();
+    declared[vi.name()] = {tt.has_shape() ? std::int64_t(tt.shape().dim_size()) : -1,
+                           tt.elem_type()};
+  };
+  for (auto& vi : g.input()) declare(vi);
+  for (auto& vi : g.value_info()) declare(vi);
+  for (auto& vi : g.output()) declare(vi);
+  for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
+  for (auto& s : steps_)
+    if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared});
   // Dropout drops out when the model trains (nn::Module::train); a training_mode fed at run time
   // would ask for a random mask that matches no other runtime's.
   for (auto& s : steps_)
