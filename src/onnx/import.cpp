@@ -1208,7 +1208,8 @@ Step resolve(const NodeProto& n, int index, std::int64_t opset) {
   }
   auto m = mapped_ops().find(n.op_type());
   if (m == mapped_ops().end())
-    fail(kWho, s.what, ": operator '", n.op_type(), "' is not supported by soma (supported: ",
+    fail(kWho, s.what, ": operator '", n.op_type(), "' is not supported by soma (opset ", opset,
+         "; supported: ",
          supported_list(), ")");
   no_subgraphs();
   const Mapped* use = nullptr;
