@@ -18,6 +18,8 @@
 #include <array>
 #include <cctype>
 #include <cfloat>
+#include <cmath>
+#include <numbers>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -908,6 +910,224 @@ std::vector<Tensor> recurrent(const Node& n) {
 }
 
 
+// ---- more operators, written with soma ops ------------------------------------------------------
+
+// Moves the last axis of t to position `axis` (one_hot appends its axis).
+Tensor last_axis_to(const Tensor& t, std::int64_t axis) {
+  const std::int64_t r = t.rank();
+  axis = norm_axis(axis, r);
+  if (axis == r - 1) return t;
+  std::vector<std::int64_t> perm;
+  for (std::int64_t d = 0; d < r - 1; ++d) {
+    if (d == axis) perm.push_back(r - 1);
+    perm.push_back(d);
+  }
+  return transpose(t, perm);
+}
+
+// Split: sizes from the `split` attribute (before opset 13) or input, else num_outputs (opset
+// 18: ceil-sized parts, the last smaller), else as many equal parts as the node has outputs.
+std::vector<Tensor> split_(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
+  std::vector<std::int64_t> sizes = n.opset >= 13 ? ints_of(n.has(1) ? n.in[1] : Tensor())
+                                                  : n.attr.ints("split");
+  if (sizes.empty()) {
+    const std::int64_t parts = n.attr.has("num_outputs") ? n.attr.i("num_outputs")
+                                                         : std::int64_t(n.proto.output_size());
+    const std::int64_t dim = x.dim(axis);
+    const std::int64_t chunk = (dim + parts - 1) / parts;
+    for (std::int64_t i = 0; i < parts; ++i)
+      sizes.push_back(std::max<std::int64_t>(0, std::min(chunk, dim - i * chunk)));
+  }
+  return split(x, sizes, axis);
+}
+
+std::vector<Tensor> tile_(const Node& n) { return {tile(n.x(), ints_of(n.arg(1)))}; }
+
+std::vector<Tensor> einsum_(const Node& n) {
+  std::string eq;
+  for (char c : n.attr.s("equation"))
+    if (c != ' ') eq += c;
+  return {einsum(eq, n.in)};
+}
+
+// OneHot: indices (any numeric dtype; negative ones count from the end), depth, [off, on].
+std::vector<Tensor> one_hot_(const Node& n) {
+  Tensor idx = cast(n.x(), DType::i64);
+  const std::int64_t depth = std::int64_t(n.number(1));
+  const Tensor& values = n.arg(2);
+  const auto v = cast(values, DType::f64).to_vector<double>();
+  if (v.size() != 2) fail(kWho, n.what, ": values has ", v.size(), " elements, expected 2");
+  const Tensor d = scalar(double(depth), DType::i64);
+  idx = where(less(idx, zeros({}, DType::i64)), idx + d, idx);
+  return {last_axis_to(one_hot(idx, depth, values.dtype(), v[1], v[0]), n.attr.i("axis", -1))};
+}
+
+// Hardmax: 1 at the first maximum along the axis (before opset 13: the input seen as 2-D).
+std::vector<Tensor> hardmax(const Node& n) {
+  const Tensor& x = n.x();
+  auto along = [&](const Tensor& t, std::int64_t axis) {
+    axis = norm_axis(axis, t.rank());
+    return last_axis_to(one_hot(argmax(t, axis), t.dim(axis), t.dtype()), axis);
+  };
+  if (n.opset >= 13) return {along(x, n.attr.i("axis", -1))};
+  const std::int64_t axis = norm_axis(n.attr.i("axis", 1), x.rank());
+  std::int64_t outer = 1;
+  for (std::int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+  return {reshape(along(reshape(x, {outer, -1}), -1), x.shape())};
+}
+
+std::vector<Tensor> gelu(const Node& n) {
+  const Tensor& x = n.x();
+  if (n.attr.s("approximate") == "tanh")
+    return {0.5 * x * (1.0 + tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)))};
+  return {0.5 * x * (1.0 + erf(x * (1.0 / std::numbers::sqrt2)))};
+}
+std::vector<Tensor> mish(const Node& n) { return {n.x() * tanh(softplus(n.x()))}; }
+std::vector<Tensor> selu(const Node& n) {
+  return {elu(n.x(), n.attr.f("alpha")) * n.attr.f("gamma")};
+}
+std::vector<Tensor> celu(const Node& n) {
+  const Tensor& x = n.x();
+  const double a = n.attr.f("alpha");
+  return {relu(x) + minimum(zeros_like(x), a * (exp(x / a) - 1.0))};
+}
+std::vector<Tensor> thresholded_relu(const Node& n) {
+  const Tensor& x = n.x();
+  return {where(greater(x, full_like(x, n.attr.f("alpha"))), x, zeros_like(x))};
+}
+std::vector<Tensor> prelu(const Node& n) {
+  const Tensor& x = n.x();
+  return {where(less(x, zeros_like(x)), x * n.arg(1), x)};
+}
+std::vector<Tensor> shrink(const Node& n) {
+  const Tensor& x = n.x();
+  const double lambd = n.attr.f("lambd"), bias = n.attr.f("bias");
+  Tensor y = where(greater(x, full_like(x, lambd)), x - bias, zeros_like(x));
+  return {where(less(x, full_like(x, -lambd)), x + bias, y)};
+}
+std::vector<Tensor> swish(const Node& n) { return {n.x() * sigmoid(n.x() * n.attr.f("alpha"))}; }
+std::vector<Tensor> is_nan(const Node& n) { return {not_equal(n.x(), n.x())}; }
+std::vector<Tensor> is_inf(const Node& n) {
+  const Tensor& x = n.x();
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor pos = n.attr.i("detect_positive") ? equal(x, full_like(x, inf)) : zeros(x.shape(), DType::boolean);
+  Tensor neg = n.attr.i("detect_negative") ? equal(x, full_like(x, -inf)) : zeros(x.shape(), DType::boolean);
+  return {logical_or(pos, neg)};
+}
+
+// Normalisations over trailing or listed axes.
+Axes from_axis(std::int64_t axis, std::int64_t rank) {
+  Axes a;
+  for (std::int64_t d = norm_axis(axis, rank); d < rank; ++d) a.push_back(d);
+  return a;
+}
+std::vector<Tensor> rms_norm(const Node& n) {
+  const Tensor& x = n.x();
+  Tensor y = x * rsqrt(mean(square(x), from_axis(n.attr.i("axis", -1), x.rank()), true) +
+                       n.attr.f("epsilon"));
+  return {y * n.arg(1)};
+}
+std::vector<Tensor> instance_norm(const Node& n) {
+  const Tensor& x = n.x();
+  Axes axes = from_axis(2, x.rank());
+  Shape b(std::size_t(x.rank()), 1);
+  b[1] = x.dim(1);
+  Tensor m = mean(x, axes, true);
+  Tensor y = (x - m) * rsqrt(mean(square(x - m), axes, true) + n.attr.f("epsilon"));
+  return {y * reshape(n.arg(1), b) + reshape(n.arg(2), b)};
+}
+// GroupNormalization: scale and bias per group (opset 18) or per channel (21).
+std::vector<Tensor> group_norm(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t g = n.attr.i("num_groups"), c = x.dim(1);
+  Tensor xg = reshape(x, {x.dim(0), g, -1});
+  Tensor m = mean(xg, {2}, true);
+  Tensor y = (xg - m) * rsqrt(mean(square(xg - m), {2}, true) + n.attr.f("epsilon"));
+  const Tensor &scale = n.arg(1), &bias = n.arg(2);
+  if (scale.numel() == g && g != c) {
+    y = y * reshape(scale, {1, g, 1}) + reshape(bias, {1, g, 1});
+    return {reshape(y, x.shape())};
+  }
+  Shape b(std::size_t(x.rank()), 1);
+  b[1] = c;
+  return {reshape(y, x.shape()) * reshape(scale, b) + reshape(bias, b)};
+}
+std::vector<Tensor> lp_norm(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(n.attr.i("axis", -1), x.rank());
+  const std::int64_t p = n.attr.i("p", 2);
+  if (p != 1 && p != 2) fail(kWho, n.what, ": p is ", p, ", expected 1 or 2");
+  Tensor norm = p == 1 ? sum(abs(x), {axis}, true) : sqrt(sum(square(x), {axis}, true));
+  // A zero norm leaves the zeros as they are (ONNX's reference).
+  return {x / where(equal(norm, zeros_like(norm)), ones_like(norm), norm)};
+}
+// MeanVarianceNormalization, as ONNX's function body: (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9).
+std::vector<Tensor> mvn(const Node& n) {
+  const Tensor& x = n.x();
+  Axes axes;
+  auto a = n.attr.ints("axes");
+  if (a.empty()) a = {0, 2, 3};
+  for (auto v : a) axes.push_back(v);
+  Tensor m = mean(x, axes, true);
+  Tensor sd = sqrt(mean(pow(x, scalar(2.0, x.dtype())), axes, true) - pow(m, scalar(2.0, x.dtype())));
+  return {(x - m) / (sd + 1e-9)};
+}
+
+std::vector<Tensor> depth_to_space(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t b = n.attr.i("blocksize");
+  const std::int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  Tensor t = n.attr.s("mode") == "CRD"
+                 ? transpose(reshape(x, {N, C / (b * b), b, b, H, W}), {0, 1, 4, 2, 5, 3})
+                 : transpose(reshape(x, {N, b, b, C / (b * b), H, W}), {0, 3, 4, 1, 5, 2});
+  return {reshape(t, {N, C / (b * b), H * b, W * b})};
+}
+std::vector<Tensor> space_to_depth(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t b = n.attr.i("blocksize");
+  const std::int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  Tensor t = transpose(reshape(x, {N, C, H / b, b, W / b, b}), {0, 3, 5, 1, 2, 4});
+  return {reshape(t, {N, C * b * b, H / b, W / b})};
+}
+std::vector<Tensor> eye_like(const Node& n) {
+  const Tensor& x = n.x();
+  if (x.rank() != 2) fail(kWho, n.what, ": the input has rank ", x.rank(), ", expected 2");
+  const DType t = n.attr.has("dtype")
+                      ? soma_dtype(int(n.attr.i("dtype")), n.what + " attribute 'dtype'")
+                      : x.dtype();
+  Tensor d = reshape(arange(0, double(x.dim(1)), 1, DType::i64), {1, x.dim(1)}) -
+             reshape(arange(0, double(x.dim(0)), 1, DType::i64), {x.dim(0), 1});
+  return {cast(equal(d, scalar(double(n.attr.i("k")), DType::i64)), t)};
+}
+
+// NegativeLogLikelihoodLoss on log-probabilities [N, C, d...] and targets [N, d...]: -x[n, t]
+// weighted by weight[t], 0 where the target is ignore_index; mean divides by the weights' sum.
+Tensor nll(const Node& n, const Tensor& x, const Tensor& target, const Tensor& weight) {
+  Tensor t = cast(target, DType::i64);
+  Tensor keep = ones(t.shape(), DType::boolean);
+  if (n.attr.has("ignore_index"))
+    keep = not_equal(t, scalar(double(n.attr.i("ignore_index")), DType::i64));
+  t = where(keep, t, zeros({}, DType::i64));
+  const std::int64_t c = x.dim(1);
+  Tensor picked = -sum(x * last_axis_to(one_hot(t, c, x.dtype()), 1), {1}, false);
+  Tensor w = weight.defined() ? gather(weight, t, 0) : ones(t.shape(), x.dtype());
+  w = w * cast(keep, x.dtype());
+  Tensor loss = picked * w;
+  const std::string r = n.attr.s("reduction");
+  if (r == "none") return loss;
+  if (r == "sum") return sum(loss);
+  return sum(loss) / sum(w);
+}
+std::vector<Tensor> nll_loss(const Node& n) {
+  return {nll(n, n.x(), n.arg(1), n.has(2) ? n.in[2] : Tensor())};
+}
+std::vector<Tensor> softmax_cross_entropy(const Node& n) {
+  Tensor lp = log_softmax(n.x(), 1);
+  return {nll(n, lp, n.arg(1), n.has(2) ? n.in[2] : Tensor()), lp};
+}
+
 // ---- checks at load: what a handler cannot run, refused before anything runs ---------------------
 
 // What the file declares about a value: rank (-1: unknown) and ONNX element type (0: unknown).
@@ -1090,6 +1310,34 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Range", {range_}},
       {"CumSum", {cumsum_, {I("exclusive"), I("reverse")}}},
       {"GatherElements", {gather_elements, {I("axis")}}},
+      {"Split", {split_, {I("axis"), Is("split"), I("num_outputs")}}},
+      {"Tile", {tile_}},
+      {"Einsum", {einsum_, {S("equation")}}},
+      {"OneHot", {one_hot_, {I("axis", -1)}}},
+      {"Hardmax", {hardmax, {I("axis")}}},
+      {"Gelu", {gelu, {S("approximate", "none", {"none", "tanh"})}}},
+      {"Mish", {mish}},
+      {"Selu", {selu, legacy({F("alpha", 1.67326319217681884765625f),
+                              F("gamma", 1.05070102214813232421875f)})}},
+      {"Celu", {celu, {F("alpha", 1.0f)}}},
+      {"ThresholdedRelu", {thresholded_relu, {F("alpha", 1.0f)}}},
+      {"PRelu", {prelu, legacy()}},
+      {"Shrink", {shrink, {F("bias", 0.0f), F("lambd", 0.5f)}}},
+      {"Swish", {swish, {F("alpha", 1.0f)}}},
+      {"IsNaN", {is_nan}},
+      {"IsInf", {is_inf, {I("detect_negative", 1), I("detect_positive", 1)}}},
+      {"RMSNormalization", {rms_norm, {I("axis", -1), F("epsilon", 1e-5f), I("stash_type", 1)}}},
+      {"InstanceNormalization", {instance_norm, {F("epsilon", 1e-5f)}}},
+      {"GroupNormalization", {group_norm, {F("epsilon", 1e-5f), I("num_groups"), I("stash_type", 1)}}},
+      {"LpNormalization", {lp_norm, {I("axis", -1), I("p", 2)}}},
+      {"MeanVarianceNormalization", {mvn, {Is("axes")}}},
+      {"DepthToSpace", {depth_to_space, {I("blocksize"), S("mode", "DCR", {"DCR", "CRD"})}}},
+      {"SpaceToDepth", {space_to_depth, {I("blocksize")}}},
+      {"EyeLike", {eye_like, {I("dtype"), I("k")}}},
+      {"NegativeLogLikelihoodLoss",
+       {nll_loss, {I("ignore_index"), S("reduction", "mean", {"none", "sum", "mean"})}}},
+      {"SoftmaxCrossEntropyLoss",
+       {softmax_cross_entropy, {I("ignore_index"), S("reduction", "mean", {"none", "sum", "mean"})}}},
       {"Flatten", {flatten, {I("axis", 1)}}},
       {"Reshape", {reshape_, legacy({I("allowzero"), Is("shape")})}},
       {"Shape", {shape_, {I("start"), I("end")}}},
