@@ -1140,6 +1140,7 @@ struct LoadCheck {
   const NodeAttrs& attr;
   const std::string& what;
   const std::unordered_map<std::string, Declared>& declared;
+  std::int64_t opset;
   Declared input(int i) const {
     if (i >= proto.input_size()) return {};
     auto it = declared.find(proto.input(i));
@@ -1196,6 +1197,146 @@ void check_recurrent(const LoadCheck& c) {
   if (c.has_input(4)) fail(kWho, c.what, ": sequence_lens is not supported");
   if (c.proto.op_type() == "LSTM" && c.has_input(7))
     fail(kWho, c.what, ": peephole weights (P) are not supported");
+}
+
+
+// Resize (opset 11 on), nearest or linear, one axis at a time (multi-linear interpolation is
+// separable): each output position maps to a source coordinate by the coordinate
+// transformation mode; nearest gathers the rounded index, linear blends the two neighbours
+// (indices clamped to the edge). tf_crop_and_resize writes extrapolation_value outside the roi.
+std::vector<Tensor> resize(const Node& n) {
+  Tensor y = n.x();
+  const std::int64_t r = y.rank();
+  std::vector<std::int64_t> axes;
+  for (auto a : n.attr.ints("axes")) axes.push_back(norm_axis(a, r));
+  if (axes.empty())
+    for (std::int64_t d = 0; d < r; ++d) axes.push_back(d);
+  const std::size_t k = axes.size();
+  std::vector<double> scales(k, 1.0), roi_start(k, 0.0), roi_end(k, 1.0);
+  std::vector<std::int64_t> out(k);
+  for (std::size_t i = 0; i < k; ++i) out[i] = y.dim(axes[i]);
+  if (n.has(3) && n.in[3].numel() > 0) {  // sizes
+    auto sz = ints_of(n.in[3]);
+    if (sz.size() != k) fail(kWho, n.what, ": sizes has ", sz.size(), " values for ", k, " axes");
+    const std::string policy = n.attr.s("keep_aspect_ratio_policy");
+    if (policy == "stretch") {
+      for (std::size_t i = 0; i < k; ++i) {
+        out[i] = sz[i];
+        scales[i] = double(sz[i]) / double(y.dim(axes[i]));
+      }
+    } else {  // one scale for every axis, the smallest (not_larger) or largest (not_smaller)
+      double sc = policy == "not_larger" ? std::numeric_limits<double>::infinity() : 0.0;
+      for (std::size_t i = 0; i < k; ++i) {
+        const double v = double(sz[i]) / double(y.dim(axes[i]));
+        sc = policy == "not_larger" ? std::min(sc, v) : std::max(sc, v);
+      }
+      for (std::size_t i = 0; i < k; ++i) {
+        scales[i] = sc;
+        out[i] = std::int64_t(std::floor(sc * double(y.dim(axes[i])) + 0.5));
+      }
+    }
+  } else if (n.has(2) && n.in[2].numel() > 0) {  // scales
+    auto sc = cast(n.in[2], DType::f64).to_vector<double>();
+    if (sc.size() != k) fail(kWho, n.what, ": scales has ", sc.size(), " values for ", k, " axes");
+    for (std::size_t i = 0; i < k; ++i) {
+      scales[i] = sc[i];
+      out[i] = std::int64_t(std::floor(double(y.dim(axes[i])) * sc[i]));
+    }
+  } else {
+    fail(kWho, n.what, ": neither scales nor sizes is given");
+  }
+  const std::string mode = n.attr.s("mode"), ct = n.attr.s("coordinate_transformation_mode");
+  const std::string nm = n.attr.s("nearest_mode");
+  if (ct == "tf_crop_and_resize") {
+    if (!n.has(1)) fail(kWho, n.what, ": tf_crop_and_resize needs the roi input");
+    auto roi = cast(n.in[1], DType::f64).to_vector<double>();
+    const std::size_t m = roi.size() / 2;
+    for (std::size_t i = 0; i < k; ++i) {
+      const std::size_t j = m == k ? i : std::size_t(axes[i]);
+      roi_start[i] = roi[j];
+      roi_end[i] = roi[j + m];
+    }
+  }
+  const double extrapolation = n.attr.f("extrapolation_value");
+  for (std::size_t i = 0; i < k; ++i) {
+    const std::int64_t ax = axes[i], in_len = y.dim(ax), out_len = out[i];
+    const double scale = scales[i];
+    if (out_len == in_len && scale == 1.0 && ct != "tf_crop_and_resize") continue;
+    std::vector<double> src(static_cast<std::size_t>(out_len));
+    std::vector<bool> inside(static_cast<std::size_t>(out_len), true);
+    for (std::int64_t o = 0; o < out_len; ++o) {
+      const double x = double(o);
+      double v;
+      if (ct == "asymmetric") {
+        v = x / scale;
+      } else if (ct == "align_corners") {
+        // The resized length as a real number (scale * length), as ONNX's reference has it.
+        const double len = scale * double(in_len);
+        v = len == 1.0 ? 0.0 : x * double(in_len - 1) / (len - 1.0);
+      } else if (ct == "pytorch_half_pixel") {
+        v = out_len > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+      } else if (ct == "half_pixel_symmetric") {
+        const double adjustment = double(out_len) / (scale * double(in_len));
+        const double offset = double(in_len) / 2.0 * (1.0 - adjustment);
+        v = offset + (x + 0.5) / scale - 0.5;
+      } else if (ct == "tf_crop_and_resize") {
+        const double a = roi_start[i], b = roi_end[i];
+        v = out_len > 1 ? a * double(in_len - 1) + x * (b - a) * double(in_len - 1) / double(out_len - 1)
+                        : 0.5 * (a + b) * double(in_len - 1);
+        inside[std::size_t(o)] = v >= 0 && v <= double(in_len - 1);
+      } else {  // half_pixel
+        v = (x + 0.5) / scale - 0.5;
+      }
+      src[std::size_t(o)] = v;
+    }
+    Shape along(std::size_t(r), 1);
+    along[std::size_t(ax)] = out_len;
+    Tensor z;
+    if (mode == "nearest") {
+      std::vector<std::int64_t> idx(static_cast<std::size_t>(out_len));
+      for (std::size_t o = 0; o < idx.size(); ++o) {
+        const double v = src[o];
+        double f;
+        if (nm == "floor") f = std::floor(v);
+        else if (nm == "ceil") f = std::ceil(v);
+        else if (nm == "round_prefer_ceil") f = std::floor(v + 0.5);
+        else f = std::ceil(v - 0.5);  // round_prefer_floor
+        idx[o] = std::clamp<std::int64_t>(std::int64_t(f), 0, in_len - 1);
+      }
+      z = gather(y, constant(idx, Shape{out_len}), ax);
+    } else {  // linear
+      std::vector<std::int64_t> i0(static_cast<std::size_t>(out_len)), i1(i0.size());
+      std::vector<double> w(static_cast<std::size_t>(out_len));
+      for (std::size_t o = 0; o < w.size(); ++o) {
+        const double v = std::clamp(src[o], 0.0, double(in_len - 1));
+        const double f = std::floor(v);
+        i0[o] = std::int64_t(f);
+        i1[o] = std::min<std::int64_t>(i0[o] + 1, in_len - 1);
+        w[o] = v - f;
+      }
+      Tensor wt = cast(constant(w, along), y.dtype());
+      z = gather(y, constant(i0, Shape{out_len}), ax) * (1.0 - wt) +
+          gather(y, constant(i1, Shape{out_len}), ax) * wt;
+    }
+    if (ct == "tf_crop_and_resize") {
+      std::vector<std::uint8_t> in_v(inside.begin(), inside.end());
+      Tensor mask = cast(constant(std::vector<float>(in_v.begin(), in_v.end()), along), DType::boolean);
+      z = where(mask, z, full_like(z, extrapolation));
+    }
+    y = z;
+  }
+  return {y};
+}
+void check_resize(const LoadCheck& c) {
+  if (c.opset < 11)
+    fail(kWho, c.what, ": Resize before opset 11 is not supported (the model imports opset ",
+         c.opset, ")");
+  if (c.attr.has("antialias") && c.attr.i("antialias"))
+    fail(kWho, c.what, ": antialias is not supported");
+  const Declared x = c.input(0);
+  if (x.elem && !floating_elem(x.elem) && c.attr.s("mode") != "nearest")
+    fail(kWho, c.what, ": linear resizing of element type ", elem_type_name(x.elem),
+         " is not supported (floating types only)");
 }
 
 // ---- the table -----------------------------------------------------------------------------------
@@ -1310,6 +1451,18 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Range", {range_}},
       {"CumSum", {cumsum_, {I("exclusive"), I("reverse")}}},
       {"GatherElements", {gather_elements, {I("axis")}}},
+      {"Resize",
+       {resize,
+        {I("antialias"), Is("axes"),
+         S("coordinate_transformation_mode", "half_pixel",
+           {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+            "asymmetric", "tf_crop_and_resize"}),
+         F("cubic_coeff_a", -0.75f), I("exclude_outside"), F("extrapolation_value", 0.0f),
+         S("keep_aspect_ratio_policy", "stretch", {"stretch", "not_larger", "not_smaller"}),
+         S("mode", "nearest", {"nearest", "linear"}),
+         S("nearest_mode", "round_prefer_floor",
+           {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})},
+        {}, false, check_resize}},
       {"Split", {split_, {I("axis"), Is("split"), I("num_outputs")}}},
       {"Tile", {tile_}},
       {"Einsum", {einsum_, {S("equation")}}},
@@ -1620,7 +1773,7 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
   for (auto& vi : g.output()) declare(vi);
   for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
   for (auto& s : steps_)
-    if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared});
+    if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset_});
   // Dropout drops out when the model trains (nn::Module::train); a training_mode fed at run time
   // would ask for a random mask that matches no other runtime's.
   for (auto& s : steps_)
