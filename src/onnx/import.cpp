@@ -594,9 +594,9 @@ std::vector<Tensor> cumsum_(const Node& n) {
 
 // GatherElements: out[p] = data[p with its axis coordinate replaced by indices[p]], as one
 // gather from the flattened data at computed linear positions.
-std::vector<Tensor> gather_elements(const Node& n) {
-  const Tensor& x = n.x();
-  Tensor idx = cast(n.arg(1), DType::i64);
+// The positions in the flattened x that GatherElements / ScatterElements address.
+Tensor element_positions(const Node& n, const Tensor& x, Tensor idx) {
+  idx = cast(idx, DType::i64);
   const std::int64_t r = x.rank();
   const std::int64_t axis = norm_axis(n.attr.i("axis"), r);
   if (idx.rank() != r) fail(kWho, n.what, ": indices have rank ", idx.rank(), ", expected ", r);
@@ -617,9 +617,88 @@ std::vector<Tensor> gather_elements(const Node& n) {
     lin = lin.defined() ? lin + term : term;
     stride *= x.dim(d);
   }
-  lin = lin + zeros(idx.shape(), DType::i64);  // broadcast to the indices' shape
-  return {reshape(gather(reshape(x, {-1}), reshape(lin, {-1}), 0), idx.shape())};
+  return lin + zeros(idx.shape(), DType::i64);  // broadcast to the indices' shape
 }
+std::vector<Tensor> gather_elements(const Node& n) {
+  const Tensor& x = n.x();
+  Tensor lin = element_positions(n, x, n.arg(1));
+  return {reshape(gather(reshape(x, {-1}), reshape(lin, {-1}), 0), lin.shape())};
+}
+
+// Rows of x seen as [rows, inner], written by `updates` [k, inner] at `rows` [k]: reduction
+// none replaces them, add adds (soma's gather_grad sums what lands on one row).
+Tensor scatter_rows(const Node& n, const Tensor& x2, const Tensor& rows, const Tensor& updates) {
+  static const OpDef& scatter_add = get_op("gather_grad");
+  Attrs a;
+  a.set("axis", std::int64_t(0));
+  a.set("input_shape", x2.shape());
+  Tensor added = call_op1(scatter_add, {updates, rows}, a);
+  if (n.attr.s("reduction") == "add") return x2 + added;
+  Attrs h;
+  h.set("axis", std::int64_t(0));
+  h.set("input_shape", Shape{x2.dim(0), 1});
+  Tensor hit = call_op1(scatter_add, {ones({rows.numel(), 1}, DType::f32), rows}, h);
+  return where(greater(hit, zeros({}, DType::f32)), added, x2);
+}
+std::vector<Tensor> scatter_elements(const Node& n) {
+  const Tensor& x = n.x();
+  Tensor lin = reshape(element_positions(n, x, n.arg(1)), {-1});
+  Tensor y = scatter_rows(n, reshape(x, {-1, 1}), lin, reshape(n.arg(2), {-1, 1}));
+  return {reshape(y, x.shape())};
+}
+
+// GatherND / ScatterND: indices [..., k] address the first k axes (after batch_dims) of x.
+// Returns x as [rows, inner] and the row of each index tuple (flattened).
+std::pair<Tensor, Tensor> nd_rows(const Node& n, const Tensor& x, const Tensor& indices,
+                                  std::int64_t batch_dims) {
+  Tensor idx = cast(indices, DType::i64);
+  const std::int64_t k = idx.dim(-1);
+  const std::int64_t b = batch_dims;
+  if (k + b > x.rank())
+    fail(kWho, n.what, ": index tuples of ", k, " after ", b, " batch axes exceed rank ", x.rank());
+  std::int64_t batch = 1, per = 1, inner = 1;
+  for (std::int64_t d = 0; d < b; ++d) batch *= x.dim(d);
+  for (std::int64_t d = b; d < b + k; ++d) per *= x.dim(d);
+  for (std::int64_t d = b + k; d < x.rank(); ++d) inner *= x.dim(d);
+  Tensor t = reshape(idx, {batch, -1, k});  // [batch, tuples, k]
+  Tensor rows = reshape(arange(0, double(batch), 1, DType::i64), {batch, 1}) * scalar(double(per), DType::i64);
+  std::int64_t stride = per;
+  for (std::int64_t j = 0; j < k; ++j) {
+    const std::int64_t dim = x.dim(b + j);
+    stride /= dim;
+    Tensor c = squeeze(slice(t, {Slice{}, Slice{}, Slice{j, j + 1}}), {2});
+    c = where(less(c, zeros({}, DType::i64)), c + scalar(double(dim), DType::i64), c);
+    rows = rows + c * scalar(double(stride), DType::i64);
+  }
+  return {reshape(x, {batch * per, inner}), reshape(rows, {-1})};
+}
+std::vector<Tensor> gather_nd(const Node& n) {
+  const Tensor& x = n.x();
+  const Tensor& idx = n.arg(1);
+  const std::int64_t b = n.attr.i("batch_dims");
+  auto [x2, rows] = nd_rows(n, x, idx, b);
+  Shape out(idx.shape().begin(), idx.shape().end() - 1);
+  for (std::int64_t d = b + idx.dim(-1); d < x.rank(); ++d) out.push_back(x.dim(d));
+  return {reshape(gather(x2, rows, 0), out)};
+}
+std::vector<Tensor> scatter_nd(const Node& n) {
+  const Tensor& x = n.x();
+  auto [x2, rows] = nd_rows(n, x, n.arg(1), 0);
+  return {reshape(scatter_rows(n, x2, rows, reshape(n.arg(2), {rows.numel(), x2.dim(1)})), x.shape())};
+}
+
+// Trigonometric and hyperbolic functions from exp, log, sin and cos.
+std::vector<Tensor> tan_(const Node& n) { return {sin(n.x()) / cos(n.x())}; }
+std::vector<Tensor> sinh_(const Node& n) { return {(exp(n.x()) - exp(-n.x())) * 0.5}; }
+std::vector<Tensor> cosh_(const Node& n) { return {(exp(n.x()) + exp(-n.x())) * 0.5}; }
+std::vector<Tensor> asinh_(const Node& n) {
+  const Tensor& x = n.x();
+  // Odd: computed for |x| (no cancellation for large negative x), the sign put back.
+  Tensor a = abs(x);
+  return {sign(x) * log(a + sqrt(square(a) + 1.0))};
+}
+std::vector<Tensor> acosh_(const Node& n) { return {log(n.x() + sqrt(square(n.x()) - 1.0))}; }
+std::vector<Tensor> atanh_(const Node& n) { return {log((1.0 + n.x()) / (1.0 - n.x())) * 0.5}; }
 
 std::vector<Tensor> flatten(const Node& n) {
   const Tensor& x = n.x();
@@ -1463,6 +1542,17 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
          S("nearest_mode", "round_prefer_floor",
            {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})},
         {}, false, check_resize}},
+      {"ScatterElements",
+       {scatter_elements, {I("axis"), S("reduction", "none", {"none", "add"})}}},
+      {"Scatter", {scatter_elements, {I("axis"), S("reduction", "none", {"none"})}}},
+      {"GatherND", {gather_nd, {I("batch_dims")}}},
+      {"ScatterND", {scatter_nd, {S("reduction", "none", {"none", "add"})}}},
+      {"Tan", {tan_}},
+      {"Sinh", {sinh_}},
+      {"Cosh", {cosh_}},
+      {"Asinh", {asinh_}},
+      {"Acosh", {acosh_}},
+      {"Atanh", {atanh_}},
       {"Split", {split_, {I("axis"), Is("split"), I("num_outputs")}}},
       {"Tile", {tile_}},
       {"Einsum", {einsum_, {S("equation")}}},
