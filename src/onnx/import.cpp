@@ -788,7 +788,9 @@ std::vector<Tensor> slice_(const Node& n) {
   return {slice(x, sl)};
 }
 
-std::vector<Tensor> pad_(const Node& n) {  // mode 'constant' only (its AttrDef's allowed list)
+// Pad: constant (negative pads crop first), or edge / reflect / wrap, each axis one gather of
+// the source index of every output position.
+std::vector<Tensor> pad_(const Node& n) {
   const Tensor& x = n.x();
   auto p = n.opset >= 11 ? ints_of(n.arg(1)) : n.attr.ints("pads");
   if (n.has(3)) {  // pads for the listed axes only (opset 18)
@@ -806,12 +808,45 @@ std::vector<Tensor> pad_(const Node& n) {  // mode 'constant' only (its AttrDef'
   if (std::int64_t(p.size()) != 2 * x.rank())
     fail(kWho, n.what, ": pads has ", p.size(), " values for an input of rank ", x.rank());
   const double value = n.opset >= 11 ? (n.has(2) ? n.number(2) : 0.0) : n.attr.f("value");
+  const std::string mode = n.attr.s("mode");
+  if (mode != "constant") {
+    Tensor y = x;
+    for (std::int64_t d = 0; d < x.rank(); ++d) {
+      const std::int64_t a = p[std::size_t(d)], b = p[std::size_t(d + x.rank())];
+      if (a == 0 && b == 0) continue;
+      const std::int64_t len = x.dim(d), out = len + a + b;
+      if (len == 0 || (mode == "reflect" && len == 1 && out > 1))
+        fail(kWho, n.what, ": mode '", mode, "' cannot pad axis ", d, " of length ", len);
+      std::vector<std::int64_t> idx(static_cast<std::size_t>(std::max<std::int64_t>(out, 0)));
+      for (std::int64_t o = 0; o < out; ++o) {
+        std::int64_t i = o - a;
+        if (mode == "edge") {
+          i = std::clamp<std::int64_t>(i, 0, len - 1);
+        } else if (mode == "wrap") {
+          i = ((i % len) + len) % len;
+        } else {  // reflect: mirrored at the edges without repeating them
+          const std::int64_t period = 2 * (len - 1);
+          i = ((i % period) + period) % period;
+          if (i >= len) i = period - i;
+        }
+        idx[std::size_t(o)] = i;
+      }
+      y = gather(y, constant(idx, Shape{std::int64_t(idx.size())}), d);
+    }
+    return {y};
+  }
   std::vector<std::pair<std::int64_t, std::int64_t>> pads;
-  for (std::int64_t d = 0; d < x.rank(); ++d)
-    pads.emplace_back(p[std::size_t(d)], p[std::size_t(d + x.rank())]);
-  for (auto& [a, b] : pads)
-    if (a < 0 || b < 0) fail(kWho, n.what, ": negative pads are not supported");
-  return {soma::pad(x, pads, value)};
+  std::vector<Slice> crop(std::size_t(x.rank()));
+  bool cropped = false;
+  for (std::int64_t d = 0; d < x.rank(); ++d) {
+    const std::int64_t a = p[std::size_t(d)], b = p[std::size_t(d + x.rank())];
+    pads.emplace_back(std::max<std::int64_t>(a, 0), std::max<std::int64_t>(b, 0));
+    if (a < 0 || b < 0) {  // negative pads remove elements
+      crop[std::size_t(d)] = Slice{std::max<std::int64_t>(-a, 0), x.dim(d) - std::max<std::int64_t>(-b, 0)};
+      cropped = true;
+    }
+  }
+  return {soma::pad(cropped ? slice(x, crop) : x, pads, value)};
 }
 
 std::vector<Tensor> constant_of_shape(const Node& n) {
@@ -1589,7 +1624,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Unsqueeze", {squeeze_<false>, {Is("axes")}}},
       {"Gather", {gather_, {I("axis")}}},
       {"Slice", {slice_, {Is("starts"), Is("ends"), Is("axes")}}},
-      {"Pad", {pad_, {S("mode", "constant", {"constant"}), Is("pads"), Is("paddings"),
+      {"Pad", {pad_, {S("mode", "constant", {"constant", "edge", "reflect", "wrap"}), Is("pads"), Is("paddings"),
                       F("value")}}},
       {"ConstantOfShape", {constant_of_shape, {T("value")}}},
       {"Constant",
