@@ -139,3 +139,43 @@ TEST_F(OnnxNumbers, DropoutIsTheIdentityOutsideTraining) {
   EXPECT_NE(msg.find("(Dropout)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("training_mode"), std::string::npos) << msg;
 }
+
+// A few of the operators added for issue 25, checked without the onnx package's node tests.
+TEST_F(OnnxNumbers, ReduceMaxTakesAxesAsAnInputAndArgMaxCanSelectTheLastIndex) {
+  Tensor x = constant<float>({1, 5, 7, 2}, Shape{2, 2});
+  auto rmax = onnx_model({{"ReduceMax", {"x", "axes"}, {"y"}, {attr_int("keepdims", 0)}}},
+                         {{"x", {2, 2}}, {"axes", {1}, kInt64}}, "y", 18);
+  EXPECT_EQ(run(rmax, {x, constant<std::int64_t>({1}, Shape{1})}).at(0).to_vector<float>(),
+            (std::vector<float>{5, 7}));
+  Tensor v = constant<float>({1, 3, 3, 0}, Shape{4});
+  auto first = onnx_model({{"ArgMax", {"x"}, {"y"}, {attr_int("keepdims", 0)}}}, {{"x", {4}}}, "y");
+  auto last = onnx_model({{"ArgMax", {"x"}, {"y"},
+                           {attr_int("keepdims", 0), attr_int("select_last_index", 1)}}},
+                         {{"x", {4}}}, "y");
+  EXPECT_EQ(run(first, {v}).at(0).to_vector<std::int64_t>(), (I64{1}));
+  EXPECT_EQ(run(last, {v}).at(0).to_vector<std::int64_t>(), (I64{2}));
+}
+
+TEST_F(OnnxNumbers, ResizeLinearHalfPixelClampsAtTheEdges) {
+  Tensor x = constant<float>({0, 1}, Shape{1, 1, 1, 2});
+  Tensor scales = constant<float>({1, 1, 1, 2}, Shape{4});
+  auto bytes = onnx_model({{"Resize", {"x", "", "s"}, {"y"}, {attr_string("mode", "linear")}}},
+                          {{"x", {1, 1, 1, 2}}, {"s", {4}}}, "y", 13);
+  Tensor y = run(bytes, {x, scales}).at(0);
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 1, 4}));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{0, 0.25f, 0.75f, 1}));
+}
+
+TEST_F(OnnxNumbers, PadReflectsEdgeAndWraps) {
+  Tensor x = constant<float>({1, 2, 3}, Shape{3});
+  Tensor pads = constant<std::int64_t>({2, 1}, Shape{2});
+  auto pad = [&](const std::string& mode) {
+    auto bytes = onnx_model({{"Pad", {"x", "p"}, {"y"}, {attr_string("mode", mode)}}},
+                            {{"x", {3}}, {"p", {2}, kInt64}}, "y", 13);
+    return run(bytes, {x, pads}).at(0).to_vector<float>();
+  };
+  EXPECT_EQ(pad("reflect"), (std::vector<float>{3, 2, 1, 2, 3, 2}));
+  EXPECT_EQ(pad("edge"), (std::vector<float>{1, 1, 1, 2, 3, 3}));
+  EXPECT_EQ(pad("wrap"), (std::vector<float>{2, 3, 1, 2, 3, 1}));
+  EXPECT_EQ(pad("constant"), (std::vector<float>{0, 0, 1, 2, 3, 0}));
+}
