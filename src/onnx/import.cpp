@@ -1242,6 +1242,108 @@ std::vector<Tensor> softmax_cross_entropy(const Node& n) {
   return {nll(n, lp, n.arg(1), n.has(2) ? n.in[2] : Tensor()), lp};
 }
 
+// Attention (opsets 23-25), as ONNX's reference: Q and K each scaled by sqrt(scale), the KV
+// cache concatenated, grouped KV heads repeated, softcap, an additive bias from attn_mask
+// (bool: -inf where false), the causal and sliding-window frontiers (offset by the cache or per
+// batch by nonpad_kv_seqlen) and the key padding; a row with every key masked gives zeros.
+std::vector<Tensor> attention(const Node& n) {
+  Tensor q = n.x(), k = n.arg(1), v = n.arg(2);
+  const DType dt = q.dtype();
+  const double inf = std::numeric_limits<double>::infinity();
+  const bool three_d = q.rank() == 3;
+  const std::int64_t batch = q.dim(0);
+  if (three_d) {
+    const std::int64_t qh = n.attr.i("q_num_heads"), kh = n.attr.i("kv_num_heads");
+    if (qh <= 0 || kh <= 0)
+      fail(kWho, n.what, ": 3-D inputs need q_num_heads and kv_num_heads");
+    auto heads = [&](const Tensor& t, std::int64_t h) {
+      return transpose(reshape(t, {batch, t.dim(1), h, t.dim(2) / h}), {0, 2, 1, 3});
+    };
+    q = heads(q, qh);
+    k = heads(k, kh);
+    v = heads(v, kh);
+  }
+  const double scale = n.attr.has("scale") ? n.attr.f("scale") : 1.0 / std::sqrt(double(q.dim(3)));
+  const Tensor s = cast(scalar(std::sqrt(scale), DType::f64), dt);
+  const bool has_past = n.has(4) && n.has(5);
+  if (n.has(4) != n.has(5)) fail(kWho, n.what, ": past_key and past_value come together");
+  const std::int64_t past = has_past ? n.in[4].dim(2) : 0;
+  if (has_past) {
+    k = concat({n.in[4], k}, 2);
+    v = concat({n.in[5], v}, 2);
+  }
+  const Tensor present_k = k, present_v = v;
+  const std::int64_t ql = q.dim(2), kl = k.dim(2);
+  // The additive bias, [ql, kl] or broadcastable to [batch, heads, ql, kl].
+  Tensor bias = zeros({ql, kl}, dt);
+  if (n.has(3)) {
+    Tensor m = n.in[3];
+    if (m.dtype() == DType::boolean) m = where(m, zeros({}, dt), full_like(zeros({}, dt), -inf));
+    else m = cast(m, dt);
+    if (m.dim(-1) < kl) {  // shorter masks are padded with "masked"
+      std::vector<std::pair<std::int64_t, std::int64_t>> pads(std::size_t(m.rank()), {0, 0});
+      pads.back().second = kl - m.dim(-1);
+      m = soma::pad(m, pads, -inf);
+    }
+    bias = bias + m;
+  }
+  std::vector<std::int64_t> offsets{past};  // one, or one per batch element
+  std::vector<std::int64_t> nonpad;
+  if (n.has(6)) {
+    nonpad = ints_of(n.in[6]);
+    if (!has_past) {
+      offsets.clear();
+      for (auto len : nonpad) offsets.push_back(len - ql);
+    }
+  }
+  // frontier(i, j) -> allowed, as -inf / 0 added to the bias ([ql, kl], or [batch, 1, ql, kl]).
+  auto add_frontier = [&](auto allowed) {
+    std::vector<float> b;
+    for (auto off : offsets)
+      for (std::int64_t i = 0; i < ql; ++i)
+        for (std::int64_t j = 0; j < kl; ++j) b.push_back(allowed(i + off, j) ? 0.0f : -float(inf));
+    Shape shape = offsets.size() == 1 ? Shape{ql, kl} : Shape{std::int64_t(offsets.size()), 1, ql, kl};
+    bias = bias + cast(constant(b, shape), dt);
+  };
+  if (n.attr.i("is_causal")) add_frontier([](std::int64_t p, std::int64_t j) { return j <= p; });
+  const std::int64_t left = n.attr.i("left_window_size", -1), right = n.attr.i("right_window_size", -1);
+  if (left >= 0 || right >= 0)
+    add_frontier([&](std::int64_t p, std::int64_t j) {
+      return (left < 0 || p - j <= left) && (right < 0 || j - p <= right);
+    });
+  if (!nonpad.empty()) {
+    std::vector<float> b;
+    for (auto len : nonpad)
+      for (std::int64_t j = 0; j < kl; ++j) b.push_back(j < len ? 0.0f : -float(inf));
+    bias = bias + cast(constant(b, Shape{std::int64_t(nonpad.size()), 1, 1, kl}), dt);
+  }
+  const std::int64_t qh = q.dim(1), kh = k.dim(1);
+  if (qh != kh && qh % kh == 0) {  // grouped heads: each KV head repeated in place
+    auto repeat = [&](const Tensor& t) {
+      Tensor r = expand_dims(t, 2) + zeros({t.dim(0), kh, qh / kh, t.dim(2), t.dim(3)}, t.dtype());
+      return reshape(r, {t.dim(0), qh, t.dim(2), t.dim(3)});
+    };
+    k = repeat(k);
+    v = repeat(v);
+  }
+  Tensor scores = matmul(q * s, transpose(k * s, {0, 1, 3, 2}));
+  const double softcap = n.attr.f("softcap");
+  if (softcap > 0) scores = tanh(scores / softcap) * softcap;
+  Tensor with_bias = scores + bias;
+  const std::int64_t mode = n.attr.i("qk_matmul_output_mode");
+  Tensor qk_out = mode == 2 ? with_bias : scores;
+  const DType sm = n.attr.has("softmax_precision")
+                       ? soma_dtype(int(n.attr.i("softmax_precision")), n.what + " softmax_precision")
+                       : dt;
+  Tensor masked_row = equal(max(cast(bias, DType::f32), {-1}, true), full_like(zeros({}, DType::f32), -inf));
+  Tensor logits = where(masked_row, zeros({}, sm), cast(with_bias, sm));
+  Tensor probs = where(masked_row, zeros({}, sm), softmax(logits, -1));
+  if (mode == 3) qk_out = probs;
+  Tensor y = matmul(cast(probs, dt), v);
+  if (three_d) y = reshape(transpose(y, {0, 2, 1, 3}), {batch, y.dim(2), -1});
+  return {y, present_k, present_v, cast(qk_out, dt)};
+}
+
 // ---- checks at load: what a handler cannot run, refused before anything runs ---------------------
 
 // What the file declares about a value: rank (-1: unknown) and ONNX element type (0: unknown).
@@ -1588,6 +1690,11 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Asinh", {asinh_}},
       {"Acosh", {acosh_}},
       {"Atanh", {atanh_}},
+      {"Attention",
+       {attention,
+        {I("is_causal"), I("kv_num_heads"), I("q_num_heads"), I("qk_matmul_output_mode"),
+         F("scale"), F("softcap"), I("softmax_precision"), I("left_window_size", -1),
+         I("right_window_size", -1)}}},
       {"Split", {split_, {I("axis"), Is("split"), I("num_outputs")}}},
       {"Tile", {tile_}},
       {"Einsum", {einsum_, {S("equation")}}},
