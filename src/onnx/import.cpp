@@ -1344,6 +1344,92 @@ std::vector<Tensor> attention(const Node& n) {
   return {y, present_k, present_v, cast(qk_out, dt)};
 }
 
+// RotaryEmbedding (opset 23), as ONNX's reference: x [batch, heads, seq, head] or
+// [batch, seq, hidden]; the first rotary_embedding_dim features of each head rotated in pairs
+// (halves, or interleaved even/odd) by the cos/sin caches, indexed by position_ids if given.
+std::vector<Tensor> rotary_embedding(const Node& n) {
+  const Tensor& in = n.x();
+  Tensor x = in.rank() == 4 ? transpose(in, {0, 2, 1, 3}) : in;  // [batch, seq, heads, head]
+  if (x.rank() == 3) {
+    const std::int64_t heads = n.attr.i("num_heads");
+    if (heads <= 0) fail(kWho, n.what, ": a 3-D input needs num_heads");
+    x = reshape(x, {x.dim(0), x.dim(1), heads, x.dim(2) / heads});
+  }
+  const std::int64_t head = x.dim(3);
+  std::int64_t rot = n.attr.i("rotary_embedding_dim");
+  if (rot == 0) rot = head;
+  Tensor cos_c = n.arg(1), sin_c = n.arg(2);
+  if (n.has(3)) {
+    Tensor pos = cast(n.in[3], DType::i64);
+    cos_c = reshape(gather(cos_c, reshape(pos, {-1}), 0), {pos.dim(0), pos.dim(1), -1});
+    sin_c = reshape(gather(sin_c, reshape(pos, {-1}), 0), {pos.dim(0), pos.dim(1), -1});
+  }
+  if (cos_c.dim(-1) != rot / 2 || sin_c.dim(-1) != rot / 2)
+    fail(kWho, n.what, ": the caches' last axis is ", cos_c.dim(-1), ", expected ", rot / 2);
+  cos_c = expand_dims(cos_c, -2);
+  sin_c = expand_dims(sin_c, -2);
+  Tensor xr = slice(x, {Slice{}, Slice{}, Slice{}, Slice{0, rot}});
+  const bool interleaved = n.attr.i("interleaved") != 0;
+  Tensor x1 = interleaved ? slice(xr, {Slice{}, Slice{}, Slice{}, Slice{0, rot, 2}})
+                          : slice(xr, {Slice{}, Slice{}, Slice{}, Slice{0, rot / 2}});
+  Tensor x2 = interleaved ? slice(xr, {Slice{}, Slice{}, Slice{}, Slice{1, rot, 2}})
+                          : slice(xr, {Slice{}, Slice{}, Slice{}, Slice{rot / 2, rot}});
+  Tensor re = cos_c * x1 - sin_c * x2, im = sin_c * x1 + cos_c * x2;
+  Tensor rotated = interleaved ? reshape(stack({re, im}, -1), xr.shape()) : concat({re, im}, -1);
+  Tensor y = rot < head ? concat({rotated, slice(x, {Slice{}, Slice{}, Slice{}, Slice{rot, head}})}, -1)
+                        : rotated;
+  return {in.rank() == 3 ? reshape(y, in.shape()) : transpose(y, {0, 2, 1, 3})};
+}
+
+// CenterCropPad: each listed axis cropped or zero-padded to its target, centred (the extra
+// element at the end when the difference is odd).
+std::vector<Tensor> center_crop_pad(const Node& n) {
+  Tensor x = n.x();
+  auto target = ints_of(n.arg(1));
+  std::vector<std::int64_t> axes = n.attr.ints("axes");
+  if (axes.empty())
+    for (std::int64_t d = 0; d < x.rank(); ++d) axes.push_back(d);
+  if (axes.size() != target.size())
+    fail(kWho, n.what, ": shape has ", target.size(), " values for ", axes.size(), " axes");
+  std::vector<Slice> crop(std::size_t(x.rank()));
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads(std::size_t(x.rank()), {0, 0});
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    const auto a = std::size_t(norm_axis(axes[i], x.rank()));
+    const std::int64_t dim = x.dim(std::int64_t(a)), t = target[i];
+    if (t < dim) crop[a] = Slice{(dim - t) / 2, (dim - t) / 2 + t};
+    else pads[a] = {(t - dim) / 2, t - dim - (t - dim) / 2};
+  }
+  return {soma::pad(slice(x, crop), pads, 0.0)};
+}
+
+// CumProd along an axis (an input): running products, one slice at a time.
+std::vector<Tensor> cumprod_(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(std::int64_t(n.number(1)), x.rank());
+  const std::int64_t len = x.dim(axis);
+  const bool excl = n.attr.i("exclusive") != 0, rev = n.attr.i("reverse") != 0;
+  std::vector<Tensor> out(static_cast<std::size_t>(len));
+  auto at = [&](std::int64_t i) {
+    std::vector<Slice> sl(std::size_t(x.rank()));
+    sl[std::size_t(axis)] = Slice{i, i + 1};
+    return slice(x, sl);
+  };
+  Shape one = x.shape();
+  if (len > 0) one[std::size_t(axis)] = 1;
+  Tensor run = ones(one, x.dtype());
+  for (std::int64_t s = 0; s < len; ++s) {
+    const std::int64_t i = rev ? len - 1 - s : s;
+    if (excl) {
+      out[std::size_t(i)] = run;
+      run = run * at(i);
+    } else {
+      run = run * at(i);
+      out[std::size_t(i)] = run;
+    }
+  }
+  return {len > 0 ? concat(out, axis) : x};
+}
+
 // ---- checks at load: what a handler cannot run, refused before anything runs ---------------------
 
 // What the file declares about a value: rank (-1: unknown) and ONNX element type (0: unknown).
@@ -1695,6 +1781,10 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
         {I("is_causal"), I("kv_num_heads"), I("q_num_heads"), I("qk_matmul_output_mode"),
          F("scale"), F("softcap"), I("softmax_precision"), I("left_window_size", -1),
          I("right_window_size", -1)}}},
+      {"RotaryEmbedding",
+       {rotary_embedding, {I("interleaved"), I("num_heads"), I("rotary_embedding_dim")}}},
+      {"CenterCropPad", {center_crop_pad, {Is("axes")}}},
+      {"CumProd", {cumprod_, {I("exclusive"), I("reverse")}}},
       {"Split", {split_, {I("axis"), Is("split"), I("num_outputs")}}},
       {"Tile", {tile_}},
       {"Einsum", {einsum_, {S("equation")}}},
