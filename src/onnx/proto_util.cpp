@@ -44,7 +44,7 @@ const char* elem_type_name(int t) {
     default:  // the newer ones (FLOAT8E4M3FN, INT4, ...) by their names in onnx.proto
       return ::onnx::TensorProto_DataType_IsValid(t)
                  ? ::onnx::TensorProto_DataType_Name(TP::DataType(t)).c_str()
-                 : "an unknown element type";
+                 : "UNKNOWN";  // newer than the onnx.proto soma was built with
   }
 }
 
