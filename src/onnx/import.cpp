@@ -1430,6 +1430,41 @@ std::vector<Tensor> cumprod_(const Node& n) {
   return {len > 0 ? concat(out, axis) : x};
 }
 
+// TopK: each element's rank along the axis (how many come before it: larger ones, or smaller
+// ones for largest = 0, then equal ones at lower indices, as ONNX orders ties), then the index
+// holding each rank < k. Exact for any values; n^2 comparisons per row.
+std::vector<Tensor> top_k(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t k = n.opset >= 10 ? std::int64_t(n.number(1)) : n.attr.i("k");  // input from 10
+  const std::int64_t axis = norm_axis(n.attr.i("axis", -1), x.rank());
+  const std::int64_t len = x.dim(axis);
+  if (k < 0 || k > len) fail(kWho, n.what, ": k is ", k, " for an axis of length ", len);
+  std::vector<std::int64_t> perm;
+  for (std::int64_t d = 0; d < x.rank(); ++d)
+    if (d != axis) perm.push_back(d);
+  perm.push_back(axis);
+  std::vector<std::int64_t> back(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) back[std::size_t(perm[i])] = std::int64_t(i);
+  Tensor xt = transpose(x, perm);
+  Shape kept = xt.shape();
+  Tensor rows = reshape(xt, {-1, len});  // [m, n]
+  const std::int64_t m = rows.dim(0);
+  Tensor xi = expand_dims(rows, 2), xj = expand_dims(rows, 1);  // [m, n(i), 1], [m, 1, n(j)]
+  Tensor before = n.attr.i("largest") ? greater(xj, xi) : less(xj, xi);
+  Tensor i_idx = reshape(arange(0, double(len), 1, DType::i64), {len, 1});
+  Tensor j_idx = reshape(arange(0, double(len), 1, DType::i64), {1, len});
+  Tensor tie = logical_and(equal(xj, xi), less(j_idx, i_idx));
+  Tensor rank = sum(cast(logical_or(before, tie), DType::i64), {2}, false);  // [m, n]
+  Tensor hit = equal(expand_dims(rank, 2),
+                     reshape(arange(0, double(k), 1, DType::i64), {1, 1, k}));  // [m, n, k]
+  Tensor idx = sum(cast(hit, DType::i64) * reshape(arange(0, double(len), 1, DType::i64), {1, len, 1}),
+                   {1}, false);  // [m, k]
+  Tensor pos = idx + reshape(arange(0, double(m), 1, DType::i64), {m, 1}) * scalar(double(len), DType::i64);
+  Tensor values = reshape(gather(reshape(rows, {-1}), reshape(pos, {-1}), 0), {m, k});
+  kept.back() = k;
+  return {transpose(reshape(values, kept), back), transpose(reshape(idx, kept), back)};
+}
+
 // ---- checks at load: what a handler cannot run, refused before anything runs ---------------------
 
 // What the file declares about a value: rank (-1: unknown) and ONNX element type (0: unknown).
@@ -1785,6 +1820,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
        {rotary_embedding, {I("interleaved"), I("num_heads"), I("rotary_embedding_dim")}}},
       {"CenterCropPad", {center_crop_pad, {Is("axes")}}},
       {"CumProd", {cumprod_, {I("exclusive"), I("reverse")}}},
+      {"TopK", {top_k, {I("axis", -1), I("k"), I("largest", 1), I("sorted", 1)}}},
       {"Split", {split_, {I("axis"), Is("split"), I("num_outputs")}}},
       {"Tile", {tile_}},
       {"Einsum", {einsum_, {S("equation")}}},
