@@ -83,6 +83,16 @@ std::string join(const C& items) {
   return s;
 }
 
+// A STRING attribute's value as an enum, by a table (the values are checked at load against the
+// AttrDef's allowed list, so a miss here is an internal error).
+template <class E>
+E keyword(const std::string& value, std::initializer_list<std::pair<std::string_view, E>> table,
+          const std::string& what) {
+  for (const auto& entry : table)
+    if (entry.first == value) return entry.second;
+  fail(kWho, what, ": internal: unexpected value '", value, "'");
+}
+
 // ---- the ONNX side of an operator: its attributes ---------------------------------------------
 
 // One attribute of an ONNX operator (the union over opsets), with ONNX's default.
@@ -342,7 +352,7 @@ Padding onnx_padding(const Node& n) {
 Size2 size2(const Node& n, std::string_view attr, std::int64_t def) {
   auto v = n.attr.ints(attr);
   if (v.empty()) return Size2(def);
-  if (v.size() == 1) return Size2(attr == "output_padding" ? 0 : 1, v[0]);
+  if (v.size() == 1) return Size2(def, v[0]);  // 1-D: a unit first axis (0 for output_padding)
   if (v.size() != 2)
     fail(kWho, n.what, ": only 1-D and 2-D ", std::string(attr), " are supported, got ", v.size(), " values");
   return Size2(v[0], v[1]);
@@ -633,7 +643,9 @@ Tensor scatter_rows(const Node& n, const Tensor& x2, const Tensor& rows, const T
   a.set("axis", std::int64_t(0));
   a.set("input_shape", x2.shape());
   Tensor added = call_op1(scatter_add, {updates, rows}, a);
-  if (n.attr.s("reduction") == "add") return x2 + added;
+  enum class R { none, add };
+  if (keyword<R>(n.attr.s("reduction"), {{"none", R::none}, {"add", R::add}}, n.what) == R::add)
+    return x2 + added;
   Attrs h;
   h.set("axis", std::int64_t(0));
   h.set("input_shape", Shape{x2.dim(0), 1});
@@ -808,21 +820,25 @@ std::vector<Tensor> pad_(const Node& n) {
   if (std::int64_t(p.size()) != 2 * x.rank())
     fail(kWho, n.what, ": pads has ", p.size(), " values for an input of rank ", x.rank());
   const double value = n.opset >= 11 ? (n.has(2) ? n.number(2) : 0.0) : n.attr.f("value");
-  const std::string mode = n.attr.s("mode");
-  if (mode != "constant") {
+  enum class Mode { constant, edge, reflect, wrap };
+  const std::string mode_name = n.attr.s("mode");
+  const Mode mode = keyword<Mode>(mode_name, {{"constant", Mode::constant}, {"edge", Mode::edge},
+                                              {"reflect", Mode::reflect}, {"wrap", Mode::wrap}},
+                                  n.what);
+  if (mode != Mode::constant) {
     Tensor y = x;
     for (std::int64_t d = 0; d < x.rank(); ++d) {
       const std::int64_t a = p[std::size_t(d)], b = p[std::size_t(d + x.rank())];
       if (a == 0 && b == 0) continue;
       const std::int64_t len = x.dim(d), out = len + a + b;
-      if (len == 0 || (mode == "reflect" && len == 1 && out > 1))
-        fail(kWho, n.what, ": mode '", mode, "' cannot pad axis ", d, " of length ", len);
+      if (len == 0 || (mode == Mode::reflect && len == 1 && out > 1))
+        fail(kWho, n.what, ": mode '", mode_name, "' cannot pad axis ", d, " of length ", len);
       std::vector<std::int64_t> idx(static_cast<std::size_t>(std::max<std::int64_t>(out, 0)));
       for (std::int64_t o = 0; o < out; ++o) {
         std::int64_t i = o - a;
-        if (mode == "edge") {
+        if (mode == Mode::edge) {
           i = std::clamp<std::int64_t>(i, 0, len - 1);
-        } else if (mode == "wrap") {
+        } else if (mode == Mode::wrap) {
           i = ((i % len) + len) % len;
         } else {  // reflect: mirrored at the edges without repeating them
           const std::int64_t period = 2 * (len - 1);
@@ -1094,7 +1110,8 @@ std::vector<Tensor> hardmax(const Node& n) {
 
 std::vector<Tensor> gelu(const Node& n) {
   const Tensor& x = n.x();
-  if (n.attr.s("approximate") == "tanh")
+  enum class A { none, tanh };
+  if (keyword<A>(n.attr.s("approximate"), {{"none", A::none}, {"tanh", A::tanh}}, n.what) == A::tanh)
     return {0.5 * x * (1.0 + tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)))};
   return {0.5 * x * (1.0 + erf(x * (1.0 / std::numbers::sqrt2)))};
 }
@@ -1193,7 +1210,9 @@ std::vector<Tensor> depth_to_space(const Node& n) {
   const Tensor& x = n.x();
   const std::int64_t b = n.attr.i("blocksize");
   const std::int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-  Tensor t = n.attr.s("mode") == "CRD"
+  enum class M { dcr, crd };
+  const bool crd = keyword<M>(n.attr.s("mode"), {{"DCR", M::dcr}, {"CRD", M::crd}}, n.what) == M::crd;
+  Tensor t = crd
                  ? transpose(reshape(x, {N, C / (b * b), b, b, H, W}), {0, 1, 4, 2, 5, 3})
                  : transpose(reshape(x, {N, b, b, C / (b * b), H, W}), {0, 3, 4, 1, 5, 2});
   return {reshape(t, {N, C / (b * b), H * b, W * b})};
@@ -1229,9 +1248,13 @@ Tensor nll(const Node& n, const Tensor& x, const Tensor& target, const Tensor& w
   Tensor w = weight.defined() ? gather(weight, t, 0) : ones(t.shape(), x.dtype());
   w = w * cast(keep, x.dtype());
   Tensor loss = picked * w;
-  const std::string r = n.attr.s("reduction");
-  if (r == "none") return loss;
-  if (r == "sum") return sum(loss);
+  enum class R { none, sum, mean };
+  switch (keyword<R>(n.attr.s("reduction"), {{"none", R::none}, {"sum", R::sum}, {"mean", R::mean}},
+                     n.what)) {
+    case R::none: return loss;
+    case R::sum: return sum(loss);
+    case R::mean: break;
+  }
   return sum(loss) / sum(w);
 }
 std::vector<Tensor> nll_loss(const Node& n) {
@@ -1478,6 +1501,7 @@ struct LoadCheck {
   const std::string& what;
   const std::unordered_map<std::string, Declared>& declared;
   std::int64_t opset;
+  const std::unordered_map<std::string, Tensor>& constants;  // initialisers and Constant outputs
   Declared input(int i) const {
     if (i >= proto.input_size()) return {};
     auto it = declared.find(proto.input(i));
@@ -1512,7 +1536,7 @@ void check_conv(const LoadCheck& c) { check_window(c, false); }
 void check_conv_transpose(const LoadCheck& c) {
   check_window(c, false);
   const std::string pad = c.attr.s("auto_pad");
-  if (pad != "NOTSET" && !pad.empty())
+  if (auto_pads().at(pad) != AutoPad::notset)
     fail(kWho, c.what, ": auto_pad '", pad, "' is not supported for ConvTranspose (NOTSET, "
          "with explicit pads)");
 }
@@ -1521,6 +1545,13 @@ void check_pool(const LoadCheck& c) {
   for (auto d : c.attr.ints("dilations"))
     if (d != 1) fail(kWho, c.what, ": dilated pooling (dilations ", d, ") is not supported");
   if (c.has_output(1)) fail(kWho, c.what, ": the Indices output is not supported");
+}
+// Dropout drops out when the model trains (nn::Module::train); a training_mode fed at run time
+// would ask for a random mask that matches no other runtime's.
+void check_dropout(const LoadCheck& c) {
+  if (c.has_input(2) && !c.constants.count(c.proto.input(2)))
+    fail(kWho, c.what, ": a training_mode input computed at run time is not supported (soma "
+         "drops out while the model trains: Model::train / eval)");
 }
 void check_batch_norm(const LoadCheck& c) {
   for (int i = 1; i < c.proto.output_size(); ++i)
@@ -1532,8 +1563,10 @@ void check_recurrent(const LoadCheck& c) {
   if (c.attr.has("input_forget") && c.attr.i("input_forget", 0))
     fail(kWho, c.what, ": input_forget is not supported");
   if (c.has_input(4)) fail(kWho, c.what, ": sequence_lens is not supported");
-  if (c.proto.op_type() == "LSTM" && c.has_input(7))
-    fail(kWho, c.what, ": peephole weights (P) are not supported");
+}
+void check_lstm(const LoadCheck& c) {
+  check_recurrent(c);
+  if (c.has_input(7)) fail(kWho, c.what, ": peephole weights (P) are not supported");
 }
 
 
@@ -1541,6 +1574,7 @@ void check_recurrent(const LoadCheck& c) {
 // separable): each output position maps to a source coordinate by the coordinate
 // transformation mode; nearest gathers the rounded index, linear blends the two neighbours
 // (indices clamped to the edge). tf_crop_and_resize writes extrapolation_value outside the roi.
+constexpr std::string_view kNearest = "nearest";  // Resize's mode (the other: linear)
 std::vector<Tensor> resize(const Node& n) {
   Tensor y = n.x();
   const std::int64_t r = y.rank();
@@ -1555,17 +1589,21 @@ std::vector<Tensor> resize(const Node& n) {
   if (n.has(3) && n.in[3].numel() > 0) {  // sizes
     auto sz = ints_of(n.in[3]);
     if (sz.size() != k) fail(kWho, n.what, ": sizes has ", sz.size(), " values for ", k, " axes");
-    const std::string policy = n.attr.s("keep_aspect_ratio_policy");
-    if (policy == "stretch") {
+    enum class P { stretch, not_larger, not_smaller };
+    const P policy = keyword<P>(n.attr.s("keep_aspect_ratio_policy"),
+                                {{"stretch", P::stretch}, {"not_larger", P::not_larger},
+                                 {"not_smaller", P::not_smaller}},
+                                n.what);
+    if (policy == P::stretch) {
       for (std::size_t i = 0; i < k; ++i) {
         out[i] = sz[i];
         scales[i] = double(sz[i]) / double(y.dim(axes[i]));
       }
     } else {  // one scale for every axis, the smallest (not_larger) or largest (not_smaller)
-      double sc = policy == "not_larger" ? std::numeric_limits<double>::infinity() : 0.0;
+      double sc = policy == P::not_larger ? std::numeric_limits<double>::infinity() : 0.0;
       for (std::size_t i = 0; i < k; ++i) {
         const double v = double(sz[i]) / double(y.dim(axes[i]));
-        sc = policy == "not_larger" ? std::min(sc, v) : std::max(sc, v);
+        sc = policy == P::not_larger ? std::min(sc, v) : std::max(sc, v);
       }
       for (std::size_t i = 0; i < k; ++i) {
         scales[i] = sc;
@@ -1582,9 +1620,24 @@ std::vector<Tensor> resize(const Node& n) {
   } else {
     fail(kWho, n.what, ": neither scales nor sizes is given");
   }
-  const std::string mode = n.attr.s("mode"), ct = n.attr.s("coordinate_transformation_mode");
-  const std::string nm = n.attr.s("nearest_mode");
-  if (ct == "tf_crop_and_resize") {
+  enum class Ct { half_pixel, half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric,
+                  tf_crop_and_resize };
+  enum class Near { round_prefer_floor, round_prefer_ceil, floor, ceil };
+  const bool nearest = n.attr.s("mode") == kNearest;
+  const Ct ct = keyword<Ct>(n.attr.s("coordinate_transformation_mode"),
+                            {{"half_pixel", Ct::half_pixel},
+                             {"half_pixel_symmetric", Ct::half_pixel_symmetric},
+                             {"pytorch_half_pixel", Ct::pytorch_half_pixel},
+                             {"align_corners", Ct::align_corners},
+                             {"asymmetric", Ct::asymmetric},
+                             {"tf_crop_and_resize", Ct::tf_crop_and_resize}},
+                            n.what);
+  const Near nm = keyword<Near>(n.attr.s("nearest_mode"),
+                                {{"round_prefer_floor", Near::round_prefer_floor},
+                                 {"round_prefer_ceil", Near::round_prefer_ceil},
+                                 {"floor", Near::floor}, {"ceil", Near::ceil}},
+                                n.what);
+  if (ct == Ct::tf_crop_and_resize) {
     if (!n.has(1)) fail(kWho, n.what, ": tf_crop_and_resize needs the roi input");
     auto roi = cast(n.in[1], DType::f64).to_vector<double>();
     const std::size_t m = roi.size() / 2;
@@ -1598,25 +1651,25 @@ std::vector<Tensor> resize(const Node& n) {
   for (std::size_t i = 0; i < k; ++i) {
     const std::int64_t ax = axes[i], in_len = y.dim(ax), out_len = out[i];
     const double scale = scales[i];
-    if (out_len == in_len && scale == 1.0 && ct != "tf_crop_and_resize") continue;
+    if (out_len == in_len && scale == 1.0 && ct != Ct::tf_crop_and_resize) continue;
     std::vector<double> src(static_cast<std::size_t>(out_len));
     std::vector<bool> inside(static_cast<std::size_t>(out_len), true);
     for (std::int64_t o = 0; o < out_len; ++o) {
       const double x = double(o);
       double v;
-      if (ct == "asymmetric") {
+      if (ct == Ct::asymmetric) {
         v = x / scale;
-      } else if (ct == "align_corners") {
+      } else if (ct == Ct::align_corners) {
         // The resized length as a real number (scale * length), as ONNX's reference has it.
         const double len = scale * double(in_len);
         v = len == 1.0 ? 0.0 : x * double(in_len - 1) / (len - 1.0);
-      } else if (ct == "pytorch_half_pixel") {
+      } else if (ct == Ct::pytorch_half_pixel) {
         v = out_len > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
-      } else if (ct == "half_pixel_symmetric") {
+      } else if (ct == Ct::half_pixel_symmetric) {
         const double adjustment = double(out_len) / (scale * double(in_len));
         const double offset = double(in_len) / 2.0 * (1.0 - adjustment);
         v = offset + (x + 0.5) / scale - 0.5;
-      } else if (ct == "tf_crop_and_resize") {
+      } else if (ct == Ct::tf_crop_and_resize) {
         const double a = roi_start[i], b = roi_end[i];
         v = out_len > 1 ? a * double(in_len - 1) + x * (b - a) * double(in_len - 1) / double(out_len - 1)
                         : 0.5 * (a + b) * double(in_len - 1);
@@ -1629,14 +1682,14 @@ std::vector<Tensor> resize(const Node& n) {
     Shape along(std::size_t(r), 1);
     along[std::size_t(ax)] = out_len;
     Tensor z;
-    if (mode == "nearest") {
+    if (nearest) {
       std::vector<std::int64_t> idx(static_cast<std::size_t>(out_len));
       for (std::size_t o = 0; o < idx.size(); ++o) {
         const double v = src[o];
         double f;
-        if (nm == "floor") f = std::floor(v);
-        else if (nm == "ceil") f = std::ceil(v);
-        else if (nm == "round_prefer_ceil") f = std::floor(v + 0.5);
+        if (nm == Near::floor) f = std::floor(v);
+        else if (nm == Near::ceil) f = std::ceil(v);
+        else if (nm == Near::round_prefer_ceil) f = std::floor(v + 0.5);
         else f = std::ceil(v - 0.5);  // round_prefer_floor
         idx[o] = std::clamp<std::int64_t>(std::int64_t(f), 0, in_len - 1);
       }
@@ -1655,7 +1708,7 @@ std::vector<Tensor> resize(const Node& n) {
       z = gather(y, constant(i0, Shape{out_len}), ax) * (1.0 - wt) +
           gather(y, constant(i1, Shape{out_len}), ax) * wt;
     }
-    if (ct == "tf_crop_and_resize") {
+    if (ct == Ct::tf_crop_and_resize) {
       std::vector<std::uint8_t> in_v(inside.begin(), inside.end());
       Tensor mask = cast(constant(std::vector<float>(in_v.begin(), in_v.end()), along), DType::boolean);
       z = where(mask, z, full_like(z, extrapolation));
@@ -1671,7 +1724,7 @@ void check_resize(const LoadCheck& c) {
   if (c.attr.has("antialias") && c.attr.i("antialias"))
     fail(kWho, c.what, ": antialias is not supported");
   const Declared x = c.input(0);
-  if (x.elem && !floating_elem(x.elem) && c.attr.s("mode") != "nearest")
+  if (x.elem && !floating_elem(x.elem) && c.attr.s("mode") != kNearest)
     fail(kWho, c.what, ": linear resizing of element type ", elem_type_name(x.elem),
          " is not supported (floating types only)");
 }
@@ -1742,7 +1795,8 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Cast", {nullptr, {I("to", 1), I("saturate", 1)}}},
       // handlers
       {"Identity", {identity}},
-      {"Dropout", {dropout, legacy({F("ratio", 0.5f), I("is_test"), I("seed")})}},
+      {"Dropout", {dropout, legacy({F("ratio", 0.5f), I("is_test"), I("seed")}), {}, false,
+                   check_dropout}},
       {"Div", {divide_, legacy_broadcast()}},
       {"Mod", {mod_, {I("fmod")}}},
       {"Pow", {pow_, {I("broadcast"), I("axis")}}},
@@ -1866,7 +1920,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
          S("value_string"), Ss("value_strings"), {"sparse_value", AP::SPARSE_TENSOR}},
         {},
         true}},
-      {"LSTM", {recurrent<4>, rnn_attrs({I("input_forget")}), {}, false, check_recurrent}},
+      {"LSTM", {recurrent<4>, rnn_attrs({I("input_forget")}), {}, false, check_lstm}},
       {"GRU", {recurrent<3>, rnn_attrs({I("linear_before_reset")}), {}, false, check_recurrent}},
       {"RNN", {recurrent<1>, rnn_attrs(), {}, false, check_recurrent}},
   };
@@ -2131,14 +2185,7 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
   for (auto& vi : g.output()) declare(vi);
   for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
   for (auto& s : steps_)
-    if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset_});
-  // Dropout drops out when the model trains (nn::Module::train); a training_mode fed at run time
-  // would ask for a random mask that matches no other runtime's.
-  for (auto& s : steps_)
-    if (s.proto->op_type() == "Dropout" && s.proto->input_size() > 2 &&
-        !s.proto->input(2).empty() && !constants_.count(s.proto->input(2)))
-      fail(kWho, s.what, ": a training_mode input computed at run time is not supported (soma "
-           "drops out while the model trains: Model::train / eval)");
+    if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset_, constants_});
   for (auto& vo : g.output()) output_names_.push_back(vo.name());
   if (output_names_.empty()) fail(kWho, "the graph has no outputs");
 }
