@@ -443,6 +443,24 @@ std::vector<Tensor> pool(const Node& n) {
   return {drop_1d(Max ? max_pool2d(xi, ks, st, pad) : avg_pool2d(xi, ks, st, pad), lifted)};
 }
 
+// LpPool: (sum over the window of |x|^p)^(1/p); padding adds zeros, so the sum is an average
+// over the explicitly padded input times the window size.
+std::vector<Tensor> lp_pool(const Node& n) {
+  const bool lifted = n.x().rank() == 3;
+  const Tensor x = lift_1d(n.x());
+  if (x.rank() != 4)
+    fail(kWho, n.what, ": only 1-D and 2-D pooling (inputs [N, C, L] or [N, C, H, W]) is supported");
+  const Size2 ks = size2(n, "kernel_shape", 1), st = size2(n, "strides", 1);
+  const Padding pad = onnx_padding(n);
+  std::array<std::int64_t, 4> p{0, 0, 0, 0};
+  if (pad.mode() == Padding::Mode::explicit_) p = pad.pads();
+  else if (pad.mode() == Padding::Mode::same) p = resolve_padding(pad, x.dim(2), x.dim(3), ks, st);
+  const double power = double(n.attr.i("p"));
+  Tensor xp = soma::pad(pow(abs(x), scalar(power, x.dtype())), {{0, 0}, {0, 0}, {p[0], p[1]}, {p[2], p[3]}});
+  Tensor sum_w = avg_pool2d(xp, ks, st, Padding("valid")) * double(ks.h * ks.w);
+  return {drop_1d(pow(sum_w, scalar(1.0 / power, x.dtype())), lifted)};
+}
+
 template <bool Max>
 std::vector<Tensor> global_pool(const Node& n) {
   const Tensor& x = n.x();
@@ -1553,6 +1571,10 @@ void check_dropout(const LoadCheck& c) {
     fail(kWho, c.what, ": a training_mode input computed at run time is not supported (soma "
          "drops out while the model trains: Model::train / eval)");
 }
+void check_lp_pool(const LoadCheck& c) {
+  check_pool(c);
+  if (c.attr.i("ceil_mode")) fail(kWho, c.what, ": ceil_mode is not supported for LpPool");
+}
 void check_batch_norm(const LoadCheck& c) {
   for (int i = 1; i < c.proto.output_size(); ++i)
     if (c.has_output(i))
@@ -1815,6 +1837,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
                          false, check_conv_transpose}},
       {"MaxPool", {pool<true>, pool_attrs({I("storage_order")}), {}, false, check_pool}},
       {"AveragePool", {pool<false>, pool_attrs({I("count_include_pad")}), {}, false, check_pool}},
+      {"LpPool", {lp_pool, pool_attrs({I("p", 2)}), {}, false, check_lp_pool}},
       {"GlobalAveragePool", {global_pool<false>}},
       {"GlobalMaxPool", {global_pool<true>}},
       {"BatchNormalization",
