@@ -326,14 +326,16 @@ std::vector<Tensor> gemm(const Node& n) {
 }
 
 // auto_pad's values soma runs; the others fail at load (the AttrDef's allowed list).
-enum class AutoPad { notset, valid, same_upper };
+enum class AutoPad { notset, valid, same_upper, same_lower };
 const std::unordered_map<std::string, AutoPad>& auto_pads() {
   static const std::unordered_map<std::string, AutoPad> m{
       {"NOTSET", AutoPad::notset}, {"", AutoPad::notset}, {"VALID", AutoPad::valid},
-      {"SAME_UPPER", AutoPad::same_upper}};
+      {"SAME_UPPER", AutoPad::same_upper}, {"SAME_LOWER", AutoPad::same_lower}};
   return m;
 }
-const std::vector<std::string_view> kAutoPads{"NOTSET", "VALID", "SAME_UPPER", ""};
+const std::vector<std::string_view> kAutoPads{"NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER", ""};
+Size2 size2(const Node& n, std::string_view attr, std::int64_t def);
+Tensor lift_1d(const Tensor& t);
 
 // 1-D windows (inputs [N, C, L]) run as 2-D ones of height 1: their attributes get a leading
 // 1 (0 for pads), the input and weight a unit axis 2.
@@ -341,6 +343,23 @@ Padding onnx_padding(const Node& n) {
   switch (auto_pads().at(n.attr.s("auto_pad"))) {
     case AutoPad::valid: return Padding("valid");
     case AutoPad::same_upper: return Padding("same");  // TensorFlow's rule: the extra at the end
+    case AutoPad::same_lower: {  // the same total, the extra at the beginning
+      const Tensor x = lift_1d(n.x());
+      const Size2 st = size2(n, "strides", 1), dil = size2(n, "dilations", 1);
+      Size2 k;
+      if (n.attr.has("kernel_shape")) {
+        k = size2(n, "kernel_shape", 1);
+      } else {  // Conv without kernel_shape: the weight's
+        const Tensor w = lift_1d(n.arg(1));
+        k = Size2(w.dim(2), w.dim(3));
+      }
+      auto total = [](std::int64_t len, std::int64_t kk, std::int64_t s, std::int64_t d) {
+        const std::int64_t out = (len + s - 1) / s;
+        return std::max<std::int64_t>((out - 1) * s + (kk - 1) * d + 1 - len, 0);
+      };
+      const std::int64_t th = total(x.dim(2), k.h, st.h, dil.h), tw = total(x.dim(3), k.w, st.w, dil.w);
+      return Padding(th - th / 2, th / 2, tw - tw / 2, tw / 2);
+    }
     case AutoPad::notset: break;
   }
   auto p = n.attr.has("pads") ? n.attr.ints("pads") : std::vector<std::int64_t>{0, 0, 0, 0};
