@@ -1758,6 +1758,85 @@ std::vector<Tensor> resize(const Node& n) {
   }
   return {y};
 }
+
+// GridSample on [N, C, H, W] (opset 16 on), as ONNX's reference: grid [N, Ho, Wo, 2] holds
+// normalised (x, y); nearest rounds half to even, linear blends the four neighbours; samples
+// outside are zeros, the border's, or reflected. One gather of rows of x as [N*H*W, C] per
+// neighbour.
+std::vector<Tensor> grid_sample(const Node& n) {
+  const Tensor& x = n.x();
+  const Tensor& grid = n.arg(1);
+  if (x.rank() != 4) fail(kWho, n.what, ": only 2-D sampling (inputs [N, C, H, W]) is supported");
+  enum class Pad { zeros, border, reflection };
+  const Pad pm = keyword<Pad>(n.attr.s("padding_mode"),
+                              {{"zeros", Pad::zeros}, {"border", Pad::border},
+                               {"reflection", Pad::reflection}},
+                              n.what);
+  const bool align = n.attr.i("align_corners") != 0;
+  const bool nearest = n.attr.s("mode") == kNearest;
+  const std::int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const std::int64_t Ho = grid.dim(1), Wo = grid.dim(2);
+  const DType gt = grid.dtype();
+  auto coord = [&](std::int64_t k, std::int64_t len) {
+    Tensor g = squeeze(slice(grid, {Slice{}, Slice{}, Slice{}, Slice{k, k + 1}}), {3});
+    return align ? (g + 1.0) / 2.0 * double(len - 1) : ((g + 1.0) * double(len) - 1.0) / 2.0;
+  };
+  // The reflection of v into [lo, hi] (a triangle wave), as a float tensor.
+  auto reflect = [&](const Tensor& v, double lo, double hi) {
+    const double rng = hi - lo;
+    if (rng <= 0) return full_like(v, lo);
+    Tensor t = mod(v - lo, full_like(v, 2 * rng));
+    return where(less_equal(t, full_like(t, rng)), t, 2 * rng - t) + lo;
+  };
+  // The source coordinate along one axis, with the padding mode applied outside the borders.
+  auto source = [&](Tensor v, std::int64_t len) {
+    const double lo = align ? 0.0 : -0.5, hi = align ? double(len - 1) : double(len) - 0.5;
+    if (nearest) v = round(v);
+    Tensor out = logical_or(less(v, full_like(v, lo)), greater(v, full_like(v, hi)));
+    if (pm == Pad::border) v = where(out, clip(v, 0.0, double(len - 1)), v);
+    if (pm == Pad::reflection) v = where(out, reflect(v, lo, hi), v);
+    return v;
+  };
+  // An integer index along one axis -> (index inside [0, len), valid).
+  auto fetch_index = [&](const Tensor& i, std::int64_t len) {
+    const double lo = align ? 0.0 : -0.5, hi = align ? double(len - 1) : double(len) - 0.5;
+    Tensor valid = logical_and(greater_equal(i, zeros({}, gt)), less(i, full_like(zeros({}, gt), double(len))));
+    Tensor j = i;
+    if (pm == Pad::reflection) j = where(valid, i, reflect(i, lo, hi));
+    j = cast(clip(j, 0.0, double(len - 1)), DType::i64);  // (reflected values truncate, as int())
+    if (pm != Pad::zeros) valid = ones(i.shape(), DType::boolean);
+    return std::pair<Tensor, Tensor>{j, valid};
+  };
+  const Tensor rows = reshape(transpose(x, {0, 2, 3, 1}), {N * H * W, C});
+  const Tensor base = reshape(arange(0, double(N), 1, DType::i64), {N, 1, 1}) *
+                      scalar(double(H * W), DType::i64);
+  auto pixel = [&](const Tensor& yi, const Tensor& xi) {  // [N, Ho, Wo, C]
+    auto [y, vy] = fetch_index(yi, H);
+    auto [xx, vx] = fetch_index(xi, W);
+    Tensor pos = base + y * scalar(double(W), DType::i64) + xx;
+    Tensor v = reshape(gather(rows, reshape(pos, {-1}), 0), {N, Ho, Wo, C});
+    return where(expand_dims(logical_and(vy, vx), 3), v, zeros({}, x.dtype()));
+  };
+  Tensor sx = source(coord(0, W), W), sy = source(coord(1, H), H);
+  Tensor y;
+  if (nearest) {
+    y = pixel(sy, sx);
+  } else {
+    Tensor x0 = floor(sx), y0 = floor(sy);
+    Tensor wx = expand_dims(cast(sx - x0, x.dtype()), 3), wy = expand_dims(cast(sy - y0, x.dtype()), 3);
+    Tensor x1 = x0 + 1.0, y1 = y0 + 1.0;
+    y = (pixel(y0, x0) * (1.0 - wx) + pixel(y0, x1) * wx) * (1.0 - wy) +
+        (pixel(y1, x0) * (1.0 - wx) + pixel(y1, x1) * wx) * wy;
+  }
+  return {transpose(y, {0, 3, 1, 2})};
+}
+void check_grid_sample(const LoadCheck& c) {
+  const Declared x = c.input(0);
+  if (x.rank >= 0 && x.rank != 4)
+    fail(kWho, c.what, ": input 0 has rank ", x.rank, "; only 2-D sampling (rank 4) is supported");
+  if (x.elem && !floating_elem(x.elem))
+    fail(kWho, c.what, ": element type ", elem_type_name(x.elem), " is not supported");
+}
 void check_resize(const LoadCheck& c) {
   if (c.opset < 11)
     fail(kWho, c.what, ": Resize before opset 11 is not supported (the model imports opset ",
@@ -1917,6 +1996,11 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"CenterCropPad", {center_crop_pad, {Is("axes")}}},
       {"CumProd", {cumprod_, {I("exclusive"), I("reverse")}}},
       {"TopK", {top_k, {I("axis", -1), I("k"), I("largest", 1), I("sorted", 1)}}},
+      {"GridSample",
+       {grid_sample,
+        {I("align_corners"), S("mode", "linear", {"nearest", "linear", "bilinear"}),
+         S("padding_mode", "zeros", {"zeros", "border", "reflection"})},
+        {}, false, check_grid_sample}},
       {"Split", {split_, {I("axis"), Is("split"), I("num_outputs")}}},
       {"Tile", {tile_}},
       {"Einsum", {einsum_, {S("equation")}}},
