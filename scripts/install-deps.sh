@@ -38,6 +38,18 @@ PACKAGES=(
   lld
 )
 
+# The ONNX conformance suite (tests/unit/test_onnx_node_conformance.cpp) runs the backend node
+# tests of the onnx package on PATH's python3: PyPI's newest wheel, installed once (the suite
+# skips where PyPI cannot be reached and no onnx is installed).
+install_onnx_wheel() {
+  if ! command -v python3 >/dev/null 2>&1 || python3 -c "import onnx" >/dev/null 2>&1; then
+    return 0
+  fi
+  echo "install-deps: pip install onnx (for the ONNX node-test suite)"
+  timeout 300 python3 -m pip install --quiet onnx ||
+    echo "install-deps: could not install onnx from PyPI; the ONNX node-test suite will skip" >&2
+}
+
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
@@ -48,6 +60,7 @@ done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#PACKAGES[@]} packages already installed"
+  install_onnx_wheel
   exit 0
 fi
 
@@ -66,3 +79,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
   apt-get install -y --no-install-recommends "${missing[@]}"
+install_onnx_wheel

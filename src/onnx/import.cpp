@@ -18,6 +18,8 @@
 #include <array>
 #include <cctype>
 #include <cfloat>
+#include <cmath>
+#include <numbers>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -79,6 +81,16 @@ std::string join(const C& items) {
   std::string s;
   for (const auto& i : items) (s += s.empty() ? "" : ", ") += i;
   return s;
+}
+
+// A STRING attribute's value as an enum, by a table (the values are checked at load against the
+// AttrDef's allowed list, so a miss here is an internal error).
+template <class E>
+E keyword(const std::string& value, std::initializer_list<std::pair<std::string_view, E>> table,
+          const std::string& what) {
+  for (const auto& entry : table)
+    if (entry.first == value) return entry.second;
+  fail(kWho, what, ": internal: unexpected value '", value, "'");
 }
 
 // ---- the ONNX side of an operator: its attributes ---------------------------------------------
@@ -227,8 +239,33 @@ std::vector<Tensor> dropout(const Node& n) {
   return {x * cast(keep, x.dtype()) / (1.0 - ratio), keep};
 }
 
-// Integer operands divide as f32 (soma's divide).
-std::vector<Tensor> divide_(const Node& n) { return {n.x() / n.arg(1)}; }
+// Integer quotient truncated toward zero (ONNX's Div and Mod with fmod=1 on integers), from
+// soma's floor division: one more where the division leaves a remainder and the signs differ.
+Tensor trunc_div(const Tensor& a, const Tensor& b) {
+  Tensor q = floor_div(a, b);
+  const Tensor zero = zeros({}, a.dtype());
+  Tensor fix = logical_and(not_equal(mod(a, b), zero), not_equal(less(a, zero), less(b, zero)));
+  return q + cast(fix, a.dtype());
+}
+std::vector<Tensor> divide_(const Node& n) {
+  const Tensor &a = n.x(), &b = n.arg(1);
+  if (is_floating(a.dtype()) || is_floating(b.dtype())) return {a / b};
+  if (a.dtype() != b.dtype()) fail(kWho, n.what, ": inputs have dtypes ", a.dtype(), " and ", b.dtype());
+  return {trunc_div(a, b)};
+}
+// fmod=0: the remainder takes the divisor's sign (soma's mod, NumPy's np.mod, for floats too as
+// ONNX's reference does); fmod=1: the dividend's (C's fmod).
+std::vector<Tensor> mod_(const Node& n) {
+  const Tensor &a = n.x(), &b = n.arg(1);
+  if (a.dtype() != b.dtype()) fail(kWho, n.what, ": inputs have dtypes ", a.dtype(), " and ", b.dtype());
+  if (!n.attr.i("fmod")) return {mod(a, b)};
+  if (!is_floating(a.dtype())) return {a - b * trunc_div(a, b)};
+  // soma's mod is fmod plus the divisor where the signs differ: undo that.
+  Tensor r = mod(a, b);
+  const Tensor zero = zeros({}, a.dtype());
+  Tensor undo = logical_and(not_equal(r, zero), not_equal(less(r, zero), less(a, zero)));
+  return {where(undo, r - b, r)};
+}
 // The exponent may have another dtype than the base.
 std::vector<Tensor> pow_(const Node& n) { return {pow(n.x(), cast(n.arg(1), n.x().dtype()))}; }
 
@@ -253,6 +290,7 @@ std::vector<Tensor> clip_(const Node& n) {
     lo = n.attr.f("min");
     hi = n.attr.f("max");
   }
+  if (lo > hi) return {full_like(n.x(), hi)};
   return {clip(n.x(), lo, hi)};
 }
 
@@ -288,40 +326,66 @@ std::vector<Tensor> gemm(const Node& n) {
 }
 
 // auto_pad's values soma runs; the others fail at load (the AttrDef's allowed list).
-enum class AutoPad { notset, valid, same_upper };
+enum class AutoPad { notset, valid, same_upper, same_lower };
 const std::unordered_map<std::string, AutoPad>& auto_pads() {
   static const std::unordered_map<std::string, AutoPad> m{
       {"NOTSET", AutoPad::notset}, {"", AutoPad::notset}, {"VALID", AutoPad::valid},
-      {"SAME_UPPER", AutoPad::same_upper}};
+      {"SAME_UPPER", AutoPad::same_upper}, {"SAME_LOWER", AutoPad::same_lower}};
   return m;
 }
-const std::vector<std::string_view> kAutoPads{"NOTSET", "VALID", "SAME_UPPER", ""};
+const std::vector<std::string_view> kAutoPads{"NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER", ""};
+Size2 size2(const Node& n, std::string_view attr, std::int64_t def);
+Tensor lift_1d(const Tensor& t);
 
+// 1-D windows (inputs [N, C, L]) run as 2-D ones of height 1: their attributes get a leading
+// 1 (0 for pads), the input and weight a unit axis 2.
 Padding onnx_padding(const Node& n) {
   switch (auto_pads().at(n.attr.s("auto_pad"))) {
     case AutoPad::valid: return Padding("valid");
     case AutoPad::same_upper: return Padding("same");  // TensorFlow's rule: the extra at the end
+    case AutoPad::same_lower: {  // the same total, the extra at the beginning
+      const Tensor x = lift_1d(n.x());
+      const Size2 st = size2(n, "strides", 1), dil = size2(n, "dilations", 1);
+      Size2 k;
+      if (n.attr.has("kernel_shape")) {
+        k = size2(n, "kernel_shape", 1);
+      } else {  // Conv without kernel_shape: the weight's
+        const Tensor w = lift_1d(n.arg(1));
+        k = Size2(w.dim(2), w.dim(3));
+      }
+      auto total = [](std::int64_t len, std::int64_t kk, std::int64_t s, std::int64_t d) {
+        const std::int64_t out = (len + s - 1) / s;
+        return std::max<std::int64_t>((out - 1) * s + (kk - 1) * d + 1 - len, 0);
+      };
+      const std::int64_t th = total(x.dim(2), k.h, st.h, dil.h), tw = total(x.dim(3), k.w, st.w, dil.w);
+      return Padding(th - th / 2, th / 2, tw - tw / 2, tw / 2);
+    }
     case AutoPad::notset: break;
   }
   auto p = n.attr.has("pads") ? n.attr.ints("pads") : std::vector<std::int64_t>{0, 0, 0, 0};
-  if (p.size() != 4) fail(kWho, n.what, ": only 2-D windows are supported (pads ", p.size(), ")");
+  if (p.size() == 2) return Padding(0, 0, p[0], p[1]);  // 1-D {begin, end}
+  if (p.size() != 4) fail(kWho, n.what, ": only 1-D and 2-D windows are supported (pads ", p.size(), ")");
   return Padding(p[0], p[2], p[1], p[3]);  // ONNX {t, l, b, r} -> soma {t, b, l, r}
 }
 
 Size2 size2(const Node& n, std::string_view attr, std::int64_t def) {
   auto v = n.attr.ints(attr);
   if (v.empty()) return Size2(def);
+  if (v.size() == 1) return Size2(def, v[0]);  // 1-D: a unit first axis (0 for output_padding)
   if (v.size() != 2)
-    fail(kWho, n.what, ": only 2-D ", std::string(attr), " are supported, got ", v.size(), " values");
+    fail(kWho, n.what, ": only 1-D and 2-D ", std::string(attr), " are supported, got ", v.size(), " values");
   return Size2(v[0], v[1]);
 }
+Tensor lift_1d(const Tensor& t) { return t.rank() == 3 ? expand_dims(t, 2) : t; }
+Tensor drop_1d(const Tensor& t, bool lifted) { return lifted ? squeeze(t, {2}) : t; }
 
 template <bool Transposed>
 std::vector<Tensor> conv(const Node& n) {
-  const Tensor& x = n.x();
+  const bool lifted = n.x().rank() == 3;
+  const Tensor x = lift_1d(n.x());
   if (x.rank() != 4)
-    fail(kWho, n.what, ": only 2-D convolutions (inputs [N, C, H, W]) are supported");
-  const Tensor& w = n.arg(1);
+    fail(kWho, n.what, ": only 1-D and 2-D convolutions (inputs [N, C, L] or [N, C, H, W]) are supported");
+  const Tensor w = lift_1d(n.arg(1));
   Size2 strides = size2(n, "strides", 1);
   Size2 dil = size2(n, "dilations", 1);
   const std::int64_t groups = n.attr.i("group");
@@ -334,6 +398,7 @@ std::vector<Tensor> conv(const Node& n) {
       fail(kWho, n.what, ": ConvTranspose needs explicit pads (auto_pad is not supported)");
     Size2 op_ = size2(n, "output_padding", 0);
     auto os = n.attr.ints("output_shape");
+    if (os.size() == 1) os.insert(os.begin(), 1);
     const auto& p = pad.pads();
     if (!os.empty()) {  // the output size decides output_padding (the pads stay as given)
       auto keff = [](std::int64_t k, std::int64_t d) { return (k - 1) * d + 1; };
@@ -344,13 +409,15 @@ std::vector<Tensor> conv(const Node& n) {
     y = conv2d_transpose(x, w, strides, pad, op_, dil, groups);
   }
   if (n.has(2)) y = y + reshape(n.in[2], {1, -1, 1, 1});
-  return {y};
+  return {drop_1d(y, lifted)};
 }
 
 template <bool Max>
 std::vector<Tensor> pool(const Node& n) {
-  const Tensor& x = n.x();
-  if (x.rank() != 4) fail(kWho, n.what, ": only 2-D pooling (inputs [N, C, H, W]) is supported");
+  const bool lifted = n.x().rank() == 3;
+  const Tensor x = lift_1d(n.x());
+  if (x.rank() != 4)
+    fail(kWho, n.what, ": only 1-D and 2-D pooling (inputs [N, C, L] or [N, C, H, W]) is supported");
   if (n.proto.output_size() > 1 && !n.proto.output(1).empty())
     fail(kWho, n.what, ": the Indices output is not supported");
   Size2 ks = size2(n, "kernel_shape", 1);
@@ -359,35 +426,58 @@ std::vector<Tensor> pool(const Node& n) {
     if (d != 1) fail(kWho, n.what, ": dilated pooling is not supported");
   Padding pad = onnx_padding(n);
   Tensor xi = x;
+  std::array<std::int64_t, 4> moved{0, 0, 0, 0};  // padding moved into xi
   if (!Max && n.attr.i("count_include_pad") && pad.mode() == Padding::Mode::explicit_) {
     // Zeros that count: pad explicitly, then pool without padding.
     const auto& p = pad.pads();
+    moved = p;
     xi = soma::pad(x, {{0, 0}, {0, 0}, {p[0], p[1]}, {p[2], p[3]}});
     pad = Padding("valid");
   }
   if (n.attr.i("ceil_mode")) {
-    // Extra padding at the end gives the ceil sizes; max pooling ignores padding, so the
-    // result is exact there. Average pooling with a partial window is refused.
+    // Extra padding at the end gives the ceil sizes; max pooling ignores padding and average
+    // pooling leaves it out of the count, so the result is exact.
     auto base = pool2d_output_shape(xi.shape(), ks, st, pad);
     std::array<std::int64_t, 4> p{0, 0, 0, 0};
     if (pad.mode() == Padding::Mode::explicit_) p = pad.pads();
     else if (pad.mode() == Padding::Mode::same)
       p = resolve_padding(pad, xi.dim(2), xi.dim(3), ks, st);
-    auto ceil_len = [](std::int64_t len, std::int64_t k, std::int64_t s) {
-      return (len - k + s - 1) / s + 1;
+    // A last window that would start in the end padding is dropped (ONNX, as PyTorch).
+    auto ceil_len = [](std::int64_t len, std::int64_t begin, std::int64_t end,
+                       std::int64_t moved_end, std::int64_t k, std::int64_t s) {
+      std::int64_t out = (len + begin + end - k + s - 1) / s + 1;
+      if ((out - 1) * s >= len + begin - moved_end) --out;
+      return out;
     };
-    const std::int64_t ch = ceil_len(xi.dim(2) + p[0] + p[1], ks.h, st.h);
-    const std::int64_t cw = ceil_len(xi.dim(3) + p[2] + p[3], ks.w, st.w);
+    const std::int64_t ch = ceil_len(xi.dim(2), p[0], p[1], moved[1], ks.h, st.h);
+    const std::int64_t cw = ceil_len(xi.dim(3), p[2], p[3], moved[3], ks.w, st.w);
     if (ch != base[2] || cw != base[3]) {
-      if (!Max)
-        fail(kWho, n.what, ": ceil_mode with a partial last window is not supported for "
-             "AveragePool");
+      // The extra padding at the end counts in no average (soma's pooling divides by the real
+      // elements; count_include_pad's zeros were padded in above).
       p[1] += (ch - 1) * st.h + ks.h - (xi.dim(2) + p[0] + p[1]);
       p[3] += (cw - 1) * st.w + ks.w - (xi.dim(3) + p[2] + p[3]);
       pad = Padding(p[0], p[1], p[2], p[3]);
     }
   }
-  return {Max ? max_pool2d(xi, ks, st, pad) : avg_pool2d(xi, ks, st, pad)};
+  return {drop_1d(Max ? max_pool2d(xi, ks, st, pad) : avg_pool2d(xi, ks, st, pad), lifted)};
+}
+
+// LpPool: (sum over the window of |x|^p)^(1/p); padding adds zeros, so the sum is an average
+// over the explicitly padded input times the window size.
+std::vector<Tensor> lp_pool(const Node& n) {
+  const bool lifted = n.x().rank() == 3;
+  const Tensor x = lift_1d(n.x());
+  if (x.rank() != 4)
+    fail(kWho, n.what, ": only 1-D and 2-D pooling (inputs [N, C, L] or [N, C, H, W]) is supported");
+  const Size2 ks = size2(n, "kernel_shape", 1), st = size2(n, "strides", 1);
+  const Padding pad = onnx_padding(n);
+  std::array<std::int64_t, 4> p{0, 0, 0, 0};
+  if (pad.mode() == Padding::Mode::explicit_) p = pad.pads();
+  else if (pad.mode() == Padding::Mode::same) p = resolve_padding(pad, x.dim(2), x.dim(3), ks, st);
+  const double power = double(n.attr.i("p"));
+  Tensor xp = soma::pad(pow(abs(x), scalar(power, x.dtype())), {{0, 0}, {0, 0}, {p[0], p[1]}, {p[2], p[3]}});
+  Tensor sum_w = avg_pool2d(xp, ks, st, Padding("valid")) * double(ks.h * ks.w);
+  return {drop_1d(pow(sum_w, scalar(1.0 / power, x.dtype())), lifted)};
 }
 
 template <bool Max>
@@ -413,34 +503,251 @@ std::vector<Tensor> batch_norm(const Node& n) {
 
 std::vector<Tensor> layer_norm(const Node& n) {
   const Tensor& x = n.x();
-  if (n.proto.output_size() > 1)
-    fail(kWho, n.what, ": the Mean/InvStdDev outputs are not supported");
   const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
   Axes axes;
   for (std::int64_t d = axis; d < x.rank(); ++d) axes.push_back(d);
   const double eps = n.attr.f("epsilon");
   Tensor m = mean(x, axes, true);
   Tensor var = mean(square(x - m), axes, true);
-  Tensor y = (x - m) * rsqrt(var + eps);
+  Tensor inv = rsqrt(var + eps);
+  Tensor y = (x - m) * inv;
   y = y * n.arg(1);
   if (n.has(2)) y = y + n.in[2];
-  return {y};
+  // Mean and InvStdDev in the stash type (1: f32).
+  const DType stash = n.attr.i("stash_type") == 1 ? DType::f32 : x.dtype();
+  return {y, cast(m, stash), cast(inv, stash)};
 }
 
-template <bool Mean>
+// The Reduce* operators. Their axes are an attribute, and an input from opset 13 (ReduceSum)
+// or 18 (the others); no axes reduce everything unless noop_with_empty_axes.
+enum class Reduce { sum, mean, max, min, prod, l1, l2, log_sum, log_sum_exp, sum_square };
+template <Reduce R>
 std::vector<Tensor> reduce(const Node& n) {
   const Tensor& x = n.x();
   Axes axes;
-  if (!Mean && n.opset >= 13) {  // ReduceSum's axes are an input from opset 13 on
+  if (n.opset >= (R == Reduce::sum ? 13 : 18)) {
     if (n.has(1))
       for (auto a : ints_of(n.in[1])) axes.push_back(a);
   } else {
     for (auto a : n.attr.ints("axes")) axes.push_back(a);
   }
   const bool keep = n.attr.i("keepdims") != 0;
-  if (axes.empty() && !Mean && n.attr.i("noop_with_empty_axes")) return {x};
-  return {Mean ? mean(x, axes, keep) : sum(x, axes, keep)};
+  if (axes.empty() && n.attr.i("noop_with_empty_axes")) {
+    // The input as it is, after the elementwise part (ONNX's reference: |x| for L1, x^2 ...).
+    if (R == Reduce::l1) return {abs(x)};
+    if (R == Reduce::sum_square) return {square(x)};
+    return {x};
+  }
+  // Over no elements: the reduction's identity (a shape soma's reductions refuse).
+  if (x.numel() == 0) {
+    Shape out;
+    std::vector<bool> reduced(std::size_t(x.rank()), axes.empty());
+    for (auto a : axes) reduced[std::size_t(norm_axis(a, x.rank()))] = true;
+    for (std::int64_t d = 0; d < x.rank(); ++d)
+      if (!reduced[std::size_t(d)]) out.push_back(x.dim(d));
+      else if (keep) out.push_back(1);
+    const double inf = std::numeric_limits<double>::infinity();
+    double v = 0.0;
+    if (R == Reduce::prod) v = 1.0;
+    if (R == Reduce::max || R == Reduce::log_sum || R == Reduce::log_sum_exp) v = -inf;
+    if (R == Reduce::min) v = inf;
+    if (x.dtype() == DType::boolean && (R == Reduce::max || R == Reduce::min))
+      v = R == Reduce::max ? 0.0 : 1.0;
+    else if (!is_floating(x.dtype()) && (R == Reduce::max || R == Reduce::min))
+      v = R == Reduce::max ? double(std::numeric_limits<std::int64_t>::min())
+                           : double(std::numeric_limits<std::int64_t>::max());
+    return {fill(out, v, x.dtype())};
+  }
+  if (x.dtype() == DType::boolean && (R == Reduce::max || R == Reduce::min)) {
+    Tensor u = cast(x, DType::u8);
+    return {cast(R == Reduce::max ? max(u, axes, keep) : min(u, axes, keep), DType::boolean)};
+  }
+  switch (R) {
+    case Reduce::sum: return {sum(x, axes, keep)};
+    case Reduce::mean: return {mean(x, axes, keep)};
+    case Reduce::max: return {max(x, axes, keep)};
+    case Reduce::min: return {min(x, axes, keep)};
+    case Reduce::prod: return {prod(x, axes, keep)};
+    case Reduce::l1: return {sum(abs(x), axes, keep)};
+    case Reduce::l2: return {sqrt(sum(square(x), axes, keep))};
+    case Reduce::log_sum: return {log(sum(x, axes, keep))};
+    case Reduce::log_sum_exp: return {logsumexp(x, axes, keep)};
+    case Reduce::sum_square: return {sum(square(x), axes, keep)};
+  }
+  return {};
 }
+
+// ArgMax / ArgMin; select_last_index: the same on the reversed axis, counted back.
+template <bool Max>
+std::vector<Tensor> arg_reduce(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
+  const bool keep = n.attr.i("keepdims") != 0;
+  if (!n.attr.i("select_last_index")) return {Max ? argmax(x, axis, keep) : argmin(x, axis, keep)};
+  std::vector<Slice> rev(std::size_t(x.rank()));
+  rev[std::size_t(axis)] = Slice{x.dim(axis) - 1, std::nullopt, -1};
+  Tensor r = slice(x, rev);
+  Tensor i = Max ? argmax(r, axis, keep) : argmin(r, axis, keep);
+  return {scalar(double(x.dim(axis) - 1), DType::i64) - i};
+}
+
+std::vector<Tensor> size_(const Node& n) {
+  return {constant(std::vector<std::int64_t>{n.x().numel()}, Shape{})};
+}
+std::vector<Tensor> where_(const Node& n) { return {where(n.x(), n.arg(1), n.arg(2))}; }
+std::vector<Tensor> cast_like(const Node& n) { return {cast(n.x(), n.arg(1).dtype())}; }
+std::vector<Tensor> xor_(const Node& n) { return {not_equal(n.x(), n.arg(1))}; }
+
+// Trilu: keeps the elements on and above (upper) or below the k-th diagonal of the last two axes.
+std::vector<Tensor> trilu(const Node& n) {
+  const Tensor& x = n.x();
+  if (x.rank() < 2) fail(kWho, n.what, ": the input has rank ", x.rank(), ", expected >= 2");
+  const std::int64_t k = n.has(1) ? std::int64_t(n.number(1)) : 0;
+  const std::int64_t rows = x.dim(-2), cols = x.dim(-1);
+  Tensor d = reshape(arange(0, double(cols), 1, DType::i64), {1, cols}) -
+             reshape(arange(0, double(rows), 1, DType::i64), {rows, 1});
+  Tensor kk = scalar(double(k), DType::i64);
+  Tensor keep = n.attr.i("upper") ? greater_equal(d, kk) : less_equal(d, kk);
+  return {where(keep, x, zeros({}, x.dtype()))};
+}
+
+// Range: start, start + delta, ... up to limit (exclusive), in the inputs' dtype.
+std::vector<Tensor> range_(const Node& n) {
+  return {arange(n.number(0), n.number(1), n.number(2), n.x().dtype())};
+}
+
+// CumSum along an axis (an input): a product with a triangle of ones, in f64 for integers.
+std::vector<Tensor> cumsum_(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(std::int64_t(n.number(1)), x.rank());
+  const std::int64_t len = x.dim(axis);
+  std::vector<std::int64_t> perm;
+  for (std::int64_t d = 0; d < x.rank(); ++d)
+    if (d != axis) perm.push_back(d);
+  perm.push_back(axis);
+  std::vector<std::int64_t> back(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) back[std::size_t(perm[i])] = std::int64_t(i);
+  const DType t = is_floating(x.dtype()) ? x.dtype() : DType::f64;
+  // tri[i, j] = 1 where element i adds into output j.
+  Tensor i = reshape(arange(0, double(len), 1, DType::i64), {len, 1});
+  Tensor j = reshape(arange(0, double(len), 1, DType::i64), {1, len});
+  const bool excl = n.attr.i("exclusive") != 0, rev = n.attr.i("reverse") != 0;
+  Tensor tri = rev ? (excl ? greater(i, j) : greater_equal(i, j))
+                   : (excl ? less(i, j) : less_equal(i, j));
+  Tensor xt = transpose(cast(x, t), perm);
+  Tensor y = reshape(matmul(reshape(xt, {-1, len}), cast(tri, t)), xt.shape());
+  return {cast(transpose(y, back), x.dtype())};
+}
+
+// GatherElements: out[p] = data[p with its axis coordinate replaced by indices[p]], as one
+// gather from the flattened data at computed linear positions.
+// The positions in the flattened x that GatherElements / ScatterElements address.
+Tensor element_positions(const Node& n, const Tensor& x, Tensor idx) {
+  idx = cast(idx, DType::i64);
+  const std::int64_t r = x.rank();
+  const std::int64_t axis = norm_axis(n.attr.i("axis"), r);
+  if (idx.rank() != r) fail(kWho, n.what, ": indices have rank ", idx.rank(), ", expected ", r);
+  const Tensor dim = scalar(double(x.dim(axis)), DType::i64);
+  idx = where(less(idx, zeros({}, DType::i64)), idx + dim, idx);
+  std::int64_t stride = 1;
+  Tensor lin;
+  for (std::int64_t d = r - 1; d >= 0; --d) {
+    Tensor c;
+    if (d == axis) {
+      c = idx;
+    } else {
+      Shape s(std::size_t(r), 1);
+      s[std::size_t(d)] = idx.dim(d);
+      c = reshape(arange(0, double(idx.dim(d)), 1, DType::i64), s);
+    }
+    Tensor term = c * scalar(double(stride), DType::i64);
+    lin = lin.defined() ? lin + term : term;
+    stride *= x.dim(d);
+  }
+  return lin + zeros(idx.shape(), DType::i64);  // broadcast to the indices' shape
+}
+std::vector<Tensor> gather_elements(const Node& n) {
+  const Tensor& x = n.x();
+  Tensor lin = element_positions(n, x, n.arg(1));
+  return {reshape(gather(reshape(x, {-1}), reshape(lin, {-1}), 0), lin.shape())};
+}
+
+// Rows of x seen as [rows, inner], written by `updates` [k, inner] at `rows` [k]: reduction
+// none replaces them, add adds (soma's gather_grad sums what lands on one row).
+Tensor scatter_rows(const Node& n, const Tensor& x2, const Tensor& rows, const Tensor& updates) {
+  static const OpDef& scatter_add = get_op("gather_grad");
+  Attrs a;
+  a.set("axis", std::int64_t(0));
+  a.set("input_shape", x2.shape());
+  Tensor added = call_op1(scatter_add, {updates, rows}, a);
+  enum class R { none, add };
+  if (keyword<R>(n.attr.s("reduction"), {{"none", R::none}, {"add", R::add}}, n.what) == R::add)
+    return x2 + added;
+  Attrs h;
+  h.set("axis", std::int64_t(0));
+  h.set("input_shape", Shape{x2.dim(0), 1});
+  Tensor hit = call_op1(scatter_add, {ones({rows.numel(), 1}, DType::f32), rows}, h);
+  return where(greater(hit, zeros({}, DType::f32)), added, x2);
+}
+std::vector<Tensor> scatter_elements(const Node& n) {
+  const Tensor& x = n.x();
+  Tensor lin = reshape(element_positions(n, x, n.arg(1)), {-1});
+  Tensor y = scatter_rows(n, reshape(x, {-1, 1}), lin, reshape(n.arg(2), {-1, 1}));
+  return {reshape(y, x.shape())};
+}
+
+// GatherND / ScatterND: indices [..., k] address the first k axes (after batch_dims) of x.
+// Returns x as [rows, inner] and the row of each index tuple (flattened).
+std::pair<Tensor, Tensor> nd_rows(const Node& n, const Tensor& x, const Tensor& indices,
+                                  std::int64_t batch_dims) {
+  Tensor idx = cast(indices, DType::i64);
+  const std::int64_t k = idx.dim(-1);
+  const std::int64_t b = batch_dims;
+  if (k + b > x.rank())
+    fail(kWho, n.what, ": index tuples of ", k, " after ", b, " batch axes exceed rank ", x.rank());
+  std::int64_t batch = 1, per = 1, inner = 1;
+  for (std::int64_t d = 0; d < b; ++d) batch *= x.dim(d);
+  for (std::int64_t d = b; d < b + k; ++d) per *= x.dim(d);
+  for (std::int64_t d = b + k; d < x.rank(); ++d) inner *= x.dim(d);
+  Tensor t = reshape(idx, {batch, -1, k});  // [batch, tuples, k]
+  Tensor rows = reshape(arange(0, double(batch), 1, DType::i64), {batch, 1}) * scalar(double(per), DType::i64);
+  std::int64_t stride = per;
+  for (std::int64_t j = 0; j < k; ++j) {
+    const std::int64_t dim = x.dim(b + j);
+    stride /= dim;
+    Tensor c = squeeze(slice(t, {Slice{}, Slice{}, Slice{j, j + 1}}), {2});
+    c = where(less(c, zeros({}, DType::i64)), c + scalar(double(dim), DType::i64), c);
+    rows = rows + c * scalar(double(stride), DType::i64);
+  }
+  return {reshape(x, {batch * per, inner}), reshape(rows, {-1})};
+}
+std::vector<Tensor> gather_nd(const Node& n) {
+  const Tensor& x = n.x();
+  const Tensor& idx = n.arg(1);
+  const std::int64_t b = n.attr.i("batch_dims");
+  auto [x2, rows] = nd_rows(n, x, idx, b);
+  Shape out(idx.shape().begin(), idx.shape().end() - 1);
+  for (std::int64_t d = b + idx.dim(-1); d < x.rank(); ++d) out.push_back(x.dim(d));
+  return {reshape(gather(x2, rows, 0), out)};
+}
+std::vector<Tensor> scatter_nd(const Node& n) {
+  const Tensor& x = n.x();
+  auto [x2, rows] = nd_rows(n, x, n.arg(1), 0);
+  return {reshape(scatter_rows(n, x2, rows, reshape(n.arg(2), {rows.numel(), x2.dim(1)})), x.shape())};
+}
+
+// Trigonometric and hyperbolic functions from exp, log, sin and cos.
+std::vector<Tensor> tan_(const Node& n) { return {sin(n.x()) / cos(n.x())}; }
+std::vector<Tensor> sinh_(const Node& n) { return {(exp(n.x()) - exp(-n.x())) * 0.5}; }
+std::vector<Tensor> cosh_(const Node& n) { return {(exp(n.x()) + exp(-n.x())) * 0.5}; }
+std::vector<Tensor> asinh_(const Node& n) {
+  const Tensor& x = n.x();
+  // Odd: computed for |x| (no cancellation for large negative x), the sign put back.
+  Tensor a = abs(x);
+  return {sign(x) * log(a + sqrt(square(a) + 1.0))};
+}
+std::vector<Tensor> acosh_(const Node& n) { return {log(n.x() + sqrt(square(n.x()) - 1.0))}; }
+std::vector<Tensor> atanh_(const Node& n) { return {log((1.0 + n.x()) / (1.0 - n.x())) * 0.5}; }
 
 std::vector<Tensor> flatten(const Node& n) {
   const Tensor& x = n.x();
@@ -492,12 +799,8 @@ std::vector<Tensor> squeeze_(const Node& n) {
 std::vector<Tensor> gather_(const Node& n) {
   const Tensor& x = n.x();
   const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
-  // Negative indices count from the end (indices carry no gradient: fix them on the host).
-  Tensor idx = n.arg(1);
-  auto iv = ints_of(idx);
-  for (auto& v : iv)
-    if (v < 0) v += x.dim(axis);
-  idx = constant(iv, idx.shape());
+  // soma's gather counts negative indices from the end and checks the range itself.
+  const Tensor& idx = n.arg(1);
   if (idx.rank() == 0) {  // a scalar index drops the axis
     return {squeeze(gather(x, reshape(cast(idx, DType::i64), {1}), axis), {axis})};
   }
@@ -534,19 +837,69 @@ std::vector<Tensor> slice_(const Node& n) {
   return {slice(x, sl)};
 }
 
-std::vector<Tensor> pad_(const Node& n) {  // mode 'constant' only (its AttrDef's allowed list)
+// Pad: constant (negative pads crop first), or edge / reflect / wrap, each axis one gather of
+// the source index of every output position.
+std::vector<Tensor> pad_(const Node& n) {
   const Tensor& x = n.x();
   auto p = n.opset >= 11 ? ints_of(n.arg(1)) : n.attr.ints("pads");
+  if (n.has(3)) {  // pads for the listed axes only (opset 18)
+    auto axes = ints_of(n.in[3]);
+    if (p.size() != 2 * axes.size())
+      fail(kWho, n.what, ": pads has ", p.size(), " values for ", axes.size(), " axes");
+    std::vector<std::int64_t> full(std::size_t(2 * x.rank()), 0);
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const auto a = std::size_t(norm_axis(axes[i], x.rank()));
+      full[a] = p[i];
+      full[a + std::size_t(x.rank())] = p[i + axes.size()];
+    }
+    p = full;
+  }
   if (std::int64_t(p.size()) != 2 * x.rank())
     fail(kWho, n.what, ": pads has ", p.size(), " values for an input of rank ", x.rank());
-  if (n.has(3)) fail(kWho, n.what, ": the axes input is not supported");
   const double value = n.opset >= 11 ? (n.has(2) ? n.number(2) : 0.0) : n.attr.f("value");
+  enum class Mode { constant, edge, reflect, wrap };
+  const std::string mode_name = n.attr.s("mode");
+  const Mode mode = keyword<Mode>(mode_name, {{"constant", Mode::constant}, {"edge", Mode::edge},
+                                              {"reflect", Mode::reflect}, {"wrap", Mode::wrap}},
+                                  n.what);
+  if (mode != Mode::constant) {
+    Tensor y = x;
+    for (std::int64_t d = 0; d < x.rank(); ++d) {
+      const std::int64_t a = p[std::size_t(d)], b = p[std::size_t(d + x.rank())];
+      if (a == 0 && b == 0) continue;
+      const std::int64_t len = x.dim(d), out = len + a + b;
+      if (len == 0 || (mode == Mode::reflect && len == 1 && out > 1))
+        fail(kWho, n.what, ": mode '", mode_name, "' cannot pad axis ", d, " of length ", len);
+      std::vector<std::int64_t> idx(static_cast<std::size_t>(std::max<std::int64_t>(out, 0)));
+      for (std::int64_t o = 0; o < out; ++o) {
+        std::int64_t i = o - a;
+        if (mode == Mode::edge) {
+          i = std::clamp<std::int64_t>(i, 0, len - 1);
+        } else if (mode == Mode::wrap) {
+          i = ((i % len) + len) % len;
+        } else {  // reflect: mirrored at the edges without repeating them
+          const std::int64_t period = 2 * (len - 1);
+          i = ((i % period) + period) % period;
+          if (i >= len) i = period - i;
+        }
+        idx[std::size_t(o)] = i;
+      }
+      y = gather(y, constant(idx, Shape{std::int64_t(idx.size())}), d);
+    }
+    return {y};
+  }
   std::vector<std::pair<std::int64_t, std::int64_t>> pads;
-  for (std::int64_t d = 0; d < x.rank(); ++d)
-    pads.emplace_back(p[std::size_t(d)], p[std::size_t(d + x.rank())]);
-  for (auto& [a, b] : pads)
-    if (a < 0 || b < 0) fail(kWho, n.what, ": negative pads are not supported");
-  return {soma::pad(x, pads, value)};
+  std::vector<Slice> crop(std::size_t(x.rank()));
+  bool cropped = false;
+  for (std::int64_t d = 0; d < x.rank(); ++d) {
+    const std::int64_t a = p[std::size_t(d)], b = p[std::size_t(d + x.rank())];
+    pads.emplace_back(std::max<std::int64_t>(a, 0), std::max<std::int64_t>(b, 0));
+    if (a < 0 || b < 0) {  // negative pads remove elements
+      crop[std::size_t(d)] = Slice{std::max<std::int64_t>(-a, 0), x.dim(d) - std::max<std::int64_t>(-b, 0)};
+      cropped = true;
+    }
+  }
+  return {soma::pad(cropped ? slice(x, crop) : x, pads, value)};
 }
 
 std::vector<Tensor> constant_of_shape(const Node& n) {
@@ -724,6 +1077,778 @@ std::vector<Tensor> recurrent(const Node& n) {
 }
 
 
+// ---- more operators, written with soma ops ------------------------------------------------------
+
+// Moves the last axis of t to position `axis` (one_hot appends its axis).
+Tensor last_axis_to(const Tensor& t, std::int64_t axis) {
+  const std::int64_t r = t.rank();
+  axis = norm_axis(axis, r);
+  if (axis == r - 1) return t;
+  std::vector<std::int64_t> perm;
+  for (std::int64_t d = 0; d < r - 1; ++d) {
+    if (d == axis) perm.push_back(r - 1);
+    perm.push_back(d);
+  }
+  return transpose(t, perm);
+}
+
+// Split: sizes from the `split` attribute (before opset 13) or input, else num_outputs (opset
+// 18: ceil-sized parts, the last smaller), else as many equal parts as the node has outputs.
+std::vector<Tensor> split_(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
+  std::vector<std::int64_t> sizes = n.opset >= 13 ? ints_of(n.has(1) ? n.in[1] : Tensor())
+                                                  : n.attr.ints("split");
+  if (sizes.empty()) {
+    const std::int64_t parts = n.attr.has("num_outputs") ? n.attr.i("num_outputs")
+                                                         : std::int64_t(n.proto.output_size());
+    const std::int64_t dim = x.dim(axis);
+    const std::int64_t chunk = (dim + parts - 1) / parts;
+    for (std::int64_t i = 0; i < parts; ++i)
+      sizes.push_back(std::max<std::int64_t>(0, std::min(chunk, dim - i * chunk)));
+  }
+  return split(x, sizes, axis);
+}
+
+std::vector<Tensor> tile_(const Node& n) { return {tile(n.x(), ints_of(n.arg(1)))}; }
+
+std::vector<Tensor> einsum_(const Node& n) {
+  std::string eq;
+  for (char c : n.attr.s("equation"))
+    if (c != ' ') eq += c;
+  return {einsum(eq, n.in)};
+}
+
+// OneHot: indices (any numeric dtype; negative ones count from the end), depth, [off, on].
+std::vector<Tensor> one_hot_(const Node& n) {
+  Tensor idx = cast(n.x(), DType::i64);
+  const std::int64_t depth = std::int64_t(n.number(1));
+  const Tensor& values = n.arg(2);
+  const auto v = cast(values, DType::f64).to_vector<double>();
+  if (v.size() != 2) fail(kWho, n.what, ": values has ", v.size(), " elements, expected 2");
+  const Tensor d = scalar(double(depth), DType::i64);
+  idx = where(less(idx, zeros({}, DType::i64)), idx + d, idx);
+  return {last_axis_to(one_hot(idx, depth, values.dtype(), v[1], v[0]), n.attr.i("axis", -1))};
+}
+
+// Hardmax: 1 at the first maximum along the axis (before opset 13: the input seen as 2-D).
+std::vector<Tensor> hardmax(const Node& n) {
+  const Tensor& x = n.x();
+  auto along = [&](const Tensor& t, std::int64_t axis) {
+    axis = norm_axis(axis, t.rank());
+    return last_axis_to(one_hot(argmax(t, axis), t.dim(axis), t.dtype()), axis);
+  };
+  if (n.opset >= 13) return {along(x, n.attr.i("axis", -1))};
+  const std::int64_t axis = norm_axis(n.attr.i("axis", 1), x.rank());
+  std::int64_t outer = 1;
+  for (std::int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+  return {reshape(along(reshape(x, {outer, -1}), -1), x.shape())};
+}
+
+std::vector<Tensor> gelu(const Node& n) {
+  const Tensor& x = n.x();
+  enum class A { none, tanh };
+  if (keyword<A>(n.attr.s("approximate"), {{"none", A::none}, {"tanh", A::tanh}}, n.what) == A::tanh)
+    return {0.5 * x * (1.0 + tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)))};
+  return {0.5 * x * (1.0 + erf(x * (1.0 / std::numbers::sqrt2)))};
+}
+std::vector<Tensor> mish(const Node& n) { return {n.x() * tanh(softplus(n.x()))}; }
+std::vector<Tensor> selu(const Node& n) {
+  return {elu(n.x(), n.attr.f("alpha")) * n.attr.f("gamma")};
+}
+std::vector<Tensor> celu(const Node& n) {
+  const Tensor& x = n.x();
+  const double a = n.attr.f("alpha");
+  return {relu(x) + minimum(zeros_like(x), a * (exp(x / a) - 1.0))};
+}
+std::vector<Tensor> thresholded_relu(const Node& n) {
+  const Tensor& x = n.x();
+  return {where(greater(x, full_like(x, n.attr.f("alpha"))), x, zeros_like(x))};
+}
+std::vector<Tensor> prelu(const Node& n) {
+  const Tensor& x = n.x();
+  return {where(less(x, zeros_like(x)), x * n.arg(1), x)};
+}
+std::vector<Tensor> shrink(const Node& n) {
+  const Tensor& x = n.x();
+  const double lambd = n.attr.f("lambd"), bias = n.attr.f("bias");
+  Tensor y = where(greater(x, full_like(x, lambd)), x - bias, zeros_like(x));
+  return {where(less(x, full_like(x, -lambd)), x + bias, y)};
+}
+std::vector<Tensor> swish(const Node& n) { return {n.x() * sigmoid(n.x() * n.attr.f("alpha"))}; }
+std::vector<Tensor> is_nan(const Node& n) { return {not_equal(n.x(), n.x())}; }
+std::vector<Tensor> is_inf(const Node& n) {
+  const Tensor& x = n.x();
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor pos = n.attr.i("detect_positive") ? equal(x, full_like(x, inf)) : zeros(x.shape(), DType::boolean);
+  Tensor neg = n.attr.i("detect_negative") ? equal(x, full_like(x, -inf)) : zeros(x.shape(), DType::boolean);
+  return {logical_or(pos, neg)};
+}
+
+// Normalisations over trailing or listed axes.
+Axes from_axis(std::int64_t axis, std::int64_t rank) {
+  Axes a;
+  for (std::int64_t d = norm_axis(axis, rank); d < rank; ++d) a.push_back(d);
+  return a;
+}
+std::vector<Tensor> rms_norm(const Node& n) {
+  const Tensor& x = n.x();
+  Tensor y = x * rsqrt(mean(square(x), from_axis(n.attr.i("axis", -1), x.rank()), true) +
+                       n.attr.f("epsilon"));
+  return {y * n.arg(1)};
+}
+std::vector<Tensor> instance_norm(const Node& n) {
+  const Tensor& x = n.x();
+  Axes axes = from_axis(2, x.rank());
+  Shape b(std::size_t(x.rank()), 1);
+  b[1] = x.dim(1);
+  Tensor m = mean(x, axes, true);
+  Tensor y = (x - m) * rsqrt(mean(square(x - m), axes, true) + n.attr.f("epsilon"));
+  return {y * reshape(n.arg(1), b) + reshape(n.arg(2), b)};
+}
+// GroupNormalization: scale and bias per group (opset 18) or per channel (21).
+std::vector<Tensor> group_norm(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t g = n.attr.i("num_groups"), c = x.dim(1);
+  Tensor xg = reshape(x, {x.dim(0), g, -1});
+  Tensor m = mean(xg, {2}, true);
+  Tensor y = (xg - m) * rsqrt(mean(square(xg - m), {2}, true) + n.attr.f("epsilon"));
+  const Tensor &scale = n.arg(1), &bias = n.arg(2);
+  if (scale.numel() == g && g != c) {
+    y = y * reshape(scale, {1, g, 1}) + reshape(bias, {1, g, 1});
+    return {reshape(y, x.shape())};
+  }
+  Shape b(std::size_t(x.rank()), 1);
+  b[1] = c;
+  return {reshape(y, x.shape()) * reshape(scale, b) + reshape(bias, b)};
+}
+std::vector<Tensor> lp_norm(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(n.attr.i("axis", -1), x.rank());
+  const std::int64_t p = n.attr.i("p", 2);
+  if (p != 1 && p != 2) fail(kWho, n.what, ": p is ", p, ", expected 1 or 2");
+  Tensor norm = p == 1 ? sum(abs(x), {axis}, true) : sqrt(sum(square(x), {axis}, true));
+  // A zero norm leaves the zeros as they are (ONNX's reference).
+  return {x / where(equal(norm, zeros_like(norm)), ones_like(norm), norm)};
+}
+// MeanVarianceNormalization, as ONNX's function body: (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9).
+std::vector<Tensor> mvn(const Node& n) {
+  const Tensor& x = n.x();
+  Axes axes;
+  auto a = n.attr.ints("axes");
+  if (a.empty()) a = {0, 2, 3};
+  for (auto v : a) axes.push_back(v);
+  Tensor m = mean(x, axes, true);
+  Tensor sd = sqrt(mean(pow(x, scalar(2.0, x.dtype())), axes, true) - pow(m, scalar(2.0, x.dtype())));
+  return {(x - m) / (sd + 1e-9)};
+}
+
+std::vector<Tensor> depth_to_space(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t b = n.attr.i("blocksize");
+  const std::int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  enum class M { dcr, crd };
+  const bool crd = keyword<M>(n.attr.s("mode"), {{"DCR", M::dcr}, {"CRD", M::crd}}, n.what) == M::crd;
+  Tensor t = crd
+                 ? transpose(reshape(x, {N, C / (b * b), b, b, H, W}), {0, 1, 4, 2, 5, 3})
+                 : transpose(reshape(x, {N, b, b, C / (b * b), H, W}), {0, 3, 4, 1, 5, 2});
+  return {reshape(t, {N, C / (b * b), H * b, W * b})};
+}
+std::vector<Tensor> space_to_depth(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t b = n.attr.i("blocksize");
+  const std::int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  Tensor t = transpose(reshape(x, {N, C, H / b, b, W / b, b}), {0, 3, 5, 1, 2, 4});
+  return {reshape(t, {N, C * b * b, H / b, W / b})};
+}
+std::vector<Tensor> eye_like(const Node& n) {
+  const Tensor& x = n.x();
+  if (x.rank() != 2) fail(kWho, n.what, ": the input has rank ", x.rank(), ", expected 2");
+  const DType t = n.attr.has("dtype")
+                      ? soma_dtype(int(n.attr.i("dtype")), n.what + " attribute 'dtype'")
+                      : x.dtype();
+  Tensor d = reshape(arange(0, double(x.dim(1)), 1, DType::i64), {1, x.dim(1)}) -
+             reshape(arange(0, double(x.dim(0)), 1, DType::i64), {x.dim(0), 1});
+  return {cast(equal(d, scalar(double(n.attr.i("k")), DType::i64)), t)};
+}
+
+// NegativeLogLikelihoodLoss on log-probabilities [N, C, d...] and targets [N, d...]: -x[n, t]
+// weighted by weight[t], 0 where the target is ignore_index; mean divides by the weights' sum.
+Tensor nll(const Node& n, const Tensor& x, const Tensor& target, const Tensor& weight) {
+  Tensor t = cast(target, DType::i64);
+  Tensor keep = ones(t.shape(), DType::boolean);
+  if (n.attr.has("ignore_index"))
+    keep = not_equal(t, scalar(double(n.attr.i("ignore_index")), DType::i64));
+  t = where(keep, t, zeros({}, DType::i64));
+  const std::int64_t c = x.dim(1);
+  Tensor picked = -sum(x * last_axis_to(one_hot(t, c, x.dtype()), 1), {1}, false);
+  Tensor w = weight.defined() ? gather(weight, t, 0) : ones(t.shape(), x.dtype());
+  w = w * cast(keep, x.dtype());
+  Tensor loss = picked * w;
+  enum class R { none, sum, mean };
+  switch (keyword<R>(n.attr.s("reduction"), {{"none", R::none}, {"sum", R::sum}, {"mean", R::mean}},
+                     n.what)) {
+    case R::none: return loss;
+    case R::sum: return sum(loss);
+    case R::mean: break;
+  }
+  return sum(loss) / sum(w);
+}
+std::vector<Tensor> nll_loss(const Node& n) {
+  return {nll(n, n.x(), n.arg(1), n.has(2) ? n.in[2] : Tensor())};
+}
+std::vector<Tensor> softmax_cross_entropy(const Node& n) {
+  Tensor lp = log_softmax(n.x(), 1);
+  return {nll(n, lp, n.arg(1), n.has(2) ? n.in[2] : Tensor()), lp};
+}
+
+// Attention (opsets 23-25), as ONNX's reference: Q and K each scaled by sqrt(scale), the KV
+// cache concatenated, grouped KV heads repeated, softcap, an additive bias from attn_mask
+// (bool: -inf where false), the causal and sliding-window frontiers (offset by the cache or per
+// batch by nonpad_kv_seqlen) and the key padding; a row with every key masked gives zeros.
+std::vector<Tensor> attention(const Node& n) {
+  Tensor q = n.x(), k = n.arg(1), v = n.arg(2);
+  const DType dt = q.dtype();
+  const double inf = std::numeric_limits<double>::infinity();
+  const bool three_d = q.rank() == 3;
+  const std::int64_t batch = q.dim(0);
+  if (three_d) {
+    const std::int64_t qh = n.attr.i("q_num_heads"), kh = n.attr.i("kv_num_heads");
+    if (qh <= 0 || kh <= 0)
+      fail(kWho, n.what, ": 3-D inputs need q_num_heads and kv_num_heads");
+    auto heads = [&](const Tensor& t, std::int64_t h) {
+      return transpose(reshape(t, {batch, t.dim(1), h, t.dim(2) / h}), {0, 2, 1, 3});
+    };
+    q = heads(q, qh);
+    k = heads(k, kh);
+    v = heads(v, kh);
+  }
+  const double scale = n.attr.has("scale") ? n.attr.f("scale") : 1.0 / std::sqrt(double(q.dim(3)));
+  const Tensor s = cast(scalar(std::sqrt(scale), DType::f64), dt);
+  const bool has_past = n.has(4) && n.has(5);
+  if (n.has(4) != n.has(5)) fail(kWho, n.what, ": past_key and past_value come together");
+  const std::int64_t past = has_past ? n.in[4].dim(2) : 0;
+  if (has_past) {
+    k = concat({n.in[4], k}, 2);
+    v = concat({n.in[5], v}, 2);
+  }
+  const Tensor present_k = k, present_v = v;
+  const std::int64_t ql = q.dim(2), kl = k.dim(2);
+  // The additive bias, [ql, kl] or broadcastable to [batch, heads, ql, kl].
+  Tensor bias = zeros({ql, kl}, dt);
+  if (n.has(3)) {
+    Tensor m = n.in[3];
+    if (m.dtype() == DType::boolean) m = where(m, zeros({}, dt), full_like(zeros({}, dt), -inf));
+    else m = cast(m, dt);
+    if (m.dim(-1) < kl) {  // shorter masks are padded with "masked"
+      std::vector<std::pair<std::int64_t, std::int64_t>> pads(std::size_t(m.rank()), {0, 0});
+      pads.back().second = kl - m.dim(-1);
+      m = soma::pad(m, pads, -inf);
+    }
+    bias = bias + m;
+  }
+  std::vector<std::int64_t> offsets{past};  // one, or one per batch element
+  std::vector<std::int64_t> nonpad;
+  if (n.has(6)) {
+    nonpad = ints_of(n.in[6]);
+    if (!has_past) {
+      offsets.clear();
+      for (auto len : nonpad) offsets.push_back(len - ql);
+    }
+  }
+  // frontier(i, j) -> allowed, as -inf / 0 added to the bias ([ql, kl], or [batch, 1, ql, kl]).
+  auto add_frontier = [&](auto allowed) {
+    std::vector<float> b;
+    for (auto off : offsets)
+      for (std::int64_t i = 0; i < ql; ++i)
+        for (std::int64_t j = 0; j < kl; ++j) b.push_back(allowed(i + off, j) ? 0.0f : -float(inf));
+    Shape shape = offsets.size() == 1 ? Shape{ql, kl} : Shape{std::int64_t(offsets.size()), 1, ql, kl};
+    bias = bias + cast(constant(b, shape), dt);
+  };
+  if (n.attr.i("is_causal")) add_frontier([](std::int64_t p, std::int64_t j) { return j <= p; });
+  const std::int64_t left = n.attr.i("left_window_size", -1), right = n.attr.i("right_window_size", -1);
+  if (left >= 0 || right >= 0)
+    add_frontier([&](std::int64_t p, std::int64_t j) {
+      return (left < 0 || p - j <= left) && (right < 0 || j - p <= right);
+    });
+  if (!nonpad.empty()) {
+    std::vector<float> b;
+    for (auto len : nonpad)
+      for (std::int64_t j = 0; j < kl; ++j) b.push_back(j < len ? 0.0f : -float(inf));
+    bias = bias + cast(constant(b, Shape{std::int64_t(nonpad.size()), 1, 1, kl}), dt);
+  }
+  const std::int64_t qh = q.dim(1), kh = k.dim(1);
+  if (qh != kh && qh % kh == 0) {  // grouped heads: each KV head repeated in place
+    auto repeat = [&](const Tensor& t) {
+      Tensor r = expand_dims(t, 2) + zeros({t.dim(0), kh, qh / kh, t.dim(2), t.dim(3)}, t.dtype());
+      return reshape(r, {t.dim(0), qh, t.dim(2), t.dim(3)});
+    };
+    k = repeat(k);
+    v = repeat(v);
+  }
+  Tensor scores = matmul(q * s, transpose(k * s, {0, 1, 3, 2}));
+  const double softcap = n.attr.f("softcap");
+  if (softcap > 0) scores = tanh(scores / softcap) * softcap;
+  Tensor with_bias = scores + bias;
+  const std::int64_t mode = n.attr.i("qk_matmul_output_mode");
+  Tensor qk_out = mode == 2 ? with_bias : scores;
+  const DType sm = n.attr.has("softmax_precision")
+                       ? soma_dtype(int(n.attr.i("softmax_precision")), n.what + " softmax_precision")
+                       : dt;
+  Tensor masked_row = equal(max(cast(bias, DType::f32), {-1}, true), full_like(zeros({}, DType::f32), -inf));
+  Tensor logits = where(masked_row, zeros({}, sm), cast(with_bias, sm));
+  Tensor probs = where(masked_row, zeros({}, sm), softmax(logits, -1));
+  if (mode == 3) qk_out = probs;
+  Tensor y = matmul(cast(probs, dt), v);
+  if (three_d) y = reshape(transpose(y, {0, 2, 1, 3}), {batch, y.dim(2), -1});
+  return {y, present_k, present_v, cast(qk_out, dt)};
+}
+
+// RotaryEmbedding (opset 23), as ONNX's reference: x [batch, heads, seq, head] or
+// [batch, seq, hidden]; the first rotary_embedding_dim features of each head rotated in pairs
+// (halves, or interleaved even/odd) by the cos/sin caches, indexed by position_ids if given.
+std::vector<Tensor> rotary_embedding(const Node& n) {
+  const Tensor& in = n.x();
+  Tensor x = in.rank() == 4 ? transpose(in, {0, 2, 1, 3}) : in;  // [batch, seq, heads, head]
+  if (x.rank() == 3) {
+    const std::int64_t heads = n.attr.i("num_heads");
+    if (heads <= 0) fail(kWho, n.what, ": a 3-D input needs num_heads");
+    x = reshape(x, {x.dim(0), x.dim(1), heads, x.dim(2) / heads});
+  }
+  const std::int64_t head = x.dim(3);
+  std::int64_t rot = n.attr.i("rotary_embedding_dim");
+  if (rot == 0) rot = head;
+  Tensor cos_c = n.arg(1), sin_c = n.arg(2);
+  if (n.has(3)) {
+    Tensor pos = cast(n.in[3], DType::i64);
+    cos_c = reshape(gather(cos_c, reshape(pos, {-1}), 0), {pos.dim(0), pos.dim(1), -1});
+    sin_c = reshape(gather(sin_c, reshape(pos, {-1}), 0), {pos.dim(0), pos.dim(1), -1});
+  }
+  if (cos_c.dim(-1) != rot / 2 || sin_c.dim(-1) != rot / 2)
+    fail(kWho, n.what, ": the caches' last axis is ", cos_c.dim(-1), ", expected ", rot / 2);
+  cos_c = expand_dims(cos_c, -2);
+  sin_c = expand_dims(sin_c, -2);
+  Tensor xr = slice(x, {Slice{}, Slice{}, Slice{}, Slice{0, rot}});
+  const bool interleaved = n.attr.i("interleaved") != 0;
+  Tensor x1 = interleaved ? slice(xr, {Slice{}, Slice{}, Slice{}, Slice{0, rot, 2}})
+                          : slice(xr, {Slice{}, Slice{}, Slice{}, Slice{0, rot / 2}});
+  Tensor x2 = interleaved ? slice(xr, {Slice{}, Slice{}, Slice{}, Slice{1, rot, 2}})
+                          : slice(xr, {Slice{}, Slice{}, Slice{}, Slice{rot / 2, rot}});
+  Tensor re = cos_c * x1 - sin_c * x2, im = sin_c * x1 + cos_c * x2;
+  Tensor rotated = interleaved ? reshape(stack({re, im}, -1), xr.shape()) : concat({re, im}, -1);
+  Tensor y = rot < head ? concat({rotated, slice(x, {Slice{}, Slice{}, Slice{}, Slice{rot, head}})}, -1)
+                        : rotated;
+  return {in.rank() == 3 ? reshape(y, in.shape()) : transpose(y, {0, 2, 1, 3})};
+}
+
+// CenterCropPad: each listed axis cropped or zero-padded to its target, centred (the extra
+// element at the end when the difference is odd).
+std::vector<Tensor> center_crop_pad(const Node& n) {
+  Tensor x = n.x();
+  auto target = ints_of(n.arg(1));
+  std::vector<std::int64_t> axes = n.attr.ints("axes");
+  if (axes.empty())
+    for (std::int64_t d = 0; d < x.rank(); ++d) axes.push_back(d);
+  if (axes.size() != target.size())
+    fail(kWho, n.what, ": shape has ", target.size(), " values for ", axes.size(), " axes");
+  std::vector<Slice> crop(std::size_t(x.rank()));
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads(std::size_t(x.rank()), {0, 0});
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    const auto a = std::size_t(norm_axis(axes[i], x.rank()));
+    const std::int64_t dim = x.dim(std::int64_t(a)), t = target[i];
+    if (t < dim) crop[a] = Slice{(dim - t) / 2, (dim - t) / 2 + t};
+    else pads[a] = {(t - dim) / 2, t - dim - (t - dim) / 2};
+  }
+  return {soma::pad(slice(x, crop), pads, 0.0)};
+}
+
+// CumProd along an axis (an input): running products, one slice at a time.
+std::vector<Tensor> cumprod_(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(std::int64_t(n.number(1)), x.rank());
+  const std::int64_t len = x.dim(axis);
+  const bool excl = n.attr.i("exclusive") != 0, rev = n.attr.i("reverse") != 0;
+  std::vector<Tensor> out(static_cast<std::size_t>(len));
+  auto at = [&](std::int64_t i) {
+    std::vector<Slice> sl(std::size_t(x.rank()));
+    sl[std::size_t(axis)] = Slice{i, i + 1};
+    return slice(x, sl);
+  };
+  Shape one = x.shape();
+  if (len > 0) one[std::size_t(axis)] = 1;
+  Tensor run = ones(one, x.dtype());
+  for (std::int64_t s = 0; s < len; ++s) {
+    const std::int64_t i = rev ? len - 1 - s : s;
+    if (excl) {
+      out[std::size_t(i)] = run;
+      run = run * at(i);
+    } else {
+      run = run * at(i);
+      out[std::size_t(i)] = run;
+    }
+  }
+  return {len > 0 ? concat(out, axis) : x};
+}
+
+// TopK: each element's rank along the axis (how many come before it: larger ones, or smaller
+// ones for largest = 0, then equal ones at lower indices, as ONNX orders ties), then the index
+// holding each rank < k. Exact for any values; n^2 comparisons per row.
+std::vector<Tensor> top_k(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t k = n.opset >= 10 ? std::int64_t(n.number(1)) : n.attr.i("k");  // input from 10
+  const std::int64_t axis = norm_axis(n.attr.i("axis", -1), x.rank());
+  const std::int64_t len = x.dim(axis);
+  if (k < 0 || k > len) fail(kWho, n.what, ": k is ", k, " for an axis of length ", len);
+  std::vector<std::int64_t> perm;
+  for (std::int64_t d = 0; d < x.rank(); ++d)
+    if (d != axis) perm.push_back(d);
+  perm.push_back(axis);
+  std::vector<std::int64_t> back(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) back[std::size_t(perm[i])] = std::int64_t(i);
+  Tensor xt = transpose(x, perm);
+  Shape kept = xt.shape();
+  Tensor rows = reshape(xt, {-1, len});  // [m, n]
+  const std::int64_t m = rows.dim(0);
+  Tensor xi = expand_dims(rows, 2), xj = expand_dims(rows, 1);  // [m, n(i), 1], [m, 1, n(j)]
+  Tensor before = n.attr.i("largest") ? greater(xj, xi) : less(xj, xi);
+  Tensor i_idx = reshape(arange(0, double(len), 1, DType::i64), {len, 1});
+  Tensor j_idx = reshape(arange(0, double(len), 1, DType::i64), {1, len});
+  Tensor tie = logical_and(equal(xj, xi), less(j_idx, i_idx));
+  Tensor rank = sum(cast(logical_or(before, tie), DType::i64), {2}, false);  // [m, n]
+  Tensor hit = equal(expand_dims(rank, 2),
+                     reshape(arange(0, double(k), 1, DType::i64), {1, 1, k}));  // [m, n, k]
+  Tensor idx = sum(cast(hit, DType::i64) * reshape(arange(0, double(len), 1, DType::i64), {1, len, 1}),
+                   {1}, false);  // [m, k]
+  Tensor pos = idx + reshape(arange(0, double(m), 1, DType::i64), {m, 1}) * scalar(double(len), DType::i64);
+  Tensor values = reshape(gather(reshape(rows, {-1}), reshape(pos, {-1}), 0), {m, k});
+  kept.back() = k;
+  return {transpose(reshape(values, kept), back), transpose(reshape(idx, kept), back)};
+}
+
+// ---- checks at load: what a handler cannot run, refused before anything runs ---------------------
+
+// What the file declares about a value: rank (-1: unknown) and ONNX element type (0: unknown).
+struct Declared {
+  std::int64_t rank = -1;
+  int elem = 0;
+};
+struct LoadCheck {
+  const NodeProto& proto;
+  const NodeAttrs& attr;
+  const std::string& what;
+  const std::unordered_map<std::string, Declared>& declared;
+  std::int64_t opset;
+  const std::unordered_map<std::string, Tensor>& constants;  // initialisers and Constant outputs
+  Declared input(int i) const {
+    if (i >= proto.input_size()) return {};
+    auto it = declared.find(proto.input(i));
+    return it == declared.end() ? Declared{} : it->second;
+  }
+  bool has_input(int i) const { return i < proto.input_size() && !proto.input(i).empty(); }
+  bool has_output(int i) const { return i < proto.output_size() && !proto.output(i).empty(); }
+};
+using Check = void (*)(const LoadCheck&);
+
+bool floating_elem(int e) {
+  using TP = ::onnx::TensorProto;
+  return e == TP::FLOAT || e == TP::DOUBLE || e == TP::FLOAT16 || e == TP::BFLOAT16;
+}
+// Conv / pooling: 1-D and 2-D windows on floating inputs.
+void check_window(const LoadCheck& c, bool pool) {
+  const auto ks = c.attr.ints("kernel_shape");
+  if (ks.size() > 2)
+    fail(kWho, c.what, ": ", ks.size(), "-D windows are not supported (1-D and 2-D)");
+  for (int i : {0, pool ? 0 : 1}) {
+    const Declared d = c.input(i);
+    if (d.rank >= 0 && d.rank != 3 && d.rank != 4)
+      fail(kWho, c.what, ": input ", i, " has rank ", d.rank, "; only 1-D and 2-D windows "
+           "(rank 3 or 4) are supported");
+  }
+  const Declared x = c.input(0);
+  if (x.elem && !floating_elem(x.elem))
+    fail(kWho, c.what, ": input 0 has element type ", elem_type_name(x.elem),
+         "; soma runs it on float, double, float16 and bfloat16");
+}
+void check_conv(const LoadCheck& c) { check_window(c, false); }
+void check_conv_transpose(const LoadCheck& c) {
+  check_window(c, false);
+  const std::string pad = c.attr.s("auto_pad");
+  if (auto_pads().at(pad) != AutoPad::notset)
+    fail(kWho, c.what, ": auto_pad '", pad, "' is not supported for ConvTranspose (NOTSET, "
+         "with explicit pads)");
+}
+void check_pool(const LoadCheck& c) {
+  check_window(c, true);
+  for (auto d : c.attr.ints("dilations"))
+    if (d != 1) fail(kWho, c.what, ": dilated pooling (dilations ", d, ") is not supported");
+  if (c.has_output(1)) fail(kWho, c.what, ": the Indices output is not supported");
+}
+// Dropout drops out when the model trains (nn::Module::train); a training_mode fed at run time
+// would ask for a random mask that matches no other runtime's.
+void check_dropout(const LoadCheck& c) {
+  if (c.has_input(2) && !c.constants.count(c.proto.input(2)))
+    fail(kWho, c.what, ": a training_mode input computed at run time is not supported (soma "
+         "drops out while the model trains: Model::train / eval)");
+}
+void check_lp_pool(const LoadCheck& c) {
+  check_pool(c);
+  if (c.attr.i("ceil_mode")) fail(kWho, c.what, ": ceil_mode is not supported for LpPool");
+}
+void check_batch_norm(const LoadCheck& c) {
+  for (int i = 1; i < c.proto.output_size(); ++i)
+    if (c.has_output(i))
+      fail(kWho, c.what, ": training-mode outputs (running mean/var) are not supported");
+}
+void check_recurrent(const LoadCheck& c) {
+  if (c.attr.has("clip")) fail(kWho, c.what, ": clip is not supported");
+  if (c.attr.has("input_forget") && c.attr.i("input_forget", 0))
+    fail(kWho, c.what, ": input_forget is not supported");
+  if (c.has_input(4)) fail(kWho, c.what, ": sequence_lens is not supported");
+}
+void check_lstm(const LoadCheck& c) {
+  check_recurrent(c);
+  if (c.has_input(7)) fail(kWho, c.what, ": peephole weights (P) are not supported");
+}
+
+
+// Resize (opset 11 on), nearest or linear, one axis at a time (multi-linear interpolation is
+// separable): each output position maps to a source coordinate by the coordinate
+// transformation mode; nearest gathers the rounded index, linear blends the two neighbours
+// (indices clamped to the edge). tf_crop_and_resize writes extrapolation_value outside the roi.
+constexpr std::string_view kNearest = "nearest";  // Resize's mode (the other: linear)
+std::vector<Tensor> resize(const Node& n) {
+  Tensor y = n.x();
+  const std::int64_t r = y.rank();
+  std::vector<std::int64_t> axes;
+  for (auto a : n.attr.ints("axes")) axes.push_back(norm_axis(a, r));
+  if (axes.empty())
+    for (std::int64_t d = 0; d < r; ++d) axes.push_back(d);
+  const std::size_t k = axes.size();
+  std::vector<double> scales(k, 1.0), roi_start(k, 0.0), roi_end(k, 1.0);
+  std::vector<std::int64_t> out(k);
+  for (std::size_t i = 0; i < k; ++i) out[i] = y.dim(axes[i]);
+  if (n.has(3) && n.in[3].numel() > 0) {  // sizes
+    auto sz = ints_of(n.in[3]);
+    if (sz.size() != k) fail(kWho, n.what, ": sizes has ", sz.size(), " values for ", k, " axes");
+    enum class P { stretch, not_larger, not_smaller };
+    const P policy = keyword<P>(n.attr.s("keep_aspect_ratio_policy"),
+                                {{"stretch", P::stretch}, {"not_larger", P::not_larger},
+                                 {"not_smaller", P::not_smaller}},
+                                n.what);
+    if (policy == P::stretch) {
+      for (std::size_t i = 0; i < k; ++i) {
+        out[i] = sz[i];
+        scales[i] = double(sz[i]) / double(y.dim(axes[i]));
+      }
+    } else {  // one scale for every axis, the smallest (not_larger) or largest (not_smaller)
+      double sc = policy == P::not_larger ? std::numeric_limits<double>::infinity() : 0.0;
+      for (std::size_t i = 0; i < k; ++i) {
+        const double v = double(sz[i]) / double(y.dim(axes[i]));
+        sc = policy == P::not_larger ? std::min(sc, v) : std::max(sc, v);
+      }
+      for (std::size_t i = 0; i < k; ++i) {
+        scales[i] = sc;
+        out[i] = std::int64_t(std::floor(sc * double(y.dim(axes[i])) + 0.5));
+      }
+    }
+  } else if (n.has(2) && n.in[2].numel() > 0) {  // scales
+    auto sc = cast(n.in[2], DType::f64).to_vector<double>();
+    if (sc.size() != k) fail(kWho, n.what, ": scales has ", sc.size(), " values for ", k, " axes");
+    for (std::size_t i = 0; i < k; ++i) {
+      scales[i] = sc[i];
+      out[i] = std::int64_t(std::floor(double(y.dim(axes[i])) * sc[i]));
+    }
+  } else {
+    fail(kWho, n.what, ": neither scales nor sizes is given");
+  }
+  enum class Ct { half_pixel, half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric,
+                  tf_crop_and_resize };
+  enum class Near { round_prefer_floor, round_prefer_ceil, floor, ceil };
+  const bool nearest = n.attr.s("mode") == kNearest;
+  const Ct ct = keyword<Ct>(n.attr.s("coordinate_transformation_mode"),
+                            {{"half_pixel", Ct::half_pixel},
+                             {"half_pixel_symmetric", Ct::half_pixel_symmetric},
+                             {"pytorch_half_pixel", Ct::pytorch_half_pixel},
+                             {"align_corners", Ct::align_corners},
+                             {"asymmetric", Ct::asymmetric},
+                             {"tf_crop_and_resize", Ct::tf_crop_and_resize}},
+                            n.what);
+  const Near nm = keyword<Near>(n.attr.s("nearest_mode"),
+                                {{"round_prefer_floor", Near::round_prefer_floor},
+                                 {"round_prefer_ceil", Near::round_prefer_ceil},
+                                 {"floor", Near::floor}, {"ceil", Near::ceil}},
+                                n.what);
+  if (ct == Ct::tf_crop_and_resize) {
+    if (!n.has(1)) fail(kWho, n.what, ": tf_crop_and_resize needs the roi input");
+    auto roi = cast(n.in[1], DType::f64).to_vector<double>();
+    const std::size_t m = roi.size() / 2;
+    for (std::size_t i = 0; i < k; ++i) {
+      const std::size_t j = m == k ? i : std::size_t(axes[i]);
+      roi_start[i] = roi[j];
+      roi_end[i] = roi[j + m];
+    }
+  }
+  const double extrapolation = n.attr.f("extrapolation_value");
+  for (std::size_t i = 0; i < k; ++i) {
+    const std::int64_t ax = axes[i], in_len = y.dim(ax), out_len = out[i];
+    const double scale = scales[i];
+    if (out_len == in_len && scale == 1.0 && ct != Ct::tf_crop_and_resize) continue;
+    std::vector<double> src(static_cast<std::size_t>(out_len));
+    std::vector<bool> inside(static_cast<std::size_t>(out_len), true);
+    for (std::int64_t o = 0; o < out_len; ++o) {
+      const double x = double(o);
+      double v;
+      if (ct == Ct::asymmetric) {
+        v = x / scale;
+      } else if (ct == Ct::align_corners) {
+        // The resized length as a real number (scale * length), as ONNX's reference has it.
+        const double len = scale * double(in_len);
+        v = len == 1.0 ? 0.0 : x * double(in_len - 1) / (len - 1.0);
+      } else if (ct == Ct::pytorch_half_pixel) {
+        v = out_len > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+      } else if (ct == Ct::half_pixel_symmetric) {
+        const double adjustment = double(out_len) / (scale * double(in_len));
+        const double offset = double(in_len) / 2.0 * (1.0 - adjustment);
+        v = offset + (x + 0.5) / scale - 0.5;
+      } else if (ct == Ct::tf_crop_and_resize) {
+        const double a = roi_start[i], b = roi_end[i];
+        v = out_len > 1 ? a * double(in_len - 1) + x * (b - a) * double(in_len - 1) / double(out_len - 1)
+                        : 0.5 * (a + b) * double(in_len - 1);
+        inside[std::size_t(o)] = v >= 0 && v <= double(in_len - 1);
+      } else {  // half_pixel
+        v = (x + 0.5) / scale - 0.5;
+      }
+      src[std::size_t(o)] = v;
+    }
+    Shape along(std::size_t(r), 1);
+    along[std::size_t(ax)] = out_len;
+    Tensor z;
+    if (nearest) {
+      std::vector<std::int64_t> idx(static_cast<std::size_t>(out_len));
+      for (std::size_t o = 0; o < idx.size(); ++o) {
+        const double v = src[o];
+        double f;
+        if (nm == Near::floor) f = std::floor(v);
+        else if (nm == Near::ceil) f = std::ceil(v);
+        else if (nm == Near::round_prefer_ceil) f = std::floor(v + 0.5);
+        else f = std::ceil(v - 0.5);  // round_prefer_floor
+        idx[o] = std::clamp<std::int64_t>(std::int64_t(f), 0, in_len - 1);
+      }
+      z = gather(y, constant(idx, Shape{out_len}), ax);
+    } else {  // linear
+      std::vector<std::int64_t> i0(static_cast<std::size_t>(out_len)), i1(i0.size());
+      std::vector<double> w(static_cast<std::size_t>(out_len));
+      for (std::size_t o = 0; o < w.size(); ++o) {
+        const double v = std::clamp(src[o], 0.0, double(in_len - 1));
+        const double f = std::floor(v);
+        i0[o] = std::int64_t(f);
+        i1[o] = std::min<std::int64_t>(i0[o] + 1, in_len - 1);
+        w[o] = v - f;
+      }
+      Tensor wt = cast(constant(w, along), y.dtype());
+      z = gather(y, constant(i0, Shape{out_len}), ax) * (1.0 - wt) +
+          gather(y, constant(i1, Shape{out_len}), ax) * wt;
+    }
+    if (ct == Ct::tf_crop_and_resize) {
+      std::vector<std::uint8_t> in_v(inside.begin(), inside.end());
+      Tensor mask = cast(constant(std::vector<float>(in_v.begin(), in_v.end()), along), DType::boolean);
+      z = where(mask, z, full_like(z, extrapolation));
+    }
+    y = z;
+  }
+  return {y};
+}
+
+// GridSample on [N, C, H, W] (opset 16 on), as ONNX's reference: grid [N, Ho, Wo, 2] holds
+// normalised (x, y); nearest rounds half to even, linear blends the four neighbours; samples
+// outside are zeros, the border's, or reflected. One gather of rows of x as [N*H*W, C] per
+// neighbour.
+std::vector<Tensor> grid_sample(const Node& n) {
+  const Tensor& x = n.x();
+  const Tensor& grid = n.arg(1);
+  if (x.rank() != 4) fail(kWho, n.what, ": only 2-D sampling (inputs [N, C, H, W]) is supported");
+  enum class Pad { zeros, border, reflection };
+  const Pad pm = keyword<Pad>(n.attr.s("padding_mode"),
+                              {{"zeros", Pad::zeros}, {"border", Pad::border},
+                               {"reflection", Pad::reflection}},
+                              n.what);
+  const bool align = n.attr.i("align_corners") != 0;
+  const bool nearest = n.attr.s("mode") == kNearest;
+  const std::int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const std::int64_t Ho = grid.dim(1), Wo = grid.dim(2);
+  const DType gt = grid.dtype();
+  auto coord = [&](std::int64_t k, std::int64_t len) {
+    Tensor g = squeeze(slice(grid, {Slice{}, Slice{}, Slice{}, Slice{k, k + 1}}), {3});
+    return align ? (g + 1.0) / 2.0 * double(len - 1) : ((g + 1.0) * double(len) - 1.0) / 2.0;
+  };
+  // The reflection of v into [lo, hi] (a triangle wave), as a float tensor.
+  auto reflect = [&](const Tensor& v, double lo, double hi) {
+    const double rng = hi - lo;
+    if (rng <= 0) return full_like(v, lo);
+    Tensor t = mod(v - lo, full_like(v, 2 * rng));
+    return where(less_equal(t, full_like(t, rng)), t, 2 * rng - t) + lo;
+  };
+  // The source coordinate along one axis, with the padding mode applied outside the borders.
+  auto source = [&](Tensor v, std::int64_t len) {
+    const double lo = align ? 0.0 : -0.5, hi = align ? double(len - 1) : double(len) - 0.5;
+    if (nearest) v = round(v);
+    Tensor out = logical_or(less(v, full_like(v, lo)), greater(v, full_like(v, hi)));
+    if (pm == Pad::border) v = where(out, clip(v, 0.0, double(len - 1)), v);
+    if (pm == Pad::reflection) v = where(out, reflect(v, lo, hi), v);
+    return v;
+  };
+  // An integer index along one axis -> (index inside [0, len), valid).
+  auto fetch_index = [&](const Tensor& i, std::int64_t len) {
+    const double lo = align ? 0.0 : -0.5, hi = align ? double(len - 1) : double(len) - 0.5;
+    Tensor valid = logical_and(greater_equal(i, zeros({}, gt)), less(i, full_like(zeros({}, gt), double(len))));
+    Tensor j = i;
+    if (pm == Pad::reflection) j = where(valid, i, reflect(i, lo, hi));
+    j = cast(clip(j, 0.0, double(len - 1)), DType::i64);  // (reflected values truncate, as int())
+    if (pm != Pad::zeros) valid = ones(i.shape(), DType::boolean);
+    return std::pair<Tensor, Tensor>{j, valid};
+  };
+  const Tensor rows = reshape(transpose(x, {0, 2, 3, 1}), {N * H * W, C});
+  const Tensor base = reshape(arange(0, double(N), 1, DType::i64), {N, 1, 1}) *
+                      scalar(double(H * W), DType::i64);
+  auto pixel = [&](const Tensor& yi, const Tensor& xi) {  // [N, Ho, Wo, C]
+    auto [y, vy] = fetch_index(yi, H);
+    auto [xx, vx] = fetch_index(xi, W);
+    Tensor pos = base + y * scalar(double(W), DType::i64) + xx;
+    Tensor v = reshape(gather(rows, reshape(pos, {-1}), 0), {N, Ho, Wo, C});
+    return where(expand_dims(logical_and(vy, vx), 3), v, zeros({}, x.dtype()));
+  };
+  Tensor sx = source(coord(0, W), W), sy = source(coord(1, H), H);
+  Tensor y;
+  if (nearest) {
+    y = pixel(sy, sx);
+  } else {
+    Tensor x0 = floor(sx), y0 = floor(sy);
+    Tensor wx = expand_dims(cast(sx - x0, x.dtype()), 3), wy = expand_dims(cast(sy - y0, x.dtype()), 3);
+    Tensor x1 = x0 + 1.0, y1 = y0 + 1.0;
+    y = (pixel(y0, x0) * (1.0 - wx) + pixel(y0, x1) * wx) * (1.0 - wy) +
+        (pixel(y1, x0) * (1.0 - wx) + pixel(y1, x1) * wx) * wy;
+  }
+  return {transpose(y, {0, 3, 1, 2})};
+}
+void check_grid_sample(const LoadCheck& c) {
+  const Declared x = c.input(0);
+  if (x.rank >= 0 && x.rank != 4)
+    fail(kWho, c.what, ": input 0 has rank ", x.rank, "; only 2-D sampling (rank 4) is supported");
+  if (x.elem && !floating_elem(x.elem))
+    fail(kWho, c.what, ": element type ", elem_type_name(x.elem), " is not supported");
+}
+void check_resize(const LoadCheck& c) {
+  if (c.opset < 11)
+    fail(kWho, c.what, ": Resize before opset 11 is not supported (the model imports opset ",
+         c.opset, ")");
+  if (c.attr.has("antialias") && c.attr.i("antialias"))
+    fail(kWho, c.what, ": antialias is not supported");
+  const Declared x = c.input(0);
+  if (x.elem && !floating_elem(x.elem) && c.attr.s("mode") != kNearest)
+    fail(kWho, c.what, ": linear resizing of element type ", elem_type_name(x.elem),
+         " is not supported (floating types only)");
+}
+
 // ---- the table -----------------------------------------------------------------------------------
 
 // An ONNX operator soma knows: its attributes (the union over opsets, with ONNX's defaults) and
@@ -733,6 +1858,7 @@ struct OnnxOp {
   std::vector<AttrDef> attrs = {};
   std::vector<int> statistics = {};  // inputs holding running statistics: weights not trained
   bool at_load = false;              // no inputs: evaluated once at load, its outputs constants
+  Check check = nullptr;             // refuses at load what the handler cannot run
 };
 
 // Attributes of opset-1 operators that later opsets dropped (ignored, as other runtimes do).
@@ -752,6 +1878,9 @@ std::vector<AttrDef> pool_attrs(std::vector<AttrDef> more = {}) {
                   Is("kernel_shape"), Is("pads"), Is("strides")})
     more.push_back(a);
   return more;
+}
+std::vector<AttrDef> reduce_attrs() {
+  return {Is("axes"), I("keepdims", 1), I("noop_with_empty_axes")};
 }
 std::vector<AttrDef> rnn_attrs(std::vector<AttrDef> more = {}) {
   for (auto& a : {Fs("activation_alpha"), Fs("activation_beta"), Ss("activations"), F("clip"),
@@ -786,8 +1915,10 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Cast", {nullptr, {I("to", 1), I("saturate", 1)}}},
       // handlers
       {"Identity", {identity}},
-      {"Dropout", {dropout, legacy({F("ratio", 0.5f), I("is_test"), I("seed")})}},
+      {"Dropout", {dropout, legacy({F("ratio", 0.5f), I("is_test"), I("seed")}), {}, false,
+                   check_dropout}},
       {"Div", {divide_, legacy_broadcast()}},
+      {"Mod", {mod_, {I("fmod")}}},
       {"Pow", {pow_, {I("broadcast"), I("axis")}}},
       {"Sum", {variadic<add2>, legacy()}},
       {"Mean", {variadic<add2, true>, legacy()}},
@@ -799,19 +1930,105 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"LogSoftmax", {softmax_<true>, {I("axis")}}},
       {"Gemm", {gemm, {F("alpha", 1.0f), F("beta", 1.0f), I("transA"), I("transB"),
                        I("broadcast")}}},
-      {"Conv", {conv<false>, conv_attrs()}},
-      {"ConvTranspose", {conv<true>, conv_attrs({Is("output_padding"), Is("output_shape")})}},
-      {"MaxPool", {pool<true>, pool_attrs({I("storage_order")})}},
-      {"AveragePool", {pool<false>, pool_attrs({I("count_include_pad")})}},
+      {"Conv", {conv<false>, conv_attrs(), {}, false, check_conv}},
+      {"ConvTranspose", {conv<true>, conv_attrs({Is("output_padding"), Is("output_shape")}), {},
+                         false, check_conv_transpose}},
+      {"MaxPool", {pool<true>, pool_attrs({I("storage_order")}), {}, false, check_pool}},
+      {"AveragePool", {pool<false>, pool_attrs({I("count_include_pad")}), {}, false, check_pool}},
+      {"LpPool", {lp_pool, pool_attrs({I("p", 2)}), {}, false, check_lp_pool}},
       {"GlobalAveragePool", {global_pool<false>}},
       {"GlobalMaxPool", {global_pool<true>}},
       {"BatchNormalization",
        {batch_norm, legacy({F("epsilon", 1e-5f), F("momentum", 0.9f), I("spatial", 1),
                             I("is_test"), I("training_mode")}),
-        {3, 4}}},
+        {3, 4}, false, check_batch_norm}},
       {"LayerNormalization", {layer_norm, {I("axis", -1), F("epsilon", 1e-5f), I("stash_type", 1)}}},
-      {"ReduceMean", {reduce<true>, {Is("axes"), I("keepdims", 1), I("noop_with_empty_axes")}}},
-      {"ReduceSum", {reduce<false>, {Is("axes"), I("keepdims", 1), I("noop_with_empty_axes")}}},
+      {"ReduceMean", {reduce<Reduce::mean>, reduce_attrs()}},
+      {"ReduceSum", {reduce<Reduce::sum>, reduce_attrs()}},
+      {"ReduceMax", {reduce<Reduce::max>, reduce_attrs()}},
+      {"ReduceMin", {reduce<Reduce::min>, reduce_attrs()}},
+      {"ReduceProd", {reduce<Reduce::prod>, reduce_attrs()}},
+      {"ReduceL1", {reduce<Reduce::l1>, reduce_attrs()}},
+      {"ReduceL2", {reduce<Reduce::l2>, reduce_attrs()}},
+      {"ReduceLogSum", {reduce<Reduce::log_sum>, reduce_attrs()}},
+      {"ReduceLogSumExp", {reduce<Reduce::log_sum_exp>, reduce_attrs()}},
+      {"ReduceSumSquare", {reduce<Reduce::sum_square>, reduce_attrs()}},
+      {"ArgMax", {arg_reduce<true>, {I("axis"), I("keepdims", 1), I("select_last_index")}}},
+      {"ArgMin", {arg_reduce<false>, {I("axis"), I("keepdims", 1), I("select_last_index")}}},
+      {"Size", {size_}},
+      {"Where", {where_}},
+      {"CastLike", {cast_like, {I("saturate", 1)}}},
+      {"Xor", {xor_, {I("broadcast"), I("axis")}}},
+      {"Trilu", {trilu, {I("upper", 1)}}},
+      {"Range", {range_}},
+      {"CumSum", {cumsum_, {I("exclusive"), I("reverse")}}},
+      {"GatherElements", {gather_elements, {I("axis")}}},
+      {"Resize",
+       {resize,
+        {I("antialias"), Is("axes"),
+         S("coordinate_transformation_mode", "half_pixel",
+           {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+            "asymmetric", "tf_crop_and_resize"}),
+         F("cubic_coeff_a", -0.75f), I("exclude_outside"), F("extrapolation_value", 0.0f),
+         S("keep_aspect_ratio_policy", "stretch", {"stretch", "not_larger", "not_smaller"}),
+         S("mode", "nearest", {"nearest", "linear"}),
+         S("nearest_mode", "round_prefer_floor",
+           {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})},
+        {}, false, check_resize}},
+      {"ScatterElements",
+       {scatter_elements, {I("axis"), S("reduction", "none", {"none", "add"})}}},
+      {"Scatter", {scatter_elements, {I("axis"), S("reduction", "none", {"none"})}}},
+      {"GatherND", {gather_nd, {I("batch_dims")}}},
+      {"ScatterND", {scatter_nd, {S("reduction", "none", {"none", "add"})}}},
+      {"Tan", {tan_}},
+      {"Sinh", {sinh_}},
+      {"Cosh", {cosh_}},
+      {"Asinh", {asinh_}},
+      {"Acosh", {acosh_}},
+      {"Atanh", {atanh_}},
+      {"Attention",
+       {attention,
+        {I("is_causal"), I("kv_num_heads"), I("q_num_heads"), I("qk_matmul_output_mode"),
+         F("scale"), F("softcap"), I("softmax_precision"), I("left_window_size", -1),
+         I("right_window_size", -1)}}},
+      {"RotaryEmbedding",
+       {rotary_embedding, {I("interleaved"), I("num_heads"), I("rotary_embedding_dim")}}},
+      {"CenterCropPad", {center_crop_pad, {Is("axes")}}},
+      {"CumProd", {cumprod_, {I("exclusive"), I("reverse")}}},
+      {"TopK", {top_k, {I("axis", -1), I("k"), I("largest", 1), I("sorted", 1)}}},
+      {"GridSample",
+       {grid_sample,
+        {I("align_corners"), S("mode", "linear", {"nearest", "linear", "bilinear"}),
+         S("padding_mode", "zeros", {"zeros", "border", "reflection"})},
+        {}, false, check_grid_sample}},
+      {"Split", {split_, {I("axis"), Is("split"), I("num_outputs")}}},
+      {"Tile", {tile_}},
+      {"Einsum", {einsum_, {S("equation")}}},
+      {"OneHot", {one_hot_, {I("axis", -1)}}},
+      {"Hardmax", {hardmax, {I("axis")}}},
+      {"Gelu", {gelu, {S("approximate", "none", {"none", "tanh"})}}},
+      {"Mish", {mish}},
+      {"Selu", {selu, legacy({F("alpha", 1.67326319217681884765625f),
+                              F("gamma", 1.05070102214813232421875f)})}},
+      {"Celu", {celu, {F("alpha", 1.0f)}}},
+      {"ThresholdedRelu", {thresholded_relu, {F("alpha", 1.0f)}}},
+      {"PRelu", {prelu, legacy()}},
+      {"Shrink", {shrink, {F("bias", 0.0f), F("lambd", 0.5f)}}},
+      {"Swish", {swish, {F("alpha", 1.0f)}}},
+      {"IsNaN", {is_nan}},
+      {"IsInf", {is_inf, {I("detect_negative", 1), I("detect_positive", 1)}}},
+      {"RMSNormalization", {rms_norm, {I("axis", -1), F("epsilon", 1e-5f), I("stash_type", 1)}}},
+      {"InstanceNormalization", {instance_norm, {F("epsilon", 1e-5f)}}},
+      {"GroupNormalization", {group_norm, {F("epsilon", 1e-5f), I("num_groups"), I("stash_type", 1)}}},
+      {"LpNormalization", {lp_norm, {I("axis", -1), I("p", 2)}}},
+      {"MeanVarianceNormalization", {mvn, {Is("axes")}}},
+      {"DepthToSpace", {depth_to_space, {I("blocksize"), S("mode", "DCR", {"DCR", "CRD"})}}},
+      {"SpaceToDepth", {space_to_depth, {I("blocksize")}}},
+      {"EyeLike", {eye_like, {I("dtype"), I("k")}}},
+      {"NegativeLogLikelihoodLoss",
+       {nll_loss, {I("ignore_index"), S("reduction", "mean", {"none", "sum", "mean"})}}},
+      {"SoftmaxCrossEntropyLoss",
+       {softmax_cross_entropy, {I("ignore_index"), S("reduction", "mean", {"none", "sum", "mean"})}}},
       {"Flatten", {flatten, {I("axis", 1)}}},
       {"Reshape", {reshape_, legacy({I("allowzero"), Is("shape")})}},
       {"Shape", {shape_, {I("start"), I("end")}}},
@@ -820,7 +2037,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Unsqueeze", {squeeze_<false>, {Is("axes")}}},
       {"Gather", {gather_, {I("axis")}}},
       {"Slice", {slice_, {Is("starts"), Is("ends"), Is("axes")}}},
-      {"Pad", {pad_, {S("mode", "constant", {"constant"}), Is("pads"), Is("paddings"),
+      {"Pad", {pad_, {S("mode", "constant", {"constant", "edge", "reflect", "wrap"}), Is("pads"), Is("paddings"),
                       F("value")}}},
       {"ConstantOfShape", {constant_of_shape, {T("value")}}},
       {"Constant",
@@ -829,9 +2046,9 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
          S("value_string"), Ss("value_strings"), {"sparse_value", AP::SPARSE_TENSOR}},
         {},
         true}},
-      {"LSTM", {recurrent<4>, rnn_attrs({I("input_forget")})}},
-      {"GRU", {recurrent<3>, rnn_attrs({I("linear_before_reset")})}},
-      {"RNN", {recurrent<1>, rnn_attrs()}},
+      {"LSTM", {recurrent<4>, rnn_attrs({I("input_forget")}), {}, false, check_lstm}},
+      {"GRU", {recurrent<3>, rnn_attrs({I("linear_before_reset")}), {}, false, check_recurrent}},
+      {"RNN", {recurrent<1>, rnn_attrs(), {}, false, check_recurrent}},
   };
   return ops;
 }
@@ -930,7 +2147,8 @@ Step resolve(const NodeProto& n, int index, std::int64_t opset) {
   }
   auto m = mapped_ops().find(n.op_type());
   if (m == mapped_ops().end())
-    fail(kWho, s.what, ": operator '", n.op_type(), "' is not supported by soma (supported: ",
+    fail(kWho, s.what, ": operator '", n.op_type(), "' is not supported by soma (opset ", opset,
+         "; supported: ",
          supported_list(), ")");
   no_subgraphs();
   const Mapped* use = nullptr;
@@ -1080,6 +2298,20 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
       in.shape = {};  // unknown rank
     inputs_.push_back(in);
   }
+  // What the file declares about each value, for the checks at load.
+  std::unordered_map<std::string, Declared> declared;
+  auto declare = [&](const ::onnx::ValueInfoProto& vi) {
+    if (!vi.type().has_tensor_type()) return;
+    const auto& tt = vi.type().tensor_type();
+    declared[vi.name()] = {tt.has_shape() ? std::int64_t(tt.shape().dim_size()) : -1,
+                           tt.elem_type()};
+  };
+  for (auto& vi : g.input()) declare(vi);
+  for (auto& vi : g.value_info()) declare(vi);
+  for (auto& vi : g.output()) declare(vi);
+  for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
+  for (auto& s : steps_)
+    if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset_, constants_});
   for (auto& vo : g.output()) output_names_.push_back(vo.name());
   if (output_names_.empty()) fail(kWho, "the graph has no outputs");
 }

@@ -41,7 +41,10 @@ const char* elem_type_name(int t) {
     case TP::UINT32: return "UINT32";
     case TP::UINT64: return "UINT64";
     case TP::BFLOAT16: return "BFLOAT16";
-    default: return "an unsupported element type";
+    default:  // the newer ones (FLOAT8E4M3FN, INT4, ...) by their names in onnx.proto
+      return ::onnx::TensorProto_DataType_IsValid(t)
+                 ? ::onnx::TensorProto_DataType_Name(TP::DataType(t)).c_str()
+                 : "UNKNOWN";  // newer than the onnx.proto soma was built with
   }
 }
 
