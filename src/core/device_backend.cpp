@@ -1,5 +1,12 @@
 #include "core/device_backend.hpp"
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "internal/copy.hpp"
 #include "soma/cuda.hpp"
 
 namespace soma::detail {
@@ -8,7 +15,31 @@ namespace soma::detail {
 const DeviceBackend* cuda_device_backend();  // src/backend/cuda/runtime.cpp
 #endif
 
+namespace {
+std::atomic<const DeviceBackend*> g_override[kNumDeviceKinds] = {};
+
+struct TransferCounters {
+  std::atomic<std::uint64_t> h2d_copies{0}, h2d_bytes{0}, d2h_copies{0}, d2h_bytes{0};
+};
+TransferCounters& transfer_counters() {
+  static TransferCounters c;
+  return c;
+}
+}  // namespace
+
+void count_transfer(bool to_device, std::size_t nbytes) noexcept {
+  TransferCounters& c = transfer_counters();
+  (to_device ? c.h2d_copies : c.d2h_copies).fetch_add(1, std::memory_order_relaxed);
+  (to_device ? c.h2d_bytes : c.d2h_bytes).fetch_add(nbytes, std::memory_order_relaxed);
+}
+
+const DeviceBackend* set_device_backend_override(DeviceKind kind, const DeviceBackend* table) {
+  return g_override[int(kind)].exchange(table);
+}
+
 const DeviceBackend* device_backend(DeviceKind kind) {
+  if (const DeviceBackend* o = g_override[int(kind)].load(std::memory_order_acquire)) [[unlikely]]
+    return o;
 #ifdef SOMA_HAS_CUDA
   if (kind == DeviceKind::CUDA) return cuda_device_backend();
 #endif
@@ -50,7 +81,44 @@ Tensor to_device(const Tensor& t, Device device) {
   Tensor dst = Tensor::empty(t.shape(), t.dtype(), device);
   const std::size_t nbytes = std::size_t(t.numel()) * dtype_size(t.dtype());
   if (nbytes > 0) b.copy_bytes(dst.raw_data(), device, src.raw_data(), from, nbytes);
+  if (from.is_cpu() != device.is_cpu()) count_transfer(from.is_cpu(), nbytes);
   return dst;
+}
+
+// ---- the emulated device --------------------------------------------------------------------
+namespace {
+// The same tensor seen as a CPU tensor (same storage and geometry), for the CPU routines.
+Tensor host_alias(const Tensor& t) {
+  auto impl = std::make_shared<TensorImpl>(t.impl());
+  impl->device = Device::cpu();
+  return Tensor(std::move(impl));
+}
+void* emulated_allocate(std::size_t nbytes, int) {
+  void* p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+void emulated_free(void* p, std::size_t, int) { std::free(p); }
+void emulated_copy_bytes(void* dst, Device, const void* src, Device, std::size_t nbytes) {
+  std::memcpy(dst, src, nbytes);
+}
+void emulated_copy_strided(const Tensor& src, const Tensor& dst) {
+  copy_into(host_alias(src), host_alias(dst));
+}
+void emulated_fill(const Tensor& dst, double value) { fill_value(host_alias(dst), value); }
+std::string emulated_reason() { return {}; }
+}  // namespace
+
+const DeviceBackend* emulated_device_backend() {
+  static const DeviceBackend table{
+      .allocate = emulated_allocate,
+      .free = emulated_free,
+      .copy_bytes = emulated_copy_bytes,
+      .copy_strided = emulated_copy_strided,
+      .fill = emulated_fill,
+      .unavailable_reason = emulated_reason,
+  };
+  return &table;
 }
 
 void device_copy_into(const Tensor& src, const Tensor& dst) {
@@ -65,6 +133,25 @@ void device_fill(const Tensor& dst, double value) {
 }
 
 }  // namespace soma::detail
+
+namespace soma::cuda {
+TransferStats transfer_stats() {
+  auto& c = detail::transfer_counters();
+  TransferStats s;
+  s.host_to_device_copies = c.h2d_copies.load(std::memory_order_relaxed);
+  s.host_to_device_bytes = c.h2d_bytes.load(std::memory_order_relaxed);
+  s.device_to_host_copies = c.d2h_copies.load(std::memory_order_relaxed);
+  s.device_to_host_bytes = c.d2h_bytes.load(std::memory_order_relaxed);
+  return s;
+}
+void reset_transfer_stats() {
+  auto& c = detail::transfer_counters();
+  c.h2d_copies = 0;
+  c.h2d_bytes = 0;
+  c.d2h_copies = 0;
+  c.d2h_bytes = 0;
+}
+}  // namespace soma::cuda
 
 #ifndef SOMA_HAS_CUDA
 // The public CUDA API of a build without the backend (src/backend/cuda/runtime.cpp otherwise).

@@ -110,6 +110,12 @@ void ProgressBar::draw(const std::string& line) {
   drawn_ = true;
 }
 
+bool ProgressBar::wants_update(std::int64_t step) const {
+  if (verbose_ != 1 || !terminal_) return false;  // files and pipes get the final line only
+  if (step >= target_) return false;               // finish() draws the last state
+  return !drawn_ || std::chrono::steady_clock::now() - last_draw_ >= std::chrono::milliseconds(50);
+}
+
 void ProgressBar::update(std::int64_t step, const nn::Logs& logs) {
   if (verbose_ != 1 || !terminal_) return;  // files and pipes get the final line only
   if (step >= target_) return;               // finish() draws the last state

@@ -26,6 +26,8 @@ class ProgressBar {
   void start(std::string title, std::int64_t target);
   // `step` steps are done; logs are the running values. Throttled on a terminal.
   void update(std::int64_t step, const nn::Logs& logs);
+  // Whether update(step, ...) would draw (a terminal bar at its refresh interval).
+  bool wants_update(std::int64_t step) const;
   // The run is over: prints the final line (with validation values, if any, in logs).
   void finish(std::int64_t step, const nn::Logs& logs);
 
@@ -62,6 +64,11 @@ class ProgbarLogger : public Callback {
   void on_predict_batch_end(std::int64_t batch, Logs& logs) override;
   void on_predict_end(Logs& logs) override;
   void set_test_steps(std::int64_t steps) { test_steps_ = steps; }
+  // Batch logs only when the bar is redrawn (verbose=1 on a terminal, every 50 ms).
+  bool wants_batch_logs(bool training, std::int64_t batch) const override {
+    (void)training;
+    return bar_.wants_update(batch + 1);
+  }
 
  private:
   ProgressBar bar_;
