@@ -274,24 +274,42 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
 }
 
 namespace {
-// Gives a variable storage on `device`, keeping the variable: tapes, optimisers and the layers'
-// Variable members hold handles to the same TensorImpl, so they all see the move.
-void move_variable(const Variable& v, Device device) {
+// Gives a variable the storage of `moved` (its value on another device), keeping the variable:
+// tapes, optimisers and the layers' Variable members hold handles to the same TensorImpl, so
+// they all see the move.
+void adopt_storage(const Variable& v, const Tensor& moved) {
   TensorImpl& impl = v.value().impl();
-  if (impl.device == device) return;
-  Tensor moved = v.value().to(device);  // packed: strides contiguous, offset 0
   impl.storage = moved.storage();
-  impl.strides = moved.strides();
-  impl.offset = 0;
-  impl.device = device;
+  impl.strides = moved.strides();  // packed by to(): contiguous, offset 0
+  impl.offset = moved.offset();
+  impl.device = moved.device();
+}
+void move_variable(const Variable& v, Device device) {
+  if (v.value().device() != device) adopt_storage(v, v.value().to(device));
 }
 }  // namespace
 
 void Module::to(Device device) {
   NoGradScope no_grad;
+  // Every copy first, then the switch: a device that cannot take them leaves the module as it
+  // was.
+  std::vector<std::pair<Variable, Tensor>> moved;
+  std::set<const TensorImpl*> seen;  // a shared layer lists its weights once per use
+  try {
+    for (auto& [n, v] : named_parameters(true))
+      if (v.value().device() != device && seen.insert(v.value().impl_ptr().get()).second)
+        moved.emplace_back(v, v.value().to(device));
+  } catch (const Error& e) {
+    fail(type_name() + ".to", "module '", name(), "' cannot move to ", device.str(), ": ",
+         e.what());
+  }
+  for (auto& [v, t] : moved) adopt_storage(v, t);
+  set_device(device);
+}
+
+void Module::set_device(Device device) {
   device_ = device;
-  for (auto& [n, v] : params_) move_variable(v, device);
-  for (auto& [n, c] : children_) c->to(device);
+  for (auto& [n, c] : children_) c->set_device(device);
 }
 
 std::vector<Tensor> Module::regularization_losses() const {

@@ -132,6 +132,7 @@ class Module {
   void check_new_param_name(const std::string& name) const;
   Variable push_weight(const std::string& name, const Tensor& value, bool trainable);
   void restore_modes(const std::vector<bool>& modes, std::size_t& i);
+  void set_device(Device device);  // recursive; to() moved the weights
 
   mutable std::string name_;  // assigned on first use: the constructor cannot call type_name()
   bool name_explicit_ = false;
