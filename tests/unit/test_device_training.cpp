@@ -252,6 +252,48 @@ TEST(DeviceTraining, OutOfRangeLabelsAreRefusedFromTheHostCopy) {
   EXPECT_EQ(cuda::transfer_stats().device_to_host_copies, 0u);
 }
 
+TEST(DeviceTraining, DatasetFitAndValidationMatchTheCpu) {
+  soma::testing::EmulatedCuda gpu;
+  auto [cpu, dev] = twin_models(small_mlp);
+  dev->to(gpu.device());
+  Data d = make_data({6}, 32, 8), v = make_data({6}, 12, 9);
+  auto train = data::Dataset::from_tensor_slices({d.x, d.y}).batch(8);
+  for (auto* m : {&cpu, &dev})
+    (*m)->compile(optim::Adam({.learning_rate = 1e-2}),
+                  nn::SparseCategoricalCrossentropy({.from_logits = true}), {"accuracy"});
+  model::FitOptions fo{.epochs = 2, .validation_data = model::ValidationData(v.x, v.y),
+                       .verbose = 0};
+  auto hc = cpu->fit(train, fo);
+  auto hd = dev->fit(train, fo);
+  for (auto& [k, vals] : hc.history)
+    for (std::size_t e = 0; e < vals.size(); ++e)
+      EXPECT_NEAR(hd.history.at(k).at(e), vals[e], 1e-6) << k;
+  EXPECT_TRUE(same_weights(*cpu, *dev, 1e-6));
+  auto ec = cpu->evaluate(train, {.verbose = 0});
+  auto ed = dev->evaluate(train, {.verbose = 0});
+  for (auto& [k, x] : ec) EXPECT_NEAR(ed.at(k), x, 1e-6) << k;
+}
+
+TEST(DeviceTraining, GradientClippingAndWeightDecayMatchTheCpu) {
+  soma::testing::EmulatedCuda gpu;
+  const optim::SGDOptions options[] = {
+      {.learning_rate = 0.5, .weight_decay = 0.01, .clipnorm = 0.05},
+      {.learning_rate = 0.5, .global_clipnorm = 0.05},
+      {.learning_rate = 0.5, .clipvalue = 0.01}};
+  for (const auto& o : options) {
+    auto [cpu, dev] = twin_models(small_mlp);
+    dev->to(gpu.device());
+    Data d = make_data({6}, 16, 12);
+    for (auto* m : {&cpu, &dev})
+      (*m)->compile(optim::SGD(o), nn::SparseCategoricalCrossentropy({.from_logits = true}));
+    cpu->fit(d.x, d.y, {.epochs = 2, .batch_size = 8, .shuffle = false, .verbose = 0});
+    cuda::reset_transfer_stats();
+    dev->fit(d.x, d.y, {.epochs = 2, .batch_size = 8, .shuffle = false, .verbose = 0});
+    EXPECT_EQ(cuda::transfer_stats().device_to_host_copies, 2u);  // the loss, once per epoch
+    EXPECT_TRUE(same_weights(*cpu, *dev, 1e-6));
+  }
+}
+
 // ---- what a step copies ----------------------------------------------------------------------
 
 TEST(DeviceTraining, AStepCopiesItsBatchInAndNothingOut) {
