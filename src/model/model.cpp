@@ -402,34 +402,46 @@ namespace {
 // A batch on the model's device. Batches are cut on the host (only their bytes move) and copied
 // here; the host copies stay known while the step runs (nn/host_twins.hpp), so that a sparse
 // loss checks its labels without reading the device.
-struct DeviceBatch {
-  std::vector<Tensor> x, y;
-  Tensor sw;
-  std::optional<soma::detail::HostTwinScope> twins;
-  DeviceBatch(const std::vector<Tensor>& x_, const std::vector<Tensor>& y_, const Tensor& sw_,
+// A batch already there (the CPU path) is used as it is: no copy of the vectors per step.
+class DeviceBatch {
+ public:
+  DeviceBatch(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const Tensor& sw,
               Device device)
-      : x(x_), y(y_), sw(sw_) {
-    bool moved = false;
-    auto move = [&](Tensor& t) {
-      if (t.defined() && t.device() != device) {
-        t = t.to(device);
-        moved = true;
-      }
-    };
-    for (auto& t : x) move(t);
-    for (auto& t : y) move(t);
-    move(sw);
-    if (moved) twins.emplace(y, y_);
+      : x_(&x), y_(&y), sw_(&sw) {
+    auto elsewhere = [device](const Tensor& t) { return t.defined() && t.device() != device; };
+    bool move = elsewhere(sw);
+    for (const auto& t : x) move = move || elsewhere(t);
+    for (const auto& t : y) move = move || elsewhere(t);
+    if (!move) return;
+    auto moved = [&](const Tensor& t) { return elsewhere(t) ? t.to(device) : t; };
+    for (const auto& t : x) mx_.push_back(moved(t));
+    for (const auto& t : y) my_.push_back(moved(t));
+    msw_ = moved(sw);
+    x_ = &mx_;
+    y_ = &my_;
+    sw_ = &msw_;
+    twins_.emplace(my_, y);
   }
+  const std::vector<Tensor>& x() const { return *x_; }
+  const std::vector<Tensor>& y() const { return *y_; }
+  const Tensor& sw() const { return *sw_; }
+
+ private:
+  const std::vector<Tensor>* x_;
+  const std::vector<Tensor>* y_;
+  const Tensor* sw_;
+  std::vector<Tensor> mx_, my_;
+  Tensor msw_;
+  std::optional<soma::detail::HostTwinScope> twins_;
 };
 }  // namespace
 
 Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y_in,
                        const Tensor& sw_in, const char* who) {
   DeviceBatch batch(x_in, y_in, sw_in, device());
-  const std::vector<Tensor>& x = batch.x;
-  const std::vector<Tensor>& y = batch.y;
-  const Tensor& sw = batch.sw;
+  const std::vector<Tensor>& x = batch.x();
+  const std::vector<Tensor>& y = batch.y();
+  const Tensor& sw = batch.sw();
   auto& c = *compiled_;
   if (c.dist && !c.dist->weights_synced) sync_distributed_weights(x);
   // The whole step: the optimiser has no matrix work, so including it changes nothing.
@@ -506,9 +518,9 @@ Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor
 void Model::test_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y_in,
                       const Tensor& sw_in) {
   DeviceBatch batch(x_in, y_in, sw_in, device());
-  const std::vector<Tensor>& x = batch.x;
-  const std::vector<Tensor>& y = batch.y;
-  const Tensor& sw = batch.sw;
+  const std::vector<Tensor>& x = batch.x();
+  const std::vector<Tensor>& y = batch.y();
+  const Tensor& sw = batch.sw();
   auto& c = *compiled_;
   NoGradScope no_grad;
   StepPrecision autocast(c.precision);

@@ -294,6 +294,29 @@ TEST(DeviceTraining, GradientClippingAndWeightDecayMatchTheCpu) {
   }
 }
 
+TEST(DeviceTraining, DropoutDrawsItsMaskOnTheDevice) {
+  soma::testing::EmulatedCuda gpu;
+  auto make = []() -> Ref<nn::Model> {
+    return std::make_shared<nn::Sequential>(nn::Input({6}), nn::Dense(16, nn::relu),
+                                            nn::Dropout(0.5), nn::Dense(3));
+  };
+  auto [cpu, dev] = twin_models(make);
+  dev->to(gpu.device());
+  Data d = make_data({6}, 16, 13);
+  for (auto* m : {&cpu, &dev})
+    (*m)->compile("sgd", nn::SparseCategoricalCrossentropy({.from_logits = true}));
+  set_seed(21);
+  cpu->fit(d.x, d.y, {.epochs = 2, .batch_size = 8, .shuffle = false, .verbose = 0});
+  set_seed(21);
+  cuda::reset_transfer_stats();
+  dev->fit(d.x, d.y, {.epochs = 2, .batch_size = 8, .shuffle = false, .verbose = 0});
+  // x and y of 4 steps, and one 0-d copy per step: Dropout::forward compares with
+  // scalar(rate), made on the host (src/nn/layers.cpp; `u >= rate_` would make it on the
+  // device). Then 8.
+  EXPECT_EQ(cuda::transfer_stats().host_to_device_copies, 8u + 4u);
+  EXPECT_TRUE(same_weights(*cpu, *dev, 1e-6));
+}
+
 // ---- what a step copies ----------------------------------------------------------------------
 
 TEST(DeviceTraining, AStepCopiesItsBatchInAndNothingOut) {
