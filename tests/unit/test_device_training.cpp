@@ -317,6 +317,25 @@ TEST(DeviceTraining, DropoutDrawsItsMaskOnTheDevice) {
   EXPECT_TRUE(same_weights(*cpu, *dev, 1e-6));
 }
 
+TEST(DeviceTraining, FunctionalModelsMoveAndTrain) {
+  soma::testing::EmulatedCuda gpu;
+  auto make = []() -> Ref<nn::Model> {
+    auto in = nn::Input({6});
+    auto h = nn::call(nn::Dense(8, nn::relu), in);
+    return std::make_shared<nn::Model>(in, nn::call(nn::Dense(3), h));
+  };
+  auto [cpu, dev] = twin_models(make);
+  dev->to(gpu.device());
+  for (auto& v : dev->parameters()) EXPECT_EQ(v.value().device(), gpu.device()) << v.name();
+  Data d = make_data({6}, 16, 14);
+  for (auto* m : {&cpu, &dev})
+    (*m)->compile(optim::Adam({.learning_rate = 1e-2}),
+                  nn::SparseCategoricalCrossentropy({.from_logits = true}), {"accuracy"});
+  cpu->fit(d.x, d.y, {.epochs = 2, .batch_size = 8, .shuffle = false, .verbose = 0});
+  dev->fit(d.x, d.y, {.epochs = 2, .batch_size = 8, .shuffle = false, .verbose = 0});
+  EXPECT_TRUE(same_weights(*cpu, *dev, 1e-6));
+}
+
 // ---- what a step copies ----------------------------------------------------------------------
 
 TEST(DeviceTraining, AStepCopiesItsBatchInAndNothingOut) {
