@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 #include <vector>
 
 #include "emulated_device.hpp"
@@ -390,6 +391,21 @@ TEST(DeviceTraining, ACallbackThatReadsBatchLogsGetsThem) {
            {.epochs = 1, .batch_size = 8, .shuffle = false, .callbacks = {record(ld)}, .verbose = 0});
   ASSERT_EQ(ld.size(), 4u);
   for (std::size_t i = 0; i < lc.size(); ++i) EXPECT_NEAR(ld[i], lc[i], 1e-6);
+}
+
+TEST(DeviceTraining, TheProgressBarOnATerminalShowsTheLogs) {
+  soma::testing::EmulatedCuda gpu;
+  auto model = small_mlp();
+  model->to(gpu.device());
+  model->compile("sgd", nn::SparseCategoricalCrossentropy({.from_logits = true}), {"accuracy"});
+  Data d = make_data({6}, 64, 15);
+  std::ostringstream out;
+  model->fit(d.x, d.y, {.epochs = 1, .batch_size = 8, .verbose = 1, .output = &out,
+                        .is_terminal = true});
+  const std::string s = out.str();
+  EXPECT_NE(s.find("8/8"), std::string::npos) << s;
+  EXPECT_NE(s.find("loss: "), std::string::npos) << s;
+  EXPECT_NE(s.find("accuracy: "), std::string::npos) << s;
 }
 
 // ---- on a real GPU ---------------------------------------------------------------------------
