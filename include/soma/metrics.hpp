@@ -230,10 +230,22 @@ struct RecallOptions {
 
 class ConfusionCounts : public Metric {
  public:
-  void reset_state() override { tp_ = fp_ = fn_ = 0; }
-  double true_positives() const { return tp_; }
-  double false_positives() const { return fp_; }
-  double false_negatives() const { return fn_; }
+  void reset_state() override {
+    tp_ = fp_ = fn_ = 0;
+    device_counts_ = Tensor();
+  }
+  double true_positives() const {
+    fold();
+    return tp_;
+  }
+  double false_positives() const {
+    fold();
+    return fp_;
+  }
+  double false_negatives() const {
+    fold();
+    return fn_;
+  }
   double threshold() const { return threshold_; }
   std::optional<std::int64_t> class_id() const { return class_id_; }
   void update_state(const Tensor& y_true, const Tensor& y_pred,
@@ -246,7 +258,10 @@ class ConfusionCounts : public Metric {
  private:
   double threshold_;
   std::optional<std::int64_t> class_id_;
-  double tp_ = 0, fp_ = 0, fn_ = 0;
+  // As MeanBase: on a device the counts ([tp, fp, fn], f64) stay there until read.
+  void fold() const;
+  mutable double tp_ = 0, fp_ = 0, fn_ = 0;
+  mutable Tensor device_counts_;
 };
 
 class Precision : public ConfusionCounts {

@@ -178,6 +178,27 @@ Scored score_sparse(const std::string& metric, const Tensor& y_true, const Tenso
   return {std::move(hit), std::move(out)};
 }
 
+// element_weights on a device: the sample weights lined up with `shape` and broadcast to it, f64.
+Tensor device_element_weights(const std::string& metric, const Tensor& sw, const Shape& shape,
+                              Device device) {
+  Tensor w = f64(sw.device() == device ? sw : sw.to(device));
+  if (sw.numel() != 1) {
+    Shape ws = sw.shape();
+    while (ws.size() > shape.size() && ws.back() == 1) ws.pop_back();
+    while (ws.size() < shape.size()) ws.push_back(1);
+    bool ok = ws.size() == shape.size();
+    for (std::size_t d = 0; ok && d < ws.size(); ++d) ok = ws[d] == 1 || ws[d] == shape[d];
+    if (!ok)
+      fail(metric, "sample_weight shape ", shape_str(sw.shape()),
+           " does not line up with the values of shape ", shape_str(shape),
+           " (expected one weight per sample, shape [", shape.empty() ? 1 : shape[0], "])");
+    w = reshape(w, ws);
+  } else {
+    w = reshape(w, Shape{});
+  }
+  return w + full_like(Tensor::empty(shape, DType::f64, device), 0.0);
+}
+
 // The device versions of the scores above (same rules, with ops): hits as f64 1/0.
 Tensor device_score_elementwise(const std::string& metric, const Tensor& y_true,
                                 const Tensor& y_pred, std::optional<double> threshold) {
@@ -428,10 +449,43 @@ void SparseTopKCategoricalAccuracy::update_state(const Tensor& y_true, const Ten
 
 // ---- precision / recall ------------------------------------------------------------------------
 
+void ConfusionCounts::fold() const {
+  if (!device_counts_.defined()) return;
+  std::vector<double> c = device_counts_.to(Device::cpu()).to_vector<double>();
+  tp_ += c[0];
+  fp_ += c[1];
+  fn_ += c[2];
+  device_counts_ = Tensor();
+}
+
 void ConfusionCounts::update_state(const Tensor& y_true, const Tensor& y_pred,
                                    const Tensor& sample_weight) {
   const std::string metric = name();
   Shape shape = aligned_shape(metric, y_true, y_pred);
+  if (on_device(y_pred)) {
+    NoGradScope no_grad;
+    Tensor t = f64(reshape(y_true, shape)), p = f64(reshape(y_pred, shape));
+    Tensor w = sample_weight.defined()
+                   ? device_element_weights(metric, sample_weight, shape, y_pred.device())
+                   : ones_like(p);
+    if (class_id_) {
+      const std::int64_t c = shape.back();
+      if (*class_id_ < 0 || *class_id_ >= c)
+        fail(metric, "class_id ", *class_id_, " is out of range for y_pred shape ",
+             shape_str(y_pred.shape()), " (", c, " classes)");
+      const std::int64_t last = std::int64_t(shape.size()) - 1;
+      t = t.slice(last, *class_id_, *class_id_ + 1);
+      p = p.slice(last, *class_id_, *class_id_ + 1);
+      w = w.slice(last, *class_id_, *class_id_ + 1);
+    }
+    Tensor pred = f64(p > threshold_), actual = f64(t != 0.0);
+    Tensor counts = concat({reshape(sum(pred * actual * w), {1}),
+                            reshape(sum(pred * (1.0 - actual) * w), {1}),
+                            reshape(sum((1.0 - pred) * actual * w), {1})},
+                           0);
+    device_counts_ = device_counts_.defined() ? device_counts_ + counts : counts;
+    return;
+  }
   std::vector<double> t = host(y_true), p = host(y_pred);
   std::vector<double> w = sample_weight.defined() ? element_weights(metric, sample_weight, shape)
                                                   : std::vector<double>(p.size(), 1.0);

@@ -226,6 +226,7 @@ TEST(DeviceTraining, MetricsAndWeightedLossesMatchTheCpu) {
     (*m)->compile(optim::SGD({.learning_rate = 0.1}),
                   nn::SparseCategoricalCrossentropy({.from_logits = true}),
                   {"accuracy", "sparse_top_k_categorical_accuracy"});
+  // (Precision and Recall are checked with one-hot targets below.)
   model::FitOptions fo{.epochs = 2, .batch_size = 8, .shuffle = false, .sample_weight = sw,
                        .verbose = 0};
   auto hc = cpu->fit(d.x, d.y, fo);
@@ -234,6 +235,33 @@ TEST(DeviceTraining, MetricsAndWeightedLossesMatchTheCpu) {
     for (std::size_t e = 0; e < v.size(); ++e)
       EXPECT_NEAR(hd.history.at(k).at(e), v[e], 1e-6) << k;
   EXPECT_TRUE(same_weights(*cpu, *dev, 1e-6));
+}
+
+TEST(DeviceTraining, PrecisionRecallAndRegressionMetricsMatchTheCpu) {
+  soma::testing::EmulatedCuda gpu;
+  auto [cpu, dev] = twin_models(small_mlp);
+  dev->to(gpu.device());
+  Data d = make_data({6}, 24, 5);
+  Tensor y = one_hot(d.y, 3);
+  Tensor sw = soma::testing::rand_tensor({24}, 10, 0.1, 2.0).cast(DType::f32);
+  for (auto* m : {&cpu, &dev})
+    (*m)->compile(optim::SGD({.learning_rate = 0.1}),
+                  nn::CategoricalCrossentropy({.from_logits = true}),
+                  {metrics::Precision(), metrics::Recall({.class_id = 1}), "mse", "mae",
+                   "categorical_accuracy"});
+  model::FitOptions fo{.epochs = 2, .batch_size = 8, .shuffle = false, .verbose = 0};
+  auto hc = cpu->fit(d.x, y, fo);
+  auto hd = dev->fit(d.x, y, fo);
+  for (auto& [k, v] : hc.history)
+    for (std::size_t e = 0; e < v.size(); ++e)
+      EXPECT_NEAR(hd.history.at(k).at(e), v[e], 1e-6) << k;
+  auto ec = cpu->evaluate(d.x, y, {.batch_size = 8, .verbose = 0, .sample_weight = sw});
+  cuda::reset_transfer_stats();
+  auto ed = dev->evaluate(d.x, y, {.batch_size = 8, .verbose = 0, .sample_weight = sw});
+  // In: x, y and the weights of 3 batches. Out: the loss and each of the 5 metrics, once.
+  EXPECT_EQ(cuda::transfer_stats().host_to_device_copies, 9u);
+  EXPECT_EQ(cuda::transfer_stats().device_to_host_copies, 6u);
+  for (auto& [k, x] : ec) EXPECT_NEAR(ed.at(k), x, 1e-6) << k;
 }
 
 TEST(DeviceTraining, OutOfRangeLabelsAreRefusedFromTheHostCopy) {
