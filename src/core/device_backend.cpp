@@ -4,7 +4,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <unordered_set>
 
 #include "internal/copy.hpp"
 #include "soma/cuda.hpp"
@@ -65,8 +67,13 @@ std::shared_ptr<Storage> device_storage(std::size_t nbytes, Device device) {
   return s;
 }
 
+bool free_if_emulated(void* p) noexcept;  // below
+
 void device_free(void* p, std::size_t nbytes, Device device) noexcept {
   if (!p) return;
+  // Memory of the stand-in goes back to it even after its scope ended (a tensor that outlived
+  // the test's scope must not reach the real backend's cache).
+  if (free_if_emulated(p)) return;
   if (const DeviceBackend* b = device_backend(device.kind)) b->free(p, nbytes, device.index);
 }
 
@@ -93,12 +100,26 @@ Tensor host_alias(const Tensor& t) {
   impl->device = Device::cpu();
   return Tensor(std::move(impl));
 }
+// The stand-in's live blocks, so that device_free recognises them whatever table is installed.
+std::atomic<std::size_t> g_emulated_live{0};
+std::mutex& emulated_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_set<void*>& emulated_blocks() {
+  static auto* blocks = new std::unordered_set<void*>();  // never destroyed: frees after exit
+  return *blocks;
+}
+
 void* emulated_allocate(std::size_t nbytes, int) {
   void* p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
   if (!p) throw std::bad_alloc();
+  std::lock_guard<std::mutex> lock(emulated_mutex());
+  emulated_blocks().insert(p);
+  g_emulated_live.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
-void emulated_free(void* p, std::size_t, int) { std::free(p); }
+void emulated_free(void* p, std::size_t, int) { free_if_emulated(p); }
 void emulated_copy_bytes(void* dst, Device, const void* src, Device, std::size_t nbytes) {
   std::memcpy(dst, src, nbytes);
 }
@@ -108,6 +129,17 @@ void emulated_copy_strided(const Tensor& src, const Tensor& dst) {
 void emulated_fill(const Tensor& dst, double value) { fill_value(host_alias(dst), value); }
 std::string emulated_reason() { return {}; }
 }  // namespace
+
+bool free_if_emulated(void* p) noexcept {
+  if (g_emulated_live.load(std::memory_order_relaxed) == 0) return false;
+  {
+    std::lock_guard<std::mutex> lock(emulated_mutex());
+    if (emulated_blocks().erase(p) == 0) return false;
+  }
+  g_emulated_live.fetch_sub(1, std::memory_order_relaxed);
+  std::free(p);
+  return true;
+}
 
 const DeviceBackend* emulated_device_backend() {
   static const DeviceBackend table{

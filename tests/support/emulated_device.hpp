@@ -9,7 +9,8 @@
 // the CPU kernels, but they are not on Device::cpu(): item() and to_vector() refuse them, ops
 // refuse to mix them with CPU tensors (a 0-d CPU scalar follows them, as on a real device) and
 // copies to and from them are counted by soma::cuda::transfer_stats(). At the end of the scope
-// the real CUDA backend and kernels (if built) come back: no stand-in tensor may outlive it.
+// the real CUDA backend and kernels (if built) come back; a stand-in tensor that outlives the
+// scope may only be freed (its memory goes back to the stand-in).
 // cuda::is_available() is not changed, so model code must decide by Device values only.
 #include <string>
 #include <utility>

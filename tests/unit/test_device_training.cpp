@@ -112,6 +112,20 @@ TEST(EmulatedDevice, ModelCalledWithCpuInputAfterMoveFails) {
   EXPECT_THROW((void)(*model)(zeros({2, 6})), Error);
 }
 
+TEST(EmulatedDevice, ATensorThatOutlivesTheScopeIsFreedByTheStandIn) {
+  Tensor kept;
+  {
+    soma::testing::EmulatedCuda gpu;
+    kept = zeros({4}).to(gpu.device());
+  }
+  // Its memory goes back to the stand-in, not to the real backend's cache (nor leaks: the
+  // sanitizer builds would report it).
+  kept = Tensor();
+  soma::testing::EmulatedCuda again;
+  EXPECT_EQ(zeros({4}).to(again.device()).to(Device::cpu()).to_vector<float>(),
+            std::vector<float>(4, 0.0f));
+}
+
 // ---- Module::to --------------------------------------------------------------------------------
 
 TEST(ModuleTo, MovesEveryWeightAndKeepsTheVariables) {
