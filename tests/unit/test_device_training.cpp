@@ -412,6 +412,28 @@ TEST(DeviceTraining, AStepCopiesItsBatchInAndNothingOut) {
   EXPECT_EQ(end.device_to_host_copies, 2u);
 }
 
+TEST(DeviceTraining, EpochLevelCallbacksReadNothingInsideTheEpoch) {
+  soma::testing::EmulatedCuda gpu;
+  auto model = small_mlp();
+  model->to(gpu.device());
+  model->compile("sgd", nn::SparseCategoricalCrossentropy({.from_logits = true}));
+  Data d = make_data({6}, 32, 16);
+  std::vector<std::uint64_t> reads;
+  auto probe = std::make_shared<callbacks::LambdaCallback>();
+  probe->on_train_batch_begin_fn = [&](std::int64_t, model::Logs&) {
+    reads.push_back(cuda::transfer_stats().device_to_host_copies);
+  };
+  cuda::reset_transfer_stats();
+  model->fit(d.x, d.y,
+             {.epochs = 2, .batch_size = 8,
+              .callbacks = {callbacks::EarlyStopping({.monitor = "loss", .patience = 5}),
+                            callbacks::ReduceLROnPlateau({.monitor = "loss"}), probe},
+              .verbose = 0});
+  ASSERT_EQ(reads.size(), 8u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(reads[i], 0u) << "batch " << i;
+  for (std::size_t i = 4; i < 8; ++i) EXPECT_EQ(reads[i], 1u) << "batch " << i;  // epoch 1's
+}
+
 TEST(DeviceTraining, ACallbackThatReadsBatchLogsGetsThem) {
   soma::testing::EmulatedCuda gpu;
   auto [cpu, dev] = twin_models(small_mlp);

@@ -161,6 +161,7 @@ struct ModelCheckpointOptions {
 class ModelCheckpoint : public Callback {
  public:
   explicit ModelCheckpoint(std::string filepath, ModelCheckpointOptions options = {});
+  bool wants_batch_logs(bool, std::int64_t) const override { return false; }  // epochs only
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   double best() const { return best_; }
@@ -191,6 +192,7 @@ struct EarlyStoppingOptions {
 class EarlyStopping : public Callback {
  public:
   explicit EarlyStopping(EarlyStoppingOptions options = {});
+  bool wants_batch_logs(bool, std::int64_t) const override { return false; }  // epochs only
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(Logs& logs) override;
@@ -212,6 +214,7 @@ class EarlyStopping : public Callback {
 class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string filename, char separator = ',', bool append = false);
+  bool wants_batch_logs(bool, std::int64_t) const override { return false; }  // epochs only
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(Logs& logs) override;
@@ -231,6 +234,7 @@ class CSVLogger : public Callback {
 class LearningRateScheduler : public Callback {
  public:
   explicit LearningRateScheduler(std::function<double(int, double)> schedule, int verbose = 0);
+  bool wants_batch_logs(bool, std::int64_t) const override { return false; }  // epochs only
   void on_epoch_begin(int epoch, Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
 
@@ -244,6 +248,7 @@ class LearningRateScheduler : public Callback {
 class ReduceLROnPlateau : public Callback {
  public:
   explicit ReduceLROnPlateau(optim::ReduceLROnPlateauOptions options = {}, int verbose = 0);
+  bool wants_batch_logs(bool, std::int64_t) const override { return false; }  // epochs only
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
 
