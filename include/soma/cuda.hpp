@@ -61,6 +61,21 @@ void reset_peak_memory_stats(int device = 0);
 // Returns every cached (unused) block to the driver.
 void empty_cache();
 
+// Copies between the host and a device made by soma since the start of the process (or the last
+// reset_transfer_stats()): Tensor::to between the CPU and a device, a CPU tensor that follows a
+// device tensor into an op, fit's batches. Counted where the bytes move (core's copy path,
+// src/core/device_backend.cpp), so they are the same for every backend and for the CPU stand-in
+// of the tests. Tests use them to check that a training step copies only its batch; counting is
+// two relaxed atomic adds per copy, so it is always on.
+struct TransferStats {
+  std::uint64_t host_to_device_copies = 0;
+  std::uint64_t host_to_device_bytes = 0;
+  std::uint64_t device_to_host_copies = 0;
+  std::uint64_t device_to_host_bytes = 0;
+};
+TransferStats transfer_stats();
+void reset_transfer_stats();
+
 // f32 matmul on TF32 tensor cores (about 10 mantissa bits in the products, f32 accumulation).
 // On by default; set_allow_tf32(false) forces full f32.
 void set_allow_tf32(bool allow);

@@ -21,10 +21,22 @@ namespace soma::metrics {
 // Mean / MeanMetricWrapper state).
 class MeanBase : public Metric {
  public:
-  double result() const override { return count_ == 0 ? 0.0 : total_ / count_; }
-  void reset_state() override { total_ = count_ = 0; }
-  double total() const { return total_; }
-  double count() const { return count_; }
+  double result() const override {
+    fold();
+    return count_ == 0 ? 0.0 : total_ / count_;
+  }
+  void reset_state() override {
+    total_ = count_ = 0;
+    device_total_ = device_count_ = Tensor();
+  }
+  double total() const {
+    fold();
+    return total_;
+  }
+  double count() const {
+    fold();
+    return count_;
+  }
 
  protected:
   // values: [batch, ...] (any dtype, any device); averaged over all axes but the first, then
@@ -35,7 +47,11 @@ class MeanBase : public Metric {
                   const Tensor& sample_weight);
 
  private:
-  double total_ = 0, count_ = 0;
+  // Values on a device are summed there (f64, 0-d) and read back only when the result is asked
+  // for: a read waits for the device, so a training step must not make one.
+  void fold() const;
+  mutable double total_ = 0, count_ = 0;
+  mutable Tensor device_total_, device_count_;
 };
 
 // ---- Mean: running (weighted) mean of values, e.g. of a loss ---------------------------------
@@ -214,10 +230,22 @@ struct RecallOptions {
 
 class ConfusionCounts : public Metric {
  public:
-  void reset_state() override { tp_ = fp_ = fn_ = 0; }
-  double true_positives() const { return tp_; }
-  double false_positives() const { return fp_; }
-  double false_negatives() const { return fn_; }
+  void reset_state() override {
+    tp_ = fp_ = fn_ = 0;
+    device_counts_ = Tensor();
+  }
+  double true_positives() const {
+    fold();
+    return tp_;
+  }
+  double false_positives() const {
+    fold();
+    return fp_;
+  }
+  double false_negatives() const {
+    fold();
+    return fn_;
+  }
   double threshold() const { return threshold_; }
   std::optional<std::int64_t> class_id() const { return class_id_; }
   void update_state(const Tensor& y_true, const Tensor& y_pred,
@@ -230,7 +258,10 @@ class ConfusionCounts : public Metric {
  private:
   double threshold_;
   std::optional<std::int64_t> class_id_;
-  double tp_ = 0, fp_ = 0, fn_ = 0;
+  // As MeanBase: on a device the counts ([tp, fp, fn], f64) stay there until read.
+  void fold() const;
+  mutable double tp_ = 0, fp_ = 0, fn_ = 0;
+  mutable Tensor device_counts_;
 };
 
 class Precision : public ConfusionCounts {

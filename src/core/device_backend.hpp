@@ -26,10 +26,32 @@ struct DeviceBackend {
   void (*fill)(const Tensor& dst, double value);
   // Empty when a device is usable, else why not.
   std::string (*unavailable_reason)();
+  // Optional (null: not offered). Page-locked host memory, from which host -> device copies run
+  // asynchronously (fit's batches, staged on the host); and that copy, queued on the device's
+  // stream without waiting for it (the caller keeps `src` alive and unchanged until the device's
+  // stream has passed the copy). Backends without them get pageable memory and copy_bytes.
+  void* (*allocate_pinned)(std::size_t nbytes) = nullptr;
+  void (*free_pinned)(void* p, std::size_t nbytes) = nullptr;
+  void (*copy_to_device_async)(void* dst, Device dst_device, const void* src,
+                               std::size_t nbytes) = nullptr;
 };
 
 // The table for a device kind; null for the CPU and for kinds not built in.
 const DeviceBackend* device_backend(DeviceKind kind);
+
+// Tests: replaces the table of a device kind (nullptr gives the built-in one back) and returns
+// the override it replaces. tests/support/emulated_device.hpp installs emulated_device_backend()
+// for DeviceKind::CUDA, so that device code paths run on machines without a GPU.
+const DeviceBackend* set_device_backend_override(DeviceKind kind, const DeviceBackend* table);
+// A stand-in device: 64-byte aligned host memory, memcpy for copies, the CPU routines for strided
+// copies and fills. Tensors on it are not on Device::cpu(): every host/device rule (item() and
+// to_vector() refuse them, ops refuse to mix them with CPU tensors, transfers are counted) holds
+// as on a real device.
+const DeviceBackend* emulated_device_backend();
+
+// Counts a copy between the host and a device (soma::cuda::transfer_stats, soma/cuda.hpp). The core
+// copy path (to_device) calls it; a backend that copies by other means calls it too.
+void count_transfer(bool to_device, std::size_t nbytes) noexcept;
 
 // Storage on a non-CPU device, from its backend (a clear soma::Error when there is none).
 std::shared_ptr<Storage> device_storage(std::size_t nbytes, Device device);

@@ -48,6 +48,9 @@ class LambdaAdapter : public Callback {
   void on_test_batch_end(std::int64_t b, Logs& l) override {
     if (f_->on_test_batch_end_fn) f_->on_test_batch_end_fn(b, l);
   }
+  bool wants_batch_logs(bool training, std::int64_t) const override {
+    return training ? bool(f_->on_train_batch_end_fn) : bool(f_->on_test_batch_end_fn);
+  }
 
  private:
   std::shared_ptr<LambdaCallback> f_;
@@ -64,6 +67,11 @@ void CallbackList::set_model(nn::Model* m) {
 }
 void CallbackList::set_params(const TrainParams& p) {
   for (auto& c : cbs_) c->set_params(p);
+}
+bool CallbackList::wants_batch_logs(bool training, std::int64_t batch) const {
+  for (auto& c : cbs_)
+    if (c->wants_batch_logs(training, batch)) return true;
+  return false;
 }
 #define SOMA_FORWARD0(hook) \
   void CallbackList::hook(Logs& logs) { for (auto& c : cbs_) c->hook(logs); }

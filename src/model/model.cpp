@@ -20,6 +20,7 @@
 #include "soma/model/tensorboard.hpp"
 #include "internal/tensor_vector_pool.hpp"
 #include "model/summary_table.hpp"
+#include "nn/host_twins.hpp"
 #include "model/topo_order.hpp"
 #include "soma/model/weights.hpp"
 #include "soma/ops.hpp"
@@ -116,9 +117,14 @@ struct Model::Compiled {
   std::vector<LossRef> losses;
   std::vector<double> loss_weights;
   std::vector<std::vector<metrics::MetricRef>> metrics;  // per output (may be fewer lists)
-  // Trackers: batch-size-weighted means of the losses.
+  // Trackers: batch-size-weighted means of the losses. On a device the sums stay there (f64,
+  // 0-d) until logs are collected: reading them waits for the step.
   double loss_sum = 0.0, count = 0.0;
   std::vector<double> output_loss_sum;
+  Tensor device_loss_sum;
+  std::vector<Tensor> device_output_loss_sum;
+  // Reads the device sums into the host ones.
+  void fold();
   std::size_t n_outputs = 0;  // known after the first step
   std::vector<std::string> output_names;
   std::vector<std::vector<std::string>> metric_names;
@@ -287,8 +293,21 @@ void Model::Compiled::settle(std::size_t n_outputs, const std::vector<SymbolicTe
   c.output_loss_sum.assign(n_outputs, 0.0);
 }
 
+void Model::Compiled::fold() {
+  auto read = [](Tensor& t) {
+    double v = t.defined() ? t.to(Device::cpu()).item<double>() : 0.0;
+    t = Tensor();
+    return v;
+  };
+  if (device_loss_sum.defined()) loss_sum += read(device_loss_sum);
+  for (std::size_t i = 0; i < device_output_loss_sum.size() && i < output_loss_sum.size(); ++i)
+    if (device_output_loss_sum[i].defined()) output_loss_sum[i] += read(device_output_loss_sum[i]);
+}
+
 void Model::reset_metrics() {
   if (!compiled_) return;
+  compiled_->device_loss_sum = Tensor();
+  compiled_->device_output_loss_sum.clear();
   compiled_->loss_sum = compiled_->count = 0.0;
   std::fill(compiled_->output_loss_sum.begin(), compiled_->output_loss_sum.end(), 0.0);
   for (auto& list : compiled_->metrics)
@@ -297,6 +316,7 @@ void Model::reset_metrics() {
 
 Logs Model::collect_logs(bool across_ranks) const {
   Logs logs;
+  compiled_->fold();
   const auto& c = *compiled_;
   if (c.count > 0 || c.dist) {  // distributed: every rank must send the same keys
     logs["loss"] = c.count > 0 ? c.loss_sum / c.count : 0.0;
@@ -344,11 +364,24 @@ Tensor Model::Compiled::loss(const std::vector<Tensor>& y, const std::vector<Ten
 void Model::Compiled::track(double bs, const Tensor& total, const std::vector<Tensor>& per_output,
                             const std::vector<Tensor>& y, const std::vector<Tensor>& pred) {
   NoGradScope no_grad;
-  loss_sum += total.item<double>() * bs;
   count += bs;
-  if (n_outputs > 1)
-    for (std::size_t i = 0; i < per_output.size(); ++i)
-      output_loss_sum[i] += per_output[i].item<double>() * bs;
+  if (!total.device().is_cpu()) {  // summed on the device: no read per step
+    auto add = [bs](Tensor& sum, const Tensor& v) {
+      Tensor part = cast(v, DType::f64) * bs;
+      sum = sum.defined() ? sum + part : part;
+    };
+    add(device_loss_sum, total);
+    if (n_outputs > 1) {
+      device_output_loss_sum.resize(n_outputs);
+      for (std::size_t i = 0; i < per_output.size(); ++i)
+        add(device_output_loss_sum[i], per_output[i]);
+    }
+  } else {
+    loss_sum += total.item<double>() * bs;
+    if (n_outputs > 1)
+      for (std::size_t i = 0; i < per_output.size(); ++i)
+        output_loss_sum[i] += per_output[i].item<double>() * bs;
+  }
   for (std::size_t i = 0; i < metrics.size(); ++i)
     for (auto& m : metrics[i]) m->update_state(y[i], pred[i]);
 }
@@ -365,8 +398,50 @@ void Model::check_trainable(const std::vector<Variable>& vars, const char* who) 
        "the model or on the layers to train");
 }
 
-Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
-                       const Tensor& sw, const char* who) {
+namespace {
+// A batch on the model's device. Batches are cut on the host (only their bytes move) and copied
+// here; the host copies stay known while the step runs (nn/host_twins.hpp), so that a sparse
+// loss checks its labels without reading the device.
+// A batch already there (the CPU path) is used as it is: no copy of the vectors per step.
+class DeviceBatch {
+ public:
+  DeviceBatch(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const Tensor& sw,
+              Device device)
+      : x_(&x), y_(&y), sw_(&sw) {
+    auto elsewhere = [device](const Tensor& t) { return t.defined() && t.device() != device; };
+    bool move = elsewhere(sw);
+    for (const auto& t : x) move = move || elsewhere(t);
+    for (const auto& t : y) move = move || elsewhere(t);
+    if (!move) return;
+    auto moved = [&](const Tensor& t) { return elsewhere(t) ? t.to(device) : t; };
+    for (const auto& t : x) mx_.push_back(moved(t));
+    for (const auto& t : y) my_.push_back(moved(t));
+    msw_ = moved(sw);
+    x_ = &mx_;
+    y_ = &my_;
+    sw_ = &msw_;
+    twins_.emplace(my_, y);
+  }
+  const std::vector<Tensor>& x() const { return *x_; }
+  const std::vector<Tensor>& y() const { return *y_; }
+  const Tensor& sw() const { return *sw_; }
+
+ private:
+  const std::vector<Tensor>* x_;
+  const std::vector<Tensor>* y_;
+  const Tensor* sw_;
+  std::vector<Tensor> mx_, my_;
+  Tensor msw_;
+  std::optional<soma::detail::HostTwinScope> twins_;
+};
+}  // namespace
+
+Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y_in,
+                       const Tensor& sw_in, const char* who) {
+  DeviceBatch batch(x_in, y_in, sw_in, device());
+  const std::vector<Tensor>& x = batch.x();
+  const std::vector<Tensor>& y = batch.y();
+  const Tensor& sw = batch.sw();
   auto& c = *compiled_;
   if (c.dist && !c.dist->weights_synced) sync_distributed_weights(x);
   // The whole step: the optimiser has no matrix work, so including it changes nothing.
@@ -440,8 +515,12 @@ Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& 
   return {};
 }
 
-void Model::test_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
-                      const Tensor& sw) {
+void Model::test_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y_in,
+                      const Tensor& sw_in) {
+  DeviceBatch batch(x_in, y_in, sw_in, device());
+  const std::vector<Tensor>& x = batch.x();
+  const std::vector<Tensor>& y = batch.y();
+  const Tensor& sw = batch.sw();
   auto& c = *compiled_;
   NoGradScope no_grad;
   StepPrecision autocast(c.precision);
@@ -505,7 +584,8 @@ std::vector<Tensor> rows(const std::vector<Tensor>& ts, std::int64_t start, std:
 
 std::vector<Tensor> gather_rows(const std::vector<Tensor>& ts, const Tensor& idx) {
   std::vector<Tensor> out;
-  for (auto& t : ts) out.push_back(gather(t, idx, 0));
+  for (auto& t : ts)
+    out.push_back(gather(t, idx.device() == t.device() ? idx : idx.to(t.device()), 0));
   return out;
 }
 
@@ -739,7 +819,9 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
       Logs batch_logs;
       all.on_train_batch_begin(step, batch_logs);
       train_step(xb, yb, swb, "fit");
-      batch_logs = collect_logs(true);
+      // Read only when a callback looks (on a device a read waits for the step); a distributed
+      // fit always reads, since collecting is a collective every rank must join.
+      if (o.distributed || all.wants_batch_logs(true, step)) batch_logs = collect_logs(true);
       all.on_train_batch_end(step, batch_logs);
       if (stop_training) break;
     }
@@ -845,7 +927,9 @@ History Model::fit(const data::Dataset& train_data, const FitOptions& o) {
       Logs batch_logs;
       all.on_train_batch_begin(step, batch_logs);
       train_step(xb, yb, swb, "fit");
-      batch_logs = collect_logs(true);
+      // Read only when a callback looks (on a device a read waits for the step); a distributed
+      // fit always reads, since collecting is a collective every rank must join.
+      if (o.distributed || all.wants_batch_logs(true, step)) batch_logs = collect_logs(true);
       all.on_train_batch_end(step, batch_logs);
       if (stop_training) break;
     }
@@ -905,7 +989,7 @@ Logs Model::evaluate_dataset_impl(const data::Dataset& data, callbacks::Callback
     Logs batch_logs;
     cbs.on_test_batch_begin(step, batch_logs);
     if (xb[0].shape()[0] > 0) test_step(xb, yb, swb);
-    batch_logs = collect_logs();
+    if (cbs.wants_batch_logs(false, step)) batch_logs = collect_logs();
     cbs.on_test_batch_end(step, batch_logs);
   }
   logs = collect_logs(true);
@@ -954,7 +1038,7 @@ Logs Model::evaluate_impl(const std::vector<Tensor>& x_all, const std::vector<Te
     cbs.on_test_batch_begin(step, batch_logs);
     test_step(rows(x, start, stop), rows(y, start, stop),
               sw.defined() ? sw.slice(0, start, stop) : Tensor());
-    batch_logs = collect_logs();
+    if (cbs.wants_batch_logs(false, step)) batch_logs = collect_logs();
     cbs.on_test_batch_end(step, batch_logs);
   }
   logs = collect_logs(true);
@@ -1010,13 +1094,20 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOp
   NoGradScope no_grad;
   StepPrecision autocast(compiled_ ? compiled_->precision : std::nullopt);
   std::vector<std::vector<Tensor>> parts;
+  // Batches go to the model's device; the predictions come back where x is (host arrays for host
+  // inputs, as Keras returns), in one copy per output at the end.
+  const Device dev = device();
+  const Device home = x[0].device();
   Logs logs;
   cbs.on_predict_begin(logs);
   for (std::int64_t step = 0; step < steps; ++step) {
     const std::int64_t start = step * bs, stop = start + std::min(bs, n - start);
     Logs batch_logs;
     cbs.on_predict_batch_begin(step, batch_logs);
-    std::vector<Tensor> out = call(rows(x, start, stop));
+    std::vector<Tensor> xb = rows(x, start, stop);
+    for (auto& t : xb)
+      if (t.device() != dev) t = t.to(dev);
+    std::vector<Tensor> out = call(xb);
     if (parts.empty()) parts.resize(out.size());
     for (std::size_t i = 0; i < out.size(); ++i) parts[i].push_back(out[i]);
     cbs.on_predict_batch_end(step, batch_logs);
@@ -1028,13 +1119,16 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOp
     for (const Tensor& t : x) {
       Shape s = t.shape();
       s[0] = 1;
-      probe.push_back(zeros(s, t.dtype()));
+      probe.push_back(zeros(s, t.dtype()).to(dev));
     }
     for (const Tensor& out : call(probe)) parts.push_back({out.slice(0, 0, 0)});
   }
   cbs.on_predict_end(logs);
   std::vector<Tensor> result;
-  for (auto& p : parts) result.push_back(p.size() == 1 ? p[0] : concat(p, 0));
+  for (auto& p : parts) {
+    Tensor r = p.size() == 1 ? p[0] : concat(p, 0);
+    result.push_back(r.device() == home ? r : r.to(home));
+  }
   return result;
 }
 
@@ -1058,7 +1152,16 @@ std::vector<Tensor> Model::predict_on_batch(const std::vector<Tensor>& x) {
   ModeGuard mode(*this, false);
   NoGradScope no_grad;
   StepPrecision autocast(compiled_ ? compiled_->precision : std::nullopt);
-  return call(x);
+  // As predict: computed on the model's device, returned where x is.
+  const Device dev = device(), home = x[0].device();
+  if (dev == home) return call(x);
+  std::vector<Tensor> xd = x;
+  for (auto& t : xd)
+    if (t.device() != dev) t = t.to(dev);
+  std::vector<Tensor> out = call(xd);
+  for (auto& t : out)
+    if (t.device() != home) t = t.to(home);
+  return out;
 }
 
 Logs Model::train_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {

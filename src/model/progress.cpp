@@ -110,6 +110,12 @@ void ProgressBar::draw(const std::string& line) {
   drawn_ = true;
 }
 
+bool ProgressBar::wants_update(std::int64_t step) const {
+  if (verbose_ != 1 || !terminal_) return false;  // files and pipes get the final line only
+  if (step >= target_) return false;               // finish() draws the last state
+  return !drawn_ || std::chrono::steady_clock::now() - last_draw_ >= std::chrono::milliseconds(50);
+}
+
 void ProgressBar::update(std::int64_t step, const nn::Logs& logs) {
   if (verbose_ != 1 || !terminal_) return;  // files and pipes get the final line only
   if (step >= target_) return;               // finish() draws the last state
@@ -140,10 +146,13 @@ void ProgbarLogger::on_epoch_begin(int epoch, Logs&) {
              params().steps);
 }
 
-void ProgbarLogger::on_train_batch_end(std::int64_t batch, Logs& logs) {
+void ProgbarLogger::batch_done(std::int64_t batch, const Logs& logs) {
   steps_done_ = batch + 1;
-  bar_.update(steps_done_, logs);
+  if (!declined_) bar_.update(steps_done_, logs);
+  declined_ = false;
 }
+
+void ProgbarLogger::on_train_batch_end(std::int64_t batch, Logs& logs) { batch_done(batch, logs); }
 
 void ProgbarLogger::on_epoch_end(int, Logs& logs) { bar_.finish(steps_done_, logs); }
 
@@ -151,10 +160,7 @@ void ProgbarLogger::on_test_begin(Logs&) {
   steps_done_ = 0;
   bar_.start("", test_steps_);
 }
-void ProgbarLogger::on_test_batch_end(std::int64_t batch, Logs& logs) {
-  steps_done_ = batch + 1;
-  bar_.update(steps_done_, logs);
-}
+void ProgbarLogger::on_test_batch_end(std::int64_t batch, Logs& logs) { batch_done(batch, logs); }
 void ProgbarLogger::on_test_end(Logs& logs) { bar_.finish(steps_done_, logs); }
 
 void ProgbarLogger::on_predict_begin(Logs&) {

@@ -332,6 +332,10 @@ void TensorBoard::on_epoch_begin(int epoch, Logs& logs) {
   epoch_start_ = seconds_now();
 }
 
+bool TensorBoard::wants_batch_logs(bool training, std::int64_t) const {
+  return training && batch_every_ > 0 && global_batch_ % batch_every_ == 0;
+}
+
 void TensorBoard::on_train_batch_end(std::int64_t batch, Logs& logs) {
   (void)batch;
   if (batch_every_ > 0 && train_ && global_batch_ % batch_every_ == 0)

@@ -6,8 +6,39 @@
 #include <cmath>
 #include <utility>
 
+#include "nn/host_twins.hpp"
 #include "soma/graph/graph.hpp"
 #include "soma/ops.hpp"
+
+// ---- host twins (nn/host_twins.hpp) ------------------------------------------------------------
+namespace soma::detail {
+namespace {
+struct Twin {
+  const Storage* storage;
+  Tensor host;
+};
+thread_local std::vector<Twin> t_twins;
+}  // namespace
+
+HostTwinScope::HostTwinScope(const std::vector<Tensor>& device, const std::vector<Tensor>& host) {
+  for (std::size_t i = 0; i < device.size() && i < host.size(); ++i) {
+    if (!device[i].defined() || !host[i].defined() || device[i].device().is_cpu() ||
+        !host[i].device().is_cpu())
+      continue;
+    t_twins.push_back({device[i].storage().get(), host[i]});
+    ++added_;
+  }
+}
+HostTwinScope::~HostTwinScope() { t_twins.resize(t_twins.size() - added_); }
+
+Tensor host_twin(const Tensor& t) {
+  for (auto it = t_twins.rbegin(); it != t_twins.rend(); ++it)
+    if (it->storage == t.storage().get() && it->host.numel() == t.numel() && t.offset() == 0 &&
+        t.is_contiguous())
+      return reshape(it->host, t.shape());
+  return Tensor();
+}
+}  // namespace soma::detail
 
 namespace soma::nn {
 
@@ -72,8 +103,13 @@ Tensor one_hot_labels(const std::string& loss, const Tensor& y_true, const Tenso
     fail(loss, "labels must be integer class ids, got a bool tensor");
   const std::int64_t classes = ps.back();
   // Checked on the host before any computing: an out-of-range id would otherwise become an
-  // all-zero one-hot row and a silently wrong loss.
-  Tensor labels = y_true.device().kind == DeviceKind::CPU ? y_true : y_true.to(Device::cpu());
+  // all-zero one-hot row and a silently wrong loss. Labels on a device are checked through the
+  // host copy fit made them from (nn/host_twins.hpp); others are copied back.
+  Tensor labels = y_true;
+  if (!y_true.device().is_cpu()) {
+    labels = soma::detail::host_twin(y_true);
+    if (!labels.defined()) labels = y_true.to(Device::cpu());
+  }
   // (A symbolic tensor of a traced graph has no values to check.)
   if (!is_symbolic(labels)) for (double v : labels.to_vector<double>()) {
     if (v != std::floor(v)) fail(loss, "label ", v, " is not an integer class id");

@@ -1,6 +1,9 @@
-// The built-in metrics. Each batch is brought to the host as doubles and scored with plain
-// loops: metrics are small next to the training step, and exact host arithmetic keeps their
-// running totals independent of the dtype the model computes in.
+// The built-in metrics. On the CPU each batch is read as doubles and scored with plain loops:
+// metrics are small next to the training step, and exact host arithmetic keeps their running
+// totals independent of the dtype the model computes in. On a device the common metrics (the
+// accuracies without top-k, means of losses, MSE, MAE) score with ops in f64 and keep their sums
+// there (MeanBase::fold reads them when the result is asked for), so that a training step reads
+// nothing back; the others copy the batch to the host.
 #include "soma/metrics.hpp"
 
 #include <cmath>
@@ -24,6 +27,9 @@ std::vector<double> host(const Tensor& t) {
 }
 
 Shape drop_last(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
+
+bool on_device(const Tensor& t) { return t.defined() && !t.device().is_cpu(); }
+Tensor f64(const Tensor& t) { return t.dtype() == DType::f64 ? t : cast(t, DType::f64); }
 
 void check_defined(const std::string& metric, const Tensor& y_true, const Tensor& y_pred) {
   if (!y_true.defined() || !y_pred.defined())
@@ -172,13 +178,94 @@ Scored score_sparse(const std::string& metric, const Tensor& y_true, const Tenso
   return {std::move(hit), std::move(out)};
 }
 
+// element_weights on a device: the sample weights lined up with `shape` and broadcast to it, f64.
+Tensor device_element_weights(const std::string& metric, const Tensor& sw, const Shape& shape,
+                              Device device) {
+  Tensor w = f64(sw.device() == device ? sw : sw.to(device));
+  if (sw.numel() != 1) {
+    Shape ws = sw.shape();
+    while (ws.size() > shape.size() && ws.back() == 1) ws.pop_back();
+    while (ws.size() < shape.size()) ws.push_back(1);
+    bool ok = ws.size() == shape.size();
+    for (std::size_t d = 0; ok && d < ws.size(); ++d) ok = ws[d] == 1 || ws[d] == shape[d];
+    if (!ok)
+      fail(metric, "sample_weight shape ", shape_str(sw.shape()),
+           " does not line up with the values of shape ", shape_str(shape),
+           " (expected one weight per sample, shape [", shape.empty() ? 1 : shape[0], "])");
+    w = reshape(w, ws);
+  } else {
+    w = reshape(w, Shape{});
+  }
+  return w + full_like(Tensor::empty(shape, DType::f64, device), 0.0);
+}
+
+// The device versions of the scores above (same rules, with ops): hits as f64 1/0.
+Tensor device_score_elementwise(const std::string& metric, const Tensor& y_true,
+                                const Tensor& y_pred, std::optional<double> threshold) {
+  Shape shape = aligned_shape(metric, y_true, y_pred);
+  Tensor t = f64(reshape(y_true, shape)), p = f64(reshape(y_pred, shape));
+  if (threshold) p = f64(p > *threshold);
+  return f64(equal(t, p));
+}
+Tensor device_score_categorical(const std::string& metric, const Tensor& y_true,
+                                const Tensor& y_pred) {
+  check_same_shape(metric, y_true, y_pred);
+  return f64(equal(argmax(y_true, -1), argmax(y_pred, -1)));
+}
+// A label that is not a class id never equals an argmax: a miss, as on the host.
+Tensor device_score_sparse(const std::string& metric, const Tensor& y_true,
+                           const Tensor& y_pred) {
+  check_sparse_shapes(metric, y_true, y_pred);
+  Shape out = drop_last(y_pred.shape());
+  return f64(equal(f64(argmax(y_pred, -1)), f64(reshape(y_true, out))));
+}
+
 }  // namespace
 
 // ---- MeanBase ----------------------------------------------------------------------------------
 
 void MeanBase::accumulate(const std::string& metric, const Tensor& values,
                           const Tensor& sample_weight) {
-  accumulate(metric, host(values), values.shape(), sample_weight);
+  if (!on_device(values)) return accumulate(metric, host(values), values.shape(), sample_weight);
+  NoGradScope no_grad;
+  Shape shape = values.shape();
+  if (shape.empty()) shape = {1};
+  const std::int64_t batch = shape[0];
+  if (batch == 0) return;
+  const std::int64_t per = values.numel() / batch;
+  if (per == 0) return;
+  Tensor v = f64(reshape(values, shape));
+  Tensor t, c;
+  if (!sample_weight.defined()) {
+    t = sum(v) / double(per);
+    count_ += double(batch);  // known on the host
+  } else {
+    // One weight per element, as element_weights lines them up.
+    Shape ws = sample_weight.shape();
+    while (ws.size() > shape.size() && ws.back() == 1) ws.pop_back();
+    while (ws.size() < shape.size()) ws.push_back(1);
+    bool ok = ws.size() == shape.size() || sample_weight.numel() == 1;
+    for (std::size_t d = 0; ok && d < ws.size() && sample_weight.numel() != 1; ++d)
+      ok = ws[d] == 1 || ws[d] == shape[d];
+    if (!ok)
+      fail(metric, "sample_weight shape ", shape_str(sample_weight.shape()),
+           " does not line up with the values of shape ", shape_str(shape),
+           " (expected one weight per sample, shape [", shape[0], "])");
+    Tensor w = f64(sample_weight.device() == values.device() ? sample_weight
+                                                              : sample_weight.to(values.device()));
+    w = sample_weight.numel() == 1 ? reshape(w, Shape{}) : reshape(w, ws);
+    Tensor wb = w + zeros_like(v);
+    t = sum(v * wb) / double(per);
+    c = sum(wb) / double(per);
+  }
+  device_total_ = device_total_.defined() ? device_total_ + t : t;
+  if (c.defined()) device_count_ = device_count_.defined() ? device_count_ + c : c;
+}
+
+void MeanBase::fold() const {
+  if (device_total_.defined()) total_ += device_total_.to(Device::cpu()).item<double>();
+  if (device_count_.defined()) count_ += device_count_.to(Device::cpu()).item<double>();
+  device_total_ = device_count_ = Tensor();
 }
 
 void MeanBase::accumulate(const std::string& metric, const std::vector<double>& v, Shape shape,
@@ -279,6 +366,22 @@ void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
       mode_ = AccuracyMode::Binary;
     }
   }
+  if (on_device(y_pred)) {
+    Tensor hits;
+    switch (mode_) {
+      case AccuracyMode::Categorical:
+        hits = device_score_categorical(o_.name, y_true, y_pred);
+        break;
+      case AccuracyMode::SparseCategorical:
+        hits = device_score_sparse(o_.name, y_true, y_pred);
+        break;
+      case AccuracyMode::Binary:
+        hits = device_score_elementwise(o_.name, y_true, y_pred, o_.threshold);
+        break;
+      default: hits = device_score_elementwise(o_.name, y_true, y_pred, std::nullopt); break;
+    }
+    return accumulate(o_.name, hits, sample_weight);
+  }
   Scored s;
   switch (mode_) {
     case AccuracyMode::Categorical:
@@ -299,18 +402,25 @@ void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
 
 void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                                   const Tensor& sample_weight) {
+  if (on_device(y_pred))
+    return accumulate(o_.name, device_score_elementwise(o_.name, y_true, y_pred, o_.threshold),
+                      sample_weight);
   Scored s = score_elementwise(o_.name, y_true, y_pred, o_.threshold);
   accumulate(o_.name, s.values, s.shape, sample_weight);
 }
 
 void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                                        const Tensor& sample_weight) {
+  if (on_device(y_pred))
+    return accumulate(o_.name, device_score_categorical(o_.name, y_true, y_pred), sample_weight);
   Scored s = score_categorical(o_.name, y_true, y_pred, 0);
   accumulate(o_.name, s.values, s.shape, sample_weight);
 }
 
 void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                                              const Tensor& sample_weight) {
+  if (on_device(y_pred))
+    return accumulate(o_.name, device_score_sparse(o_.name, y_true, y_pred), sample_weight);
   Scored s = score_sparse(o_.name, y_true, y_pred, 0);
   accumulate(o_.name, s.values, s.shape, sample_weight);
 }
@@ -339,10 +449,43 @@ void SparseTopKCategoricalAccuracy::update_state(const Tensor& y_true, const Ten
 
 // ---- precision / recall ------------------------------------------------------------------------
 
+void ConfusionCounts::fold() const {
+  if (!device_counts_.defined()) return;
+  std::vector<double> c = device_counts_.to(Device::cpu()).to_vector<double>();
+  tp_ += c[0];
+  fp_ += c[1];
+  fn_ += c[2];
+  device_counts_ = Tensor();
+}
+
 void ConfusionCounts::update_state(const Tensor& y_true, const Tensor& y_pred,
                                    const Tensor& sample_weight) {
   const std::string metric = name();
   Shape shape = aligned_shape(metric, y_true, y_pred);
+  if (on_device(y_pred)) {
+    NoGradScope no_grad;
+    Tensor t = f64(reshape(y_true, shape)), p = f64(reshape(y_pred, shape));
+    Tensor w = sample_weight.defined()
+                   ? device_element_weights(metric, sample_weight, shape, y_pred.device())
+                   : ones_like(p);
+    if (class_id_) {
+      const std::int64_t c = shape.back();
+      if (*class_id_ < 0 || *class_id_ >= c)
+        fail(metric, "class_id ", *class_id_, " is out of range for y_pred shape ",
+             shape_str(y_pred.shape()), " (", c, " classes)");
+      const std::int64_t last = std::int64_t(shape.size()) - 1;
+      t = t.slice(last, *class_id_, *class_id_ + 1);
+      p = p.slice(last, *class_id_, *class_id_ + 1);
+      w = w.slice(last, *class_id_, *class_id_ + 1);
+    }
+    Tensor pred = f64(p > threshold_), actual = f64(t != 0.0);
+    Tensor counts = concat({reshape(sum(pred * actual * w), {1}),
+                            reshape(sum(pred * (1.0 - actual) * w), {1}),
+                            reshape(sum((1.0 - pred) * actual * w), {1})},
+                           0);
+    device_counts_ = device_counts_.defined() ? device_counts_ + counts : counts;
+    return;
+  }
   std::vector<double> t = host(y_true), p = host(y_pred);
   std::vector<double> w = sample_weight.defined() ? element_weights(metric, sample_weight, shape)
                                                   : std::vector<double>(p.size(), 1.0);
@@ -382,6 +525,11 @@ double Recall::result() const {
 void MeanSquaredError::update_state(const Tensor& y_true, const Tensor& y_pred,
                                     const Tensor& sample_weight) {
   Shape shape = aligned_shape(o_.name, y_true, y_pred);
+  if (on_device(y_pred)) {
+    NoGradScope no_grad;
+    Tensor d = f64(reshape(y_pred, shape)) - f64(reshape(y_true, shape));
+    return accumulate(o_.name, mean(square(d), {-1}), sample_weight);
+  }
   std::vector<double> t = host(y_true), p = host(y_pred);
   const std::int64_t last = shape.back();
   Shape out = drop_last(shape);
@@ -396,6 +544,11 @@ void MeanSquaredError::update_state(const Tensor& y_true, const Tensor& y_pred,
 void MeanAbsoluteError::update_state(const Tensor& y_true, const Tensor& y_pred,
                                      const Tensor& sample_weight) {
   Shape shape = aligned_shape(o_.name, y_true, y_pred);
+  if (on_device(y_pred)) {
+    NoGradScope no_grad;
+    Tensor d = f64(reshape(y_pred, shape)) - f64(reshape(y_true, shape));
+    return accumulate(o_.name, mean(abs(d), {-1}), sample_weight);
+  }
   std::vector<double> t = host(y_true), p = host(y_pred);
   const std::int64_t last = shape.back();
   Shape out = drop_last(shape);

@@ -58,7 +58,8 @@ Module::Module(const Module& other)
     : name_(other.name_explicit_ ? other.name_ : std::string()),
       name_explicit_(other.name_explicit_),
       training_(other.training_),
-      trainable_(other.trainable_) {
+      trainable_(other.trainable_),
+      device_(other.device_) {
   for (std::size_t i = 0; i < other.children_.size(); ++i)
     if (!other.child_from_build_[i]) {
       children_.push_back(other.children_[i]);
@@ -216,7 +217,9 @@ void Module::train(bool on) {
 std::map<std::string, Tensor> Module::state_dict() const {
   std::map<std::string, Tensor> out;
   NoGradScope no_grad;
-  for (auto& [n, v] : named_parameters(true)) out.emplace(n, copy(v.value()));
+  // Host copies (as Keras' get_weights): files, checkpoints and comparisons read them.
+  for (auto& [n, v] : named_parameters(true))
+    out.emplace(n, v.value().device().is_cpu() ? copy(v.value()) : v.value().to(Device::cpu()));
   return out;
 }
 
@@ -264,14 +267,49 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
   NoGradScope no_grad;
   for (auto& [n, v] : params) {
     auto it = state.find(n);
-    if (it != state.end()) v.assign(it->second);
+    if (it == state.end()) continue;
+    const Tensor& t = it->second;
+    v.assign(t.device() == v.value().device() ? t : t.to(v.value().device()));
   }
 }
 
+namespace {
+// Gives a variable the storage of `moved` (its value on another device), keeping the variable:
+// tapes, optimisers and the layers' Variable members hold handles to the same TensorImpl, so
+// they all see the move.
+void adopt_storage(const Variable& v, const Tensor& moved) {
+  TensorImpl& impl = v.value().impl();
+  impl.storage = moved.storage();
+  impl.strides = moved.strides();  // packed by to(): contiguous, offset 0
+  impl.offset = moved.offset();
+  impl.device = moved.device();
+}
+void move_variable(const Variable& v, Device device) {
+  if (v.value().device() != device) adopt_storage(v, v.value().to(device));
+}
+}  // namespace
+
 void Module::to(Device device) {
-  if (device.is_cpu()) return;  // parameters are created on the CPU
-  fail(type_name() + ".to", "module '", name(), "' cannot move to ", device.str(),
-       ": only the CPU backend is available in this build");
+  NoGradScope no_grad;
+  // Every copy first, then the switch: a device that cannot take them leaves the module as it
+  // was.
+  std::vector<std::pair<Variable, Tensor>> moved;
+  std::set<const TensorImpl*> seen;  // a shared layer lists its weights once per use
+  try {
+    for (auto& [n, v] : named_parameters(true))
+      if (v.value().device() != device && seen.insert(v.value().impl_ptr().get()).second)
+        moved.emplace_back(v, v.value().to(device));
+  } catch (const Error& e) {
+    fail(type_name() + ".to", "module '", name(), "' cannot move to ", device.str(), ": ",
+         e.what());
+  }
+  for (auto& [v, t] : moved) adopt_storage(v, t);
+  set_device(device);
+}
+
+void Module::set_device(Device device) {
+  device_ = device;
+  for (auto& [n, c] : children_) c->set_device(device);
 }
 
 std::vector<Tensor> Module::regularization_losses() const {
@@ -294,6 +332,10 @@ void Module::check_new_param_name(const std::string& pname) const {
 
 Variable Module::push_weight(const std::string& pname, const Tensor& value, bool trainable) {
   Variable v(value, name() + "/" + pname, trainable);
+  if (v.value().device() != device_) {  // built after to(device): created there
+    NoGradScope no_grad;
+    move_variable(v, device_);
+  }
   created_trainable_.push_back(v.trainable());
   param_from_build_.push_back(building_);
   if (!trainable_) v.value().impl().trainable = false;  // created inside a frozen module
@@ -349,6 +391,7 @@ ModuleRef Module::register_module(const std::string& cname, ModuleRef m) {
     if (c == n) fail(type_name(), "layer '", name(), "' already has a submodule named '", n, "'");
   for (auto& [p, v] : params_)
     if (p == n) fail(type_name(), "layer '", name(), "': submodule name '", n, "' clashes with a weight");
+  if (!device_.is_cpu() && m->device_ != device_) m->to(device_);  // follows its parent
   children_.emplace_back(n, m);
   child_from_build_.push_back(building_);
   return m;

@@ -41,7 +41,12 @@ std::vector<TensorSpec> where_infer(const std::vector<TensorSpec>& in, const Att
   return {{broadcast_shapes(s, in[2].shape, "where"), in[1].dtype}};
 }
 
-Tensor like_scalar(double v, const Tensor& t) { return scalar(v, t.dtype()); }
+// `x * 2.0`'s scalar, made on x's device: filled there instead of copied from the host per op
+// (a device step would otherwise make a host-to-device copy for every constant).
+Tensor like_scalar(double v, const Tensor& t) {
+  if (t.device().is_cpu()) [[likely]] return scalar(v, t.dtype());
+  return full_like(Tensor::empty({}, t.dtype(), t.device()), v);
+}
 
 // ---- gradients ----
 using G = const GradContext&;

@@ -37,7 +37,12 @@ double sum_squares(const Tensor& g) {
 
 Tensor scale(const Tensor& g, double factor) { return g * factor; }
 
-const void* key_of(const Variable& v) { return v.value().storage().get(); }
+// A variable's slots follow the variable (its TensorImpl), not its storage: Module::to gives a
+// variable new storage on another device and the slots must still be found.
+const void* key_of(const Variable& v) { return v.value().impl_ptr().get(); }
+
+// Host copies of slots for state_dict (files read them); a CPU slot is copied.
+Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? copy(t) : t.to(Device::cpu()); }
 
 }  // namespace
 
@@ -95,15 +100,34 @@ void Optimizer::set_schedule(Ref<LearningRateSchedule> schedule) {
     options_.learning_rate = LearningRate(learning_rate());
 }
 
+void Optimizer::clip_on_device(std::vector<Tensor>& gs) const {
+  auto sq = [](const Tensor& g) { return sum(square(cast(g, DType::f64))); };
+  // g * (c / max(norm, c)): unchanged below the limit, scaled to norm c above it.
+  auto factor = [](const Tensor& norm, double c) { return c / maximum(norm, full_like(norm, c)); };
+  if (options_.clipnorm) {
+    for (auto& g : gs) g = g * cast(factor(sqrt(sq(g)), *options_.clipnorm), g.dtype());
+  } else {
+    Tensor ss;
+    for (const auto& g : gs) ss = ss.defined() ? ss + sq(g) : sq(g);
+    Tensor f = factor(sqrt(ss), *options_.global_clipnorm);
+    for (auto& g : gs) g = g * cast(f, g.dtype());
+  }
+}
+
 Optimizer::Slots& Optimizer::slots_for(const Variable& var) {
-  const auto& storage = var.value().storage();
-  if (!slots_.count(storage.get()))  // a new variable: drop the slots of dead ones first
+  const auto& impl = var.value().impl_ptr();
+  if (!slots_.count(impl.get()))  // a new variable: drop the slots of dead ones first
     std::erase_if(slots_, [](const auto& kv) { return kv.second.owner.expired(); });
-  auto& e = slots_[storage.get()];
-  if (e.owner.lock() != storage) {  // new variable, or a dead one's address reused
-    e.owner = storage;
+  auto& e = slots_[impl.get()];
+  if (e.owner.lock() != impl) {  // new variable, or a dead one's address reused
+    e.owner = impl;
     e.slots.clear();
   }
+  // The variable moved to another device (Module::to) since its slots were made: they follow it,
+  // once.
+  const Device device = impl->device;
+  for (auto& [name, t] : e.slots)
+    if (t.device() != device) t = t.to(device);
   return e.slots;
 }
 
@@ -111,7 +135,10 @@ Tensor& Optimizer::slot(Slots& slots, const std::string& name, const Variable& v
                         double init) {
   auto it = slots.find(name);
   if (it != slots.end()) return it->second;
-  return slots.emplace(name, fill(var.shape(), init, var.dtype())).first->second;
+  // On the variable's device, filled there (no host copy).
+  Tensor t = Tensor::empty(var.shape(), var.dtype(), var.value().device());
+  detail::fill_value(t, init);
+  return slots.emplace(name, std::move(t)).first->second;
 }
 
 bool Optimizer::can_fuse(const Variable& var, const Tensor& grad,
@@ -172,7 +199,12 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
 
   NoGradScope no_grad;
   // Clipping (Keras: clipnorm or global_clipnorm, then clipvalue).
-  if (options_.clipnorm) {
+  const bool on_host = vars[index[0]].value().device().is_cpu();
+  if (!on_host && (options_.clipnorm || options_.global_clipnorm)) {
+    // On a device: the factor min(1, c / norm) is computed there, so that clipping reads
+    // nothing back to the host.
+    clip_on_device(gs);
+  } else if (options_.clipnorm) {
     const double c = *options_.clipnorm;
     for (auto& g : gs) {
       const double n = std::sqrt(sum_squares(g));
@@ -217,9 +249,9 @@ std::map<std::string, Tensor> Optimizer::state_dict(const std::vector<Variable>&
   for (std::size_t i = 0; i < vars.size(); ++i) {
     if (!vars[i].defined()) continue;
     auto it = slots_.find(key_of(vars[i]));
-    if (it == slots_.end() || it->second.owner.lock() != vars[i].value().storage()) continue;
+    if (it == slots_.end() || it->second.owner.lock() != vars[i].value().impl_ptr()) continue;
     for (const auto& [name, t] : it->second.slots)
-      out[std::to_string(i) + "/" + name] = copy(t);
+      out[std::to_string(i) + "/" + name] = host_copy(t);
   }
   return out;
 }
@@ -257,7 +289,9 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state,
     if (!t.defined() || t.shape() != v.shape())
       fail(op, "slot '", key, "' has shape ", t.defined() ? shape_str(t.shape()) : "undefined",
            " but variable ", label(v, idx), " has shape ", shape_str(v.shape()));
-    per[idx][key.substr(slash + 1)] = copy(cast(t, v.dtype()));
+    Tensor slot_value = copy(cast(t, v.dtype()));
+    if (slot_value.device() != v.value().device()) slot_value = slot_value.to(v.value().device());
+    per[idx][key.substr(slash + 1)] = std::move(slot_value);
   }
   auto lr = state.find("learning_rate");
   const bool load_lr = lr != state.end() && !options_.learning_rate.is_schedule();

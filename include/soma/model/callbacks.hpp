@@ -55,15 +55,31 @@ class Callback {
   virtual void on_epoch_begin(int epoch, Logs& logs) { (void)epoch, (void)logs; }
   virtual void on_epoch_end(int epoch, Logs& logs) { (void)epoch, (void)logs; }
   virtual void on_train_batch_begin(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
-  virtual void on_train_batch_end(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
+  virtual void on_train_batch_end(std::int64_t batch, Logs& logs) {
+    (void)batch, (void)logs;
+    train_batch_end_is_default_ = true;
+  }
   virtual void on_test_begin(Logs& logs) { (void)logs; }
   virtual void on_test_end(Logs& logs) { (void)logs; }
   virtual void on_test_batch_begin(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
-  virtual void on_test_batch_end(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
+  virtual void on_test_batch_end(std::int64_t batch, Logs& logs) {
+    (void)batch, (void)logs;
+    test_batch_end_is_default_ = true;
+  }
   virtual void on_predict_begin(Logs& logs) { (void)logs; }
   virtual void on_predict_end(Logs& logs) { (void)logs; }
   virtual void on_predict_batch_begin(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
   virtual void on_predict_batch_end(std::int64_t batch, Logs& logs) { (void)batch, (void)logs; }
+
+  // Whether on_train_batch_end (training) or on_test_batch_end reads the logs of `batch`. fit and
+  // evaluate collect the running loss and metrics for a batch only when a callback wants them:
+  // on a device that read waits for the step, so training with no such callback reads nothing
+  // back inside an epoch; the others get empty logs. Default: every batch, until the callback's
+  // hook turns out to be the base class's no-op (noticed on its first call).
+  virtual bool wants_batch_logs(bool training, std::int64_t batch) const {
+    (void)batch;
+    return !(training ? train_batch_end_is_default_ : test_batch_end_is_default_);
+  }
 
  protected:
   nn::Model& model() const;  // throws when no model is set
@@ -72,6 +88,7 @@ class Callback {
  private:
   nn::Model* model_ = nullptr;
   TrainParams params_;
+  bool train_batch_end_is_default_ = false, test_batch_end_is_default_ = false;
 
  public:
   // True for callbacks that write files (checkpoints, logs): a distributed fit runs them on
@@ -98,6 +115,8 @@ class CallbackList {
   void on_test_end(Logs& logs);
   void on_test_batch_begin(std::int64_t batch, Logs& logs);
   void on_test_batch_end(std::int64_t batch, Logs& logs);
+  // Whether some callback wants the logs of this batch (Callback::wants_batch_logs).
+  bool wants_batch_logs(bool training, std::int64_t batch) const;
   void on_predict_begin(Logs& logs);
   void on_predict_end(Logs& logs);
   void on_predict_batch_begin(std::int64_t batch, Logs& logs);
@@ -142,6 +161,7 @@ struct ModelCheckpointOptions {
 class ModelCheckpoint : public Callback {
  public:
   explicit ModelCheckpoint(std::string filepath, ModelCheckpointOptions options = {});
+  bool wants_batch_logs(bool, std::int64_t) const override { return false; }  // epochs only
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   double best() const { return best_; }
@@ -172,6 +192,7 @@ struct EarlyStoppingOptions {
 class EarlyStopping : public Callback {
  public:
   explicit EarlyStopping(EarlyStoppingOptions options = {});
+  bool wants_batch_logs(bool, std::int64_t) const override { return false; }  // epochs only
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(Logs& logs) override;
@@ -193,6 +214,7 @@ class EarlyStopping : public Callback {
 class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string filename, char separator = ',', bool append = false);
+  bool wants_batch_logs(bool, std::int64_t) const override { return false; }  // epochs only
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(Logs& logs) override;
@@ -212,6 +234,7 @@ class CSVLogger : public Callback {
 class LearningRateScheduler : public Callback {
  public:
   explicit LearningRateScheduler(std::function<double(int, double)> schedule, int verbose = 0);
+  bool wants_batch_logs(bool, std::int64_t) const override { return false; }  // epochs only
   void on_epoch_begin(int epoch, Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
 
@@ -225,6 +248,7 @@ class LearningRateScheduler : public Callback {
 class ReduceLROnPlateau : public Callback {
  public:
   explicit ReduceLROnPlateau(optim::ReduceLROnPlateauOptions options = {}, int verbose = 0);
+  bool wants_batch_logs(bool, std::int64_t) const override { return false; }  // epochs only
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
 

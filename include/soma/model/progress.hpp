@@ -26,6 +26,8 @@ class ProgressBar {
   void start(std::string title, std::int64_t target);
   // `step` steps are done; logs are the running values. Throttled on a terminal.
   void update(std::int64_t step, const nn::Logs& logs);
+  // Whether update(step, ...) would draw (a terminal bar at its refresh interval).
+  bool wants_update(std::int64_t step) const;
   // The run is over: prints the final line (with validation values, if any, in logs).
   void finish(std::int64_t step, const nn::Logs& logs);
 
@@ -62,10 +64,20 @@ class ProgbarLogger : public Callback {
   void on_predict_batch_end(std::int64_t batch, Logs& logs) override;
   void on_predict_end(Logs& logs) override;
   void set_test_steps(std::int64_t steps) { test_steps_ = steps; }
+  // Batch logs only when the bar is redrawn (verbose=1 on a terminal, every 50 ms). A batch
+  // whose logs were declined is not drawn (it would show empty logs).
+  bool wants_batch_logs(bool training, std::int64_t batch) const override {
+    (void)training;
+    declined_ = !bar_.wants_update(batch + 1);
+    return !declined_;
+  }
 
  private:
+  void batch_done(std::int64_t batch, const Logs& logs);
+
   ProgressBar bar_;
   std::int64_t steps_done_ = 0, test_steps_ = 0;
+  mutable bool declined_ = false;
 };
 
 }  // namespace soma::callbacks

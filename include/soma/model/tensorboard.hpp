@@ -101,6 +101,7 @@ class TensorBoard : public Callback {
   void on_epoch_begin(int epoch, Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_batch_end(std::int64_t batch, Logs& logs) override;
+  bool wants_batch_logs(bool training, std::int64_t batch) const override;
 
   std::string train_dir() const;
   std::string validation_dir() const;

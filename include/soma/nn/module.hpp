@@ -81,7 +81,15 @@ class Module {
   // Name -> value copies; load checks names, shapes and dtypes (strict: no missing/extra names).
   std::map<std::string, Tensor> state_dict() const;
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+  // Moves every weight (trainable or not: a batch norm's moving statistics too) of this module
+  // and its submodules to `device`, keeping the Variables: optimisers and tapes that hold them see
+  // the new storage (an optimiser moves its slots along on its next step). Weights created later
+  // (a layer built on its first call, a submodule registered afterwards) are created there.
+  // Inputs must be on the same device when the module is called (Model::fit/evaluate/predict
+  // copy their batches there themselves).
   void to(Device device);
+  // Where the weights live (Device::cpu() until to() moves them).
+  Device device() const { return device_; }
 
   // Penalties from regularisers of this module and its submodules, to add to the loss.
   std::vector<Tensor> regularization_losses() const;
@@ -124,6 +132,7 @@ class Module {
   void check_new_param_name(const std::string& name) const;
   Variable push_weight(const std::string& name, const Tensor& value, bool trainable);
   void restore_modes(const std::vector<bool>& modes, std::size_t& i);
+  void set_device(Device device);  // recursive; to() moved the weights
 
   mutable std::string name_;  // assigned on first use: the constructor cannot call type_name()
   bool name_explicit_ = false;
@@ -131,6 +140,7 @@ class Module {
   bool building_ = false;
   bool training_ = true;
   bool trainable_ = true;
+  Device device_ = Device::cpu();
   std::vector<std::pair<std::string, Variable>> params_;
   std::vector<bool> created_trainable_;  // parallel to params_: trainability at creation
   std::vector<bool> param_from_build_;   // parallel to params_: created inside build()

@@ -158,14 +158,17 @@ class Optimizer {
 
  private:
   struct Entry {
-    std::weak_ptr<Storage> owner;  // detects a dead variable whose address was reused
+    std::weak_ptr<TensorImpl> owner;  // detects a dead variable whose address was reused
     Slots slots;
   };
+  // The variable's slots, moved to its device first if it moved (Module::to).
   Slots& slots_for(const Variable& var);
+  // clipnorm / global_clipnorm for gradients on a device, without reading the norms back.
+  void clip_on_device(std::vector<Tensor>& gs) const;
 
   std::vector<Variable> params_;
   double step_lr_ = 0.0;
-  std::map<const void*, Entry> slots_;  // keyed by variable storage
+  std::map<const void*, Entry> slots_;  // keyed by the variable (its TensorImpl)
 };
 using OptimizerRef = Ref<Optimizer>;
 
