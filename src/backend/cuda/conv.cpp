@@ -22,6 +22,7 @@
 #include "backend/cuda/conv_plan.hpp"
 #include "backend/cuda/conv_pool_launch.hpp"
 #include "backend/cuda/cudnn_loader.hpp"
+#include "backend/cuda/host_util.hpp"
 #include "backend/cuda/runtime.hpp"
 #include "internal/copy.hpp"
 #include "soma/cuda.hpp"
@@ -39,21 +40,6 @@ void check_float(const char* op, const Tensor& t) {
          " (expected f32, f64, f16 or bf16)");
 }
 
-ElemType elem(DType t) { return static_cast<ElemType>(static_cast<int>(t)); }
-
-void* data_of(const Tensor& t) {
-  if (t.numel() == 0) return nullptr;
-  return static_cast<char*>(t.storage()->data) + t.offset() * std::int64_t(dtype_size(t.dtype()));
-}
-
-// The tensor itself when packed, else a packed copy (the kernels read packed NCHW).
-Tensor packed(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor p = Tensor::empty(t.shape(), t.dtype(), t.device());
-  detail::copy_into(t, p);
-  return p;
-}
-
 // Runs body(y) on a packed tensor for out: out itself when packed, else a temporary copied in.
 template <class F>
 void into(const Tensor& out, F&& body) {
@@ -65,12 +51,10 @@ void into(const Tensor& out, F&& body) {
 
 void zero(const Tensor& t, const char* op, int dev) {
   if (t.numel() == 0) return;
-  check(cudaMemsetAsync(data_of(t), 0, std::size_t(t.numel()) * dtype_size(t.dtype()),
+  check(cudaMemsetAsync(first_element(t), 0, std::size_t(t.numel()) * dtype_size(t.dtype()),
                         stream(dev)),
         op, "cudaMemsetAsync", dev);
 }
-
-void launched(cudaError_t st, const char* op, int dev) { check(st, op, "kernel launch", dev); }
 
 // ---- pooling ------------------------------------------------------------------------------------
 PoolDims pool_dims(const char* op, const Shape& x, const Shape& pooled, const Attrs& a) {
@@ -96,7 +80,7 @@ void run_pool(const char* op, PoolKind kind, const Tensor& a0, const Tensor* b0,
   const Tensor a = packed(a0);
   const Tensor b = b0 ? packed(*b0) : Tensor();
   into(out, [&](const Tensor& y) {
-    launched(launch_pool(kind, data_of(a), b0 ? data_of(b) : nullptr, data_of(y),
+    launched(launch_pool(kind, first_element(a), b0 ? first_element(b) : nullptr, first_element(y),
                          elem(a.dtype()), p, stream(dev)),
              op, dev);
   });
@@ -377,7 +361,7 @@ Tensor padded_input(const Call& c, const Tensor& x) {
   if (!c.plan.explicit_padding()) return x;
   const ConvPlan& p = c.plan;
   Tensor xp = Tensor::empty({p.n, p.c, p.hp, p.wp}, x.dtype(), x.device());
-  launched(launch_window_copy(data_of(x), data_of(xp), int(dtype_size(x.dtype())), p.pad_input(),
+  launched(launch_window_copy(first_element(x), first_element(xp), int(dtype_size(x.dtype())), p.pad_input(),
                               stream(c.dev)),
            c.op, c.dev);
   return xp;
@@ -428,13 +412,13 @@ void conv_forward(const char* op, const std::vector<Tensor>& in, const Tensor& o
       });
       const Scale s;
       run_algos(c, cd, algos, "cudnnConvolutionForward", [&](int algo, void* ws, std::size_t n) {
-        return c.api.cudnnConvolutionForward(h, s.alpha(t), xd.d, data_of(xp), wd.d, data_of(w),
+        return c.api.cudnnConvolutionForward(h, s.alpha(t), xd.d, first_element(xp), wd.d, first_element(w),
                                              cd.d, cudnnConvolutionFwdAlgo_t(algo), ws, n,
-                                             s.beta(t), yd.d, data_of(y));
+                                             s.beta(t), yd.d, first_element(y));
       });
     }
     if (b.defined() || relu)
-      launched(launch_bias_act(data_of(y), b.defined() ? data_of(b) : nullptr, elem(t), y.numel(),
+      launched(launch_bias_act(first_element(y), b.defined() ? first_element(b) : nullptr, elem(t), y.numel(),
                                p.o, p.oh * p.ow, relu, stream(dev)),
                op, dev);
   });
@@ -487,12 +471,12 @@ void backprop_input_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& o
     });
     const Scale s;
     run_algos(c, cd, algos, "cudnnConvolutionBackwardData", [&](int algo, void* ws, std::size_t n) {
-      return c.api.cudnnConvolutionBackwardData(h, s.alpha(t), wd.d, data_of(w), gd.d, data_of(g),
+      return c.api.cudnnConvolutionBackwardData(h, s.alpha(t), wd.d, first_element(w), gd.d, first_element(g),
                                                 cd.d, cudnnConvolutionBwdDataAlgo_t(algo), ws, n,
-                                                s.beta(t), dxd.d, data_of(dxp));
+                                                s.beta(t), dxd.d, first_element(dxp));
     });
     if (p.explicit_padding())
-      launched(launch_window_copy(data_of(dxp), data_of(dx), int(dtype_size(t)), p.crop_input(),
+      launched(launch_window_copy(first_element(dxp), first_element(dx), int(dtype_size(t)), p.crop_input(),
                                   stream(dev)),
                op, dev);
   });
@@ -536,8 +520,8 @@ void backprop_filter_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
     run_algos(c, cd, algos, "cudnnConvolutionBackwardFilter",
               [&](int algo, void* ws, std::size_t n) {
                 return c.api.cudnnConvolutionBackwardFilter(
-                    h, s.alpha(t), xd.d, data_of(xp), gd.d, data_of(g), cd.d,
-                    cudnnConvolutionBwdFilterAlgo_t(algo), ws, n, s.beta(t), wd.d, data_of(dw));
+                    h, s.alpha(t), xd.d, first_element(xp), gd.d, first_element(g), cd.d,
+                    cudnnConvolutionBwdFilterAlgo_t(algo), ws, n, s.beta(t), wd.d, first_element(dw));
               });
   });
 }

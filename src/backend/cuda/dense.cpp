@@ -19,6 +19,7 @@
 
 #include "backend/cuda/cublaslt_loader.hpp"
 #include "backend/cuda/dense_plan.hpp"
+#include "backend/cuda/host_util.hpp"
 #include "backend/cuda/runtime.hpp"
 #include "internal/copy.hpp"
 #include "internal/dense_op.hpp"
@@ -36,22 +37,12 @@ namespace {
 constexpr const char* kOp = "dense_bias_act";
 constexpr bool kReluEpilogue = true;
 
-void* first_element(const Tensor& t) {
-  return static_cast<char*>(t.storage()->data) + t.offset() * std::int64_t(dtype_size(t.dtype()));
-}
-
 // The largest power of two (at most 256, cuBLASLt's default assumption) dividing the address.
 std::uint32_t alignment_of(const void* p) {
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   std::uint32_t r = 1;
   while (r < 256 && a % (2 * r) == 0) r *= 2;
   return r;
-}
-
-Tensor packed(const Tensor& t) {
-  Tensor p = Tensor::empty(t.shape(), t.dtype(), t.device());
-  detail::copy_into(t, p);
-  return p;
 }
 
 struct PlanKey {

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstring>
 
+#include "backend/cuda/host_util.hpp"
 #include "backend/cuda/index_launch.hpp"
 #include "backend/cuda/runtime.hpp"
 #include "core/device_backend.hpp"
@@ -24,25 +25,6 @@ namespace soma::cuda_detail {
 namespace {
 
 using cuda_index::i64;
-
-ElemType elem(DType t) { return static_cast<ElemType>(static_cast<int>(t)); }
-
-void* first_element(const Tensor& t) {
-  if (t.numel() == 0) return nullptr;
-  return static_cast<char*>(t.storage()->data) + t.offset() * std::int64_t(dtype_size(t.dtype()));
-}
-
-int device_of(const Tensor& t, const char* op) { return use_device(t.device().index, op); }
-
-void launched(cudaError_t st, const char* op, int device) { check(st, op, "kernel launch", device); }
-
-// `t` itself when packed, else a packed copy on its device.
-Tensor packed(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor p = Tensor::empty(t.shape(), t.dtype(), t.device());
-  detail::device_copy_into(t, p);
-  return p;
-}
 
 // The kernels write packed outputs: a strided output gets a packed stand-in, copied back by
 // finish().
@@ -268,35 +250,6 @@ void one_hot_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
 }
 
 // ---- reductions: argmax / argmin (one axis), all / any (an axis list) ----
-// As ops.cpp's reduce_space: the input's kept and reduced dims with their strides, the output's
-// (packed) strides over the kept dims.
-ReduceSpace reduce_space(const char* op, const Tensor& x, const Tensor& o,
-                         const std::vector<bool>& reduced) {
-  ReduceSpace s;
-  s.kept_numel = 1;
-  s.red_numel = 1;
-  Strides ost = contiguous_strides(o.shape());
-  std::size_t oi = 0;
-  const bool keepdims = o.rank() == x.rank();
-  for (std::size_t d = 0; d < std::size_t(x.rank()); ++d) {
-    const std::int64_t n = x.shape()[d];
-    if (reduced[d]) {
-      if (keepdims) ++oi;
-      if (s.red_rank == kMaxDims) fail(op, "more than ", kMaxDims, " reduced dimensions on cuda");
-      s.red_shape[s.red_rank] = n;
-      s.in_red_stride[s.red_rank++] = x.strides()[d];
-      s.red_numel *= n;
-    } else {
-      if (s.kept_rank == kMaxDims) fail(op, "more than ", kMaxDims, " kept dimensions on cuda");
-      s.kept_shape[s.kept_rank] = n;
-      s.in_kept_stride[s.kept_rank] = x.strides()[d];
-      s.out_stride[s.kept_rank++] = ost[oi++];
-      s.kept_numel *= n;
-    }
-  }
-  return s;
-}
-
 template <bool Max>
 void arg_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   const char* name = Max ? "argmax" : "argmin";

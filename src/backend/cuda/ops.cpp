@@ -7,6 +7,7 @@
 
 #include "backend/cuda/conv_pool_launch.hpp"
 #include "backend/cuda/cublas_loader.hpp"
+#include "backend/cuda/host_util.hpp"
 #include "backend/cuda/launch.hpp"
 #include "backend/cuda/runtime.hpp"
 #include "core/device_backend.hpp"
@@ -23,11 +24,6 @@ void register_cuda_index_kernels();  // index_ops.cpp
 namespace soma::cuda_detail {
 namespace {
 
-ElemType elem(DType t) { return static_cast<ElemType>(static_cast<int>(t)); }
-bool is_float(DType t) {
-  return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
-}
-
 // Strides of `t` (shape `in`) read over `out` (NumPy broadcasting: stride 0 where it stretches).
 Strides broadcast_strides_of(const Tensor& t, const Shape& out) {
   Strides s(out.size(), 0);
@@ -35,11 +31,6 @@ Strides broadcast_strides_of(const Tensor& t, const Shape& out) {
   for (std::size_t i = 0; i < std::size_t(t.rank()); ++i)
     s[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
   return s;
-}
-
-void* first_element(const Tensor& t) {
-  if (t.numel() == 0) return nullptr;
-  return static_cast<char*>(t.storage()->data) + t.offset() * std::int64_t(dtype_size(t.dtype()));
 }
 
 // An elementwise launch over `shape` for tensors broadcast to it: size-1 dims dropped, dims that
@@ -80,10 +71,6 @@ Space make_space(const char* op, const Shape& shape, const std::array<const Tens
   }
   return s;
 }
-
-int device_of(const Tensor& t, const char* op) { return use_device(t.device().index, op); }
-
-void launched(cudaError_t st, const char* op, int device) { check(st, op, "kernel launch", device); }
 
 // ---- copy and fill (also the backend table's copy_strided / fill) ----
 void copy_strided(const Tensor& src, const Tensor& dst) {
@@ -191,35 +178,6 @@ void where_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
 }
 
 // ---- reductions and softmax ----
-ReduceSpace reduce_space(const char* op, const Tensor& x, const Tensor& o,
-                         const std::vector<bool>& reduced) {
-  ReduceSpace s;
-  s.kept_numel = 1;
-  s.red_numel = 1;
-  // The output's strides over the kept dims: o has them in order, with or without the reduced
-  // dims kept as size 1 (whose strides are never used).
-  Strides ost = contiguous_strides(o.shape());
-  std::size_t oi = 0;
-  const bool keepdims = o.rank() == x.rank();
-  for (std::size_t d = 0; d < std::size_t(x.rank()); ++d) {
-    const std::int64_t n = x.shape()[d];
-    if (reduced[d]) {
-      if (keepdims) ++oi;
-      if (s.red_rank == kMaxDims) fail(op, "more than ", kMaxDims, " reduced dimensions on cuda");
-      s.red_shape[s.red_rank] = n;
-      s.in_red_stride[s.red_rank++] = x.strides()[d];
-      s.red_numel *= n;
-    } else {
-      if (s.kept_rank == kMaxDims) fail(op, "more than ", kMaxDims, " kept dimensions on cuda");
-      s.kept_shape[s.kept_rank] = n;
-      s.in_kept_stride[s.kept_rank] = x.strides()[d];
-      s.out_stride[s.kept_rank++] = ost[oi++];
-      s.kept_numel *= n;
-    }
-  }
-  return s;
-}
-
 template <ReduceOp Op>
 void reduce_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   static constexpr const char* names[] = {"sum", "mean", "prod", "max", "min"};
@@ -295,12 +253,6 @@ std::vector<std::int64_t> batch_offsets(const Tensor& t, const Shape& batch, boo
   even = true;
   for (std::int64_t i = 0; i < nb && even; ++i) even = offs[std::size_t(i)] == i * stride;
   return offs;
-}
-
-Tensor packed(const Tensor& t) {
-  Tensor p = Tensor::empty(t.shape(), t.dtype(), t.device());
-  copy_strided(t, p);
-  return p;
 }
 
 void matmul_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
