@@ -34,7 +34,21 @@ struct DeviceBackend {
   void (*free_pinned)(void* p, std::size_t nbytes) = nullptr;
   void (*copy_to_device_async)(void* dst, Device dst_device, const void* src,
                                std::size_t nbytes) = nullptr;
+  // Optional, offered with the three above: markers in the device's stream, so that the host can
+  // wait until an async copy has read its pinned source before writing that buffer again.
+  // record_event marks the point the stream has reached (the work queued so far); wait_event
+  // blocks the host until the stream has passed the last mark (at once when never recorded).
+  void* (*create_event)(int index) = nullptr;
+  void (*record_event)(void* event, int index) = nullptr;
+  void (*wait_event)(void* event, int index) = nullptr;
+  void (*destroy_event)(void* event, int index) = nullptr;  // never throws
 };
+
+// Whether a backend offers pinned host memory, async copies and events (all of them).
+inline bool has_async_copies(const DeviceBackend* b) {
+  return b && b->allocate_pinned && b->free_pinned && b->copy_to_device_async &&
+         b->create_event && b->record_event && b->wait_event && b->destroy_event;
+}
 
 // The table for a device kind; null for the CPU and for kinds not built in.
 const DeviceBackend* device_backend(DeviceKind kind);

@@ -19,6 +19,7 @@
 #include "soma/model/progress.hpp"
 #include "soma/model/tensorboard.hpp"
 #include "internal/tensor_vector_pool.hpp"
+#include "model/batch_stager.hpp"
 #include "model/summary_table.hpp"
 #include "nn/host_twins.hpp"
 #include "model/topo_order.hpp"
@@ -778,6 +779,10 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
   stop_training = false;
   ModeGuard mode(*this, true);
   Logs logs;
+  // On a device, batches go through pinned buffers, copied while the previous step computes
+  // (null on the CPU, distributed (per-rank shards), or without a backend's async copies).
+  std::unique_ptr<soma::detail::BatchStager> stager;
+  if (!o.distributed && steps > 0) stager = soma::detail::BatchStager::make(device(), x, y, sw, bs);
   all.on_train_begin(logs);
   for (int epoch = o.initial_epoch; epoch < o.epochs; ++epoch) {
     reset_metrics();
@@ -792,6 +797,10 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
         seed = compiled_->dist->seed + 0x9E3779B97F4A7C15ull * std::uint64_t(epoch + 1);
       perm = random_shuffle(arange(double(n), DType::i64), seed);
     }
+    if (stager) {
+      stager->clear();
+      stager->stage(0, std::min(bs, n), perm);
+    }
     for (std::int64_t step = 0; step < steps; ++step) {
       std::int64_t start = step * bs, stop = start + std::min(bs, n - start);
       if (o.distributed) {  // this rank's rows of the global batch
@@ -803,6 +812,27 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
         compiled_->dist->weight = double(hi - lo) / double(stop - start);
         stop = start + hi;
         start += lo;
+      }
+      if (stager) {
+        soma::detail::StagedBatch b = stager->take();
+        // The labels' host copy (a view when not shuffled) for the checks that need values.
+        std::vector<Tensor> y_host =
+            o.shuffle ? gather_rows(y, perm.slice(0, start, stop)) : rows(y, start, stop);
+        Logs batch_logs;
+        all.on_train_batch_begin(step, batch_logs);
+        {
+          soma::detail::HostTwinScope twins(b.y, y_host);
+          train_step(b.x, b.y, b.sw, "fit");
+        }
+        // The next batch's gather and copy while the device runs this step's kernels.
+        if (step + 1 < steps) {
+          const std::int64_t next = (step + 1) * bs;
+          stager->stage(next, next + std::min(bs, n - next), perm);
+        }
+        if (all.wants_batch_logs(true, step)) batch_logs = collect_logs(true);
+        all.on_train_batch_end(step, batch_logs);
+        if (stop_training) break;
+        continue;
       }
       std::vector<Tensor> xb, yb;
       Tensor swb;
@@ -1030,14 +1060,29 @@ Logs Model::evaluate_impl(const std::vector<Tensor>& x_all, const std::vector<Te
   const std::int64_t steps = batch_count(n, bs);
   reset_metrics();
   ModeGuard mode(*this, false);
+  std::unique_ptr<soma::detail::BatchStager> stager;
+  if (steps > 0) stager = soma::detail::BatchStager::make(device(), x, y, sw, bs);
+  if (stager) stager->stage(0, std::min(bs, n));
   Logs logs;
   cbs.on_test_begin(logs);
   for (std::int64_t step = 0; step < steps; ++step) {
     const std::int64_t start = step * bs, stop = start + std::min(bs, n - start);
     Logs batch_logs;
     cbs.on_test_batch_begin(step, batch_logs);
-    test_step(rows(x, start, stop), rows(y, start, stop),
-              sw.defined() ? sw.slice(0, start, stop) : Tensor());
+    if (stager) {
+      soma::detail::StagedBatch b = stager->take();
+      {
+        soma::detail::HostTwinScope twins(b.y, rows(y, start, stop));
+        test_step(b.x, b.y, b.sw);
+      }
+      if (step + 1 < steps) {
+        const std::int64_t next = (step + 1) * bs;
+        stager->stage(next, next + std::min(bs, n - next));
+      }
+    } else {
+      test_step(rows(x, start, stop), rows(y, start, stop),
+                sw.defined() ? sw.slice(0, start, stop) : Tensor());
+    }
     if (cbs.wants_batch_logs(false, step)) batch_logs = collect_logs();
     cbs.on_test_batch_end(step, batch_logs);
   }
@@ -1098,16 +1143,28 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOp
   // inputs, as Keras returns), in one copy per output at the end.
   const Device dev = device();
   const Device home = x[0].device();
+  std::unique_ptr<soma::detail::BatchStager> stager;
+  if (steps > 0) stager = soma::detail::BatchStager::make(dev, x, {}, Tensor(), bs);
+  if (stager) stager->stage(0, std::min(bs, n));
   Logs logs;
   cbs.on_predict_begin(logs);
   for (std::int64_t step = 0; step < steps; ++step) {
     const std::int64_t start = step * bs, stop = start + std::min(bs, n - start);
     Logs batch_logs;
     cbs.on_predict_batch_begin(step, batch_logs);
-    std::vector<Tensor> xb = rows(x, start, stop);
-    for (auto& t : xb)
-      if (t.device() != dev) t = t.to(dev);
+    std::vector<Tensor> xb;
+    if (stager) {
+      xb = stager->take().x;
+    } else {
+      xb = rows(x, start, stop);
+      for (auto& t : xb)
+        if (t.device() != dev) t = t.to(dev);
+    }
     std::vector<Tensor> out = call(xb);
+    if (stager && step + 1 < steps) {
+      const std::int64_t next = (step + 1) * bs;
+      stager->stage(next, next + std::min(bs, n - next));
+    }
     if (parts.empty()) parts.resize(out.size());
     for (std::size_t i = 0; i < out.size(); ++i) parts[i].push_back(out[i]);
     cbs.on_predict_batch_end(step, batch_logs);

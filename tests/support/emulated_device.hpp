@@ -12,6 +12,12 @@
 // the real CUDA backend and kernels (if built) come back; a stand-in tensor that outlives the
 // scope may only be freed (its memory goes back to the stand-in).
 // cuda::is_available() is not changed, so model code must decide by Device values only.
+//
+// EmulatedCuda gpu(EmulatedCuda::kPinned) also offers pinned host memory (malloc), async copies
+// (memcpy) and events (flags), so that fit's batch staging (model/batch_stager) runs; the calls
+// are counted in EmulatedCuda::pinned_stats().
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,9 +30,21 @@ namespace soma::testing {
 
 class EmulatedCuda {
  public:
-  EmulatedCuda() {
-    previous_ = detail::set_device_backend_override(DeviceKind::CUDA,
-                                                    detail::emulated_device_backend());
+  struct PinnedStats {
+    int allocations = 0, frees = 0, live = 0;  // pinned blocks
+    int async_copies = 0, records = 0, waits = 0, unrecorded_waits = 0;
+    int events_created = 0, events_destroyed = 0;
+  };
+  static PinnedStats& pinned_stats() {
+    static PinnedStats s;
+    return s;
+  }
+  enum Options { kPlain = 0, kPinned = 1 };
+
+  explicit EmulatedCuda(Options options = kPlain) {
+    previous_ = detail::set_device_backend_override(
+        DeviceKind::CUDA,
+        options == kPinned ? pinned_backend() : detail::emulated_device_backend());
     for (const OpDef* d : all_ops()) {
       saved_.emplace_back(d->name, d->kernels[int(DeviceKind::CUDA)]);
       register_kernel(d->name, DeviceKind::CUDA, d->kernels[int(DeviceKind::CPU)]);
@@ -42,6 +60,47 @@ class EmulatedCuda {
   static constexpr Device device(int index = 0) { return Device::cuda(index); }
 
  private:
+  struct Event {
+    bool recorded = false;
+  };
+  static const detail::DeviceBackend* pinned_backend() {
+    static const detail::DeviceBackend table = [] {
+      detail::DeviceBackend t = *detail::emulated_device_backend();
+      t.allocate_pinned = [](std::size_t n) -> void* {
+        ++pinned_stats().allocations;
+        ++pinned_stats().live;
+        return std::malloc(n > 0 ? n : 1);
+      };
+      t.free_pinned = [](void* p, std::size_t) {
+        ++pinned_stats().frees;
+        --pinned_stats().live;
+        std::free(p);
+      };
+      t.copy_to_device_async = [](void* dst, Device, const void* src, std::size_t n) {
+        ++pinned_stats().async_copies;
+        std::memcpy(dst, src, n);
+      };
+      t.create_event = [](int) -> void* {
+        ++pinned_stats().events_created;
+        return new Event();
+      };
+      t.record_event = [](void* e, int) {
+        ++pinned_stats().records;
+        static_cast<Event*>(e)->recorded = true;
+      };
+      t.wait_event = [](void* e, int) {
+        ++pinned_stats().waits;
+        if (!static_cast<Event*>(e)->recorded) ++pinned_stats().unrecorded_waits;
+      };
+      t.destroy_event = [](void* e, int) {
+        ++pinned_stats().events_destroyed;
+        delete static_cast<Event*>(e);
+      };
+      return t;
+    }();
+    return &table;
+  }
+
   const detail::DeviceBackend* previous_ = nullptr;
   std::vector<std::pair<std::string, KernelFn>> saved_;
 };

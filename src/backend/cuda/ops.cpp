@@ -362,6 +362,13 @@ const DeviceBackend* cuda_device_backend() {
       .copy_strided = copy_strided,
       .fill = cuda_detail::fill,
       .unavailable_reason = cuda_detail::reason,
+      .allocate_pinned = cuda_detail::allocate_pinned,
+      .free_pinned = [](void* p, std::size_t n) { cuda_detail::free_pinned(p, n); },
+      .copy_to_device_async = cuda_detail::copy_to_device_async,
+      .create_event = cuda_detail::create_event,
+      .record_event = cuda_detail::record_event,
+      .wait_event = cuda_detail::wait_event,
+      .destroy_event = [](void* e, int i) { cuda_detail::destroy_event(e, i); },
   };
   return &table;
 }

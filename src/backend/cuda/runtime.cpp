@@ -241,6 +241,75 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   }
 }
 
+// ---- pinned host memory, async copies, events (fit's batch staging, model/batch_stager) --------
+namespace {
+// Page-locked blocks by exact size: a stager asks for the same sizes in every fit, and
+// cudaHostAlloc/cudaFreeHost are slow (they map pages and synchronise the device).
+struct PinnedCache {
+  std::mutex mutex;
+  std::unordered_map<std::size_t, std::vector<void*>> free_blocks;
+};
+PinnedCache& pinned_cache() {
+  static auto* c = new PinnedCache();  // never destroyed: blocks may be freed after exit
+  return *c;
+}
+}  // namespace
+
+void* allocate_pinned(std::size_t nbytes) {
+  PinnedCache& c = pinned_cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.free_blocks.find(nbytes);
+    if (it != c.free_blocks.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      return p;
+    }
+  }
+  int device = 0;
+  cudaGetDevice(&device);
+  void* p = nullptr;
+  check(cudaHostAlloc(&p, nbytes, cudaHostAllocDefault), "fit", "cudaHostAlloc (pinned batch)",
+        device);
+  return p;
+}
+
+void free_pinned(void* p, std::size_t nbytes) noexcept {
+  if (!p) return;
+  PinnedCache& c = pinned_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.free_blocks[nbytes].push_back(p);
+}
+
+void copy_to_device_async(void* dst, Device dst_device, const void* src, std::size_t nbytes) {
+  if (nbytes == 0) return;
+  const int d = use_device(dst_device.index, "to");
+  check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream(d)), "to",
+        "async copy from pinned memory", d);
+}
+
+void* create_event(int device) {
+  use_device(device, "fit");
+  cudaEvent_t ev = nullptr;
+  check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "fit", "cudaEventCreate", device);
+  return ev;
+}
+
+void record_event(void* event, int device) {
+  use_device(device, "fit");
+  check(cudaEventRecord(static_cast<cudaEvent_t>(event), stream(device)), "fit",
+        "cudaEventRecord", device);
+}
+
+void wait_event(void* event, int device) {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "fit",
+        "cudaEventSynchronize (a batch copy or an earlier kernel)", device);
+}
+
+void destroy_event(void* event, int) noexcept {
+  if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
 }  // namespace soma::cuda_detail
 
 // ---- public API --------------------------------------------------------------------------------

@@ -35,4 +35,13 @@ void deallocate(void* p, std::size_t nbytes, int device) noexcept;
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
                 std::size_t nbytes);
 std::string reason();
+// Pinned host memory (cached by size), the async host -> device copy on the device's stream and
+// events (see core/device_backend.hpp).
+void* allocate_pinned(std::size_t nbytes);
+void free_pinned(void* p, std::size_t nbytes) noexcept;
+void copy_to_device_async(void* dst, Device dst_device, const void* src, std::size_t nbytes);
+void* create_event(int device);
+void record_event(void* event, int device);
+void wait_event(void* event, int device);
+void destroy_event(void* event, int device) noexcept;
 }  // namespace soma::cuda_detail
