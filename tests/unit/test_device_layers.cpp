@@ -175,3 +175,25 @@ TEST(DeviceLayers, HeavisideComparesOnTheDevice) {
   EXPECT_EQ(cuda::transfer_stats().host_to_device_copies, 0u);
   EXPECT_EQ(y.to(Device::cpu()).to_vector<float>(), nn::heaviside(x).to_vector<float>());
 }
+
+TEST(DeviceLayers, AttentionDropoutOnTheScoresMakesItsRateOnTheDevice) {
+  soma::testing::EmulatedCuda gpu;
+  nn::MultiHeadAttention cpu(2, 4, {.dropout = 0.5}), dev(2, 4, {.dropout = 0.5});
+  Tensor x = soma::testing::rand_tensor({2, 5, 8}, 1, -1, 1, DType::f32);
+  (void)cpu(x);
+  (void)dev(x);
+  auto pc = cpu.parameters(), pd = dev.parameters();
+  ASSERT_EQ(pc.size(), pd.size());
+  for (std::size_t i = 0; i < pc.size(); ++i) pd[i].assign(pc[i].value());
+  dev.to(gpu.device());
+  cpu.train();
+  dev.train();
+  Tensor xd = x.to(gpu.device());
+  set_seed(9);
+  auto want = cpu.attend(x, x, {.return_attention_scores = true});
+  set_seed(9);
+  cuda::reset_transfer_stats();
+  auto got = dev.attend(xd, xd, {.return_attention_scores = true});
+  EXPECT_EQ(cuda::transfer_stats().host_to_device_copies, 0u);
+  EXPECT_TRUE(soma::testing::all_close(got.output.to(Device::cpu()), want.output, 1e-6, 1e-6));
+}
