@@ -13,7 +13,8 @@ namespace soma::nn {
 Tensor heaviside(const Tensor& x) {
   // A comparison has no gradient definition, so nothing flows back through the step (the
   // perceptron rule updates weights without one).
-  return cast(greater_equal(x, scalar(0.0, x.dtype())), x.dtype());
+  // `x >= 0.0` makes the 0 on x's device (no host tensor next to a device x).
+  return cast(x >= 0.0, x.dtype());
 }
 
 namespace {

@@ -158,7 +158,8 @@ AttentionResult MultiHeadAttention::attend(const Tensor& query_in, const Tensor&
     r.scores = p;
     if (training() && opt_.dropout > 0.0) {
       Tensor u = soma::detail::dropout_uniform(p, std::nullopt, dropout_calls_++);
-      p = p * (cast(greater_equal(u, scalar(opt_.dropout, dt)), dt) * (1.0 / (1.0 - opt_.dropout)));
+      // `u >= rate` makes the rate on u's device (no host tensor per call); u has p's dtype.
+      p = p * (cast(u >= opt_.dropout, dt) * (1.0 / (1.0 - opt_.dropout)));
     }
     o = matmul(p, v);
   }

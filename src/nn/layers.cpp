@@ -304,7 +304,9 @@ Tensor Dropout::forward(const Tensor& x) {
   // step it draws a new mask at every run (and keeps the eager sequence of masks).
   Tensor u = detail::dropout_uniform(x, seed_, calls_);
   ++calls_;
-  Tensor keep = cast(greater_equal(u, scalar(rate_, x.dtype())), x.dtype());
+  // `u >= rate_` makes the 0-d rate on u's device (a fill there), not on the host: no copy per
+  // step on a device. u has x's dtype, so the comparison is the one scalar(rate_, x.dtype()) made.
+  Tensor keep = cast(u >= rate_, x.dtype());
   return x * (keep * (1.0 / (1.0 - rate_)));
 }
 

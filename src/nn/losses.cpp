@@ -160,7 +160,8 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred,
       bool unknown = false;
       for (auto d : values.shape()) unknown |= d < 0;
       if (unknown) return mean(values);
-      if (values.numel() == 0) return zeros({}, values.dtype());
+      // The sum of nothing: a 0 of values' dtype where values are (not a host tensor).
+      if (values.numel() == 0) return sum(values);
       return sum(values) / double(values.numel());
     }
   }

@@ -86,8 +86,13 @@ void Normalization::build(const Shape& s) {
       Tensor t = constant(v, {std::int64_t(v.size())}).cast(opt_.dtype);
       return v.size() == 1 ? fill(kept_shape_, v[0], opt_.dtype) : reshape(t, kept_shape_);
     };
+    // On the layer's device when it was moved before being built.
     given_mean_ = make(opt_.mean, "mean");
     given_variance_ = make(opt_.variance, "variance");
+    if (!device().is_cpu()) {
+      given_mean_ = given_mean_.to(device());
+      given_variance_ = given_variance_.to(device());
+    }
     has_stats_ = true;
     return;
   }
@@ -112,7 +117,7 @@ bool Normalization::has_statistics() const {
   if (has_stats_) return true;
   if (!built() || given()) return has_stats_;
   // Statistics loaded by load_state_dict (a model file) show as a positive count.
-  has_stats_ = count_.value().item<std::int64_t>() > 0;
+  has_stats_ = count() > 0;
   return has_stats_;
 }
 
@@ -129,7 +134,11 @@ Tensor Normalization::variance() const {
 }
 
 std::int64_t Normalization::count() const {
-  return built() && !given() ? count_.value().item<std::int64_t>() : 0;
+  if (!built() || given()) return 0;
+  // A count on a device is read through a host copy (item() reads host tensors only); forward
+  // reads it only until it is positive (has_statistics caches that).
+  const Tensor& c = count_.value();
+  return c.device().is_cpu() ? c.item<std::int64_t>() : c.to(Device::cpu()).item<std::int64_t>();
 }
 
 void Normalization::check_input(const Shape& s, const char* who) const {
@@ -157,9 +166,19 @@ Tensor Normalization::forward(const Tensor& input) {
     fail("Normalization", "layer '", name(), "' has no mean and variance: call adapt(data) before "
          "using it, or give {.mean = ..., .variance = ...}");
   Tensor x = to_dtype(input, opt_.dtype);
+  const Device dev = x.device();
+  // Given statistics are plain tensors, not weights (Module::to does not see them): they follow
+  // the input's device once, on the first call there.
+  if (given() && given_mean_.device() != dev) {
+    given_mean_ = given_mean_.to(dev);
+    given_variance_ = given_variance_.to(dev);
+  }
   Shape b = broadcast_shape(input.rank());
   Tensor m = reshape(mean(), b);
-  Tensor sd = maximum(sqrt(reshape(variance(), b)), scalar(kEpsilon, opt_.dtype));
+  // The epsilon is made where x is (a fill on a device; no host copy per call).
+  Tensor eps = dev.is_cpu() ? scalar(kEpsilon, opt_.dtype)
+                            : full_like(Tensor::empty({}, opt_.dtype, dev), kEpsilon);
+  Tensor sd = maximum(sqrt(reshape(variance(), b)), eps);
   return opt_.invert ? m + x * sd : (x - m) / sd;
 }
 

@@ -76,7 +76,11 @@ std::vector<Tensor> RecurrentBase::call(const std::vector<Tensor>& inputs) {
 
   std::vector<Tensor> states;
   if (inputs.size() == 1) {
-    for (int i = 0; i < num_states_; ++i) states.push_back(zeros({batch, units_}, dtype_));
+    // Zero states where the input is: made on the host they would not mix with a device input.
+    const bool on_cpu = x.device().is_cpu();
+    for (int i = 0; i < num_states_; ++i)
+      states.push_back(on_cpu ? zeros({batch, units_}, dtype_)
+                              : zeros_like(Tensor::empty({batch, units_}, dtype_, x.device())));
   } else if (inputs.size() == std::size_t(num_states_) + 1) {
     for (std::size_t i = 1; i < inputs.size(); ++i) {
       const Tensor& s = inputs[i];
