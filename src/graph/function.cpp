@@ -28,7 +28,7 @@ struct Function::Impl {
     for (const auto& t : inputs) {
       if (!t.defined()) fail("function", "an input is an undefined Tensor");
       if (is_symbolic(t)) fail("function", "inputs must be concrete tensors");
-      key += std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + ";";
+      key += std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + t.device().str() + ";";
     }
     auto it = traces.find(key);
     if (it != traces.end()) return *it->second;
@@ -38,7 +38,8 @@ struct Function::Impl {
       GraphScope scope(tr->graph);
       for (std::size_t i = 0; i < inputs.size(); ++i)
         tr->placeholders.push_back(tr->graph.placeholder(inputs[i].dtype(), inputs[i].shape(),
-                                                         "input_" + std::to_string(i)));
+                                                         "input_" + std::to_string(i),
+                                                         inputs[i].device()));
       outs = f(tr->placeholders);
     }
     for (const auto& o : outs) {

@@ -34,7 +34,7 @@ const SymbolicImpl* symbolic_impl(const Tensor& t) {
 }
 
 Tensor make_symbolic(const std::shared_ptr<Graph::Data>& g, int node, int index,
-                     const TensorSpec& spec) {
+                     const TensorSpec& spec, Device device) {
   auto impl = std::make_shared<SymbolicImpl>();
   impl->storage = dummy_storage();
   impl->shape = spec.shape;
@@ -42,7 +42,7 @@ Tensor make_symbolic(const std::shared_ptr<Graph::Data>& g, int node, int index,
   for (auto& d : probe) d = d < 0 ? 1 : d;
   impl->strides = contiguous_strides(probe);
   impl->dtype = spec.dtype;
-  impl->device = Device::cpu();
+  impl->device = device;
   impl->id = next_tensor_id() | kSymbolicIdBit;
   impl->graph = g;
   impl->graph_raw = g.get();
@@ -69,8 +69,20 @@ std::string unique_name(Graph::Data& g, const std::string& base) {
 
 int add_node(const std::shared_ptr<Graph::Data>& g, GraphNode n) {
   n.id = int(g->nodes.size());
+  if (n.kind == NodeKind::Constant || n.kind == NodeKind::Variable) {
+    n.device = n.value.defined() ? n.value.device() : Device::cpu();
+  } else if (n.kind == NodeKind::Op || n.kind == NodeKind::Gradients) {
+    n.device = Device::cpu();  // as eager: a CPU scalar follows a device tensor
+    for (const auto& e : n.inputs) {
+      const Device d = g->nodes[std::size_t(e.node)].device;
+      if (!d.is_cpu()) {
+        n.device = d;
+        break;
+      }
+    }
+  }
   for (std::size_t i = 0; i < n.outputs.size(); ++i)
-    n.symbolic.push_back(make_symbolic(g, n.id, int(i), n.outputs[i]));
+    n.symbolic.push_back(make_symbolic(g, n.id, int(i), n.outputs[i], n.device));
   g->by_name[n.name] = n.id;
   g->nodes.push_back(std::move(n));
   return int(g->nodes.size()) - 1;
@@ -124,7 +136,8 @@ Endpoint endpoint_in(const std::shared_ptr<Graph::Data>& g, const Tensor& t) {
 }
 
 std::string constant_key(const Tensor& t) {
-  if (t.numel() > 16) return "";
+  // A device tensor's bytes are not readable from the host (nor worth a copy to compare).
+  if (t.numel() > 16 || !t.device().is_cpu()) return "";
   std::string k = std::string("const|") + dtype_name(t.dtype()) + shape_str(t.shape()) + "|";
   Tensor c;
   {
@@ -413,12 +426,14 @@ const std::string& GraphNode::op_name() const {
 
 Graph::Graph() : d_(std::make_shared<Data>()) {}
 
-Tensor Graph::placeholder(DType dtype, const Shape& shape, const std::string& name) {
+Tensor Graph::placeholder(DType dtype, const Shape& shape, const std::string& name,
+                          Device device) {
   for (auto d : shape)
     if (d < -1) fail("placeholder", "dimension ", d, " in ", shape_str(shape), " (use -1 for unknown)");
   GraphNode n;
   n.kind = NodeKind::Placeholder;
   n.outputs = {{shape, dtype}};
+  n.device = device;
   n.name = unique_name(*d_, name);
   return d_->nodes[std::size_t(add_node(d_, std::move(n)))].symbolic[0];
 }

@@ -33,9 +33,10 @@ struct SymbolicImpl : TensorImpl {
 
 const SymbolicImpl* symbolic_impl(const Tensor& t);  // nullptr for a concrete tensor
 Tensor make_symbolic(const std::shared_ptr<Graph::Data>& g, int node, int index,
-                     const TensorSpec& spec);
+                     const TensorSpec& spec, Device device = Device::cpu());
 std::string unique_name(Graph::Data& g, const std::string& base);  // applies the name scope
-int add_node(const std::shared_ptr<Graph::Data>& g, GraphNode n);  // makes symbolic outputs
+// Makes the symbolic outputs; sets n.device from its value or inputs (placeholders keep theirs).
+int add_node(const std::shared_ptr<Graph::Data>& g, GraphNode n);
 // The endpoint of a tensor in `g`: its own node, or a capture node for a concrete tensor.
 Endpoint endpoint_in(const std::shared_ptr<Graph::Data>& g, const Tensor& t);
 std::vector<Tensor> add_op_in(const std::shared_ptr<Graph::Data>& g, const OpDef& def,

@@ -87,6 +87,10 @@ struct Plan {
   std::vector<std::vector<Tensor>> values; // per plan node, during a run
   std::vector<char> fused;                 // per plan node: inside a fused chain
   std::vector<int> randoms;                // random op nodes, in plan (= creation) order
+  // Where the plan runs: the CPU, or the device its feeds and captured tensors live on. On a
+  // device every node runs through call_op (the registry picks the kernel and allocates the
+  // outputs there) and nothing is fused (the fused loops read host memory).
+  Device device = Device::cpu();
   // Inter-op parallelism (built on first use): per step its successors and dependency count;
   // per releasable endpoint the number of steps reading it.
   bool deps_built = false;
@@ -180,6 +184,7 @@ std::unique_ptr<Plan> Session::Impl::build(const std::vector<Endpoint>& fetches,
         GraphNode p;
         p.kind = NodeKind::Placeholder;
         p.outputs = {{fed->shape(), fed->dtype()}};
+        p.device = fed->device();
         p.name = n.name;
         int pid = add_node(pg, std::move(p));
         plan->feeds.push_back({int(id), pid});
@@ -275,10 +280,24 @@ std::unique_ptr<Plan> Session::Impl::build(const std::vector<Endpoint>& fetches,
     if (live[id])
       for (auto& e : pn[id].inputs) ++consumers[std::size_t(e.node)];
 
-  // Kernels, with soft placement.
+  // The plan's device: the one its live feeds and captured tensors are on, if not the CPU.
+  for (std::size_t id = 0; id < pn.size(); ++id) {
+    const GraphNode& n = pn[id];
+    if (!live[id] || n.device.is_cpu() ||
+        (n.kind != NodeKind::Placeholder && n.kind != NodeKind::Constant &&
+         n.kind != NodeKind::Variable))
+      continue;
+    if (plan->device.is_cpu()) plan->device = n.device;
+    else if (n.device != plan->device)
+      fail("Session.run", "the graph reads tensors on ", plan->device.str(), " and on ",
+           n.device.str(), " ('", n.name, "'); feed and capture tensors of one device");
+  }
+  const bool on_device = !plan->device.is_cpu();
+
+  // Kernels, with soft placement (a device plan dispatches through call_op instead).
   plan->kernels.assign(pn.size(), nullptr);
   for (std::size_t id = 0; id < pn.size(); ++id) {
-    if (!live[id] || pn[id].kind != NodeKind::Op) continue;
+    if (on_device || !live[id] || pn[id].kind != NodeKind::Op) continue;
     const OpDef& def = *pn[id].op;
     KernelFn k = def.kernels[int(config.device.kind)];
     if (!k || !config.device.is_cpu()) {
@@ -300,8 +319,9 @@ std::unique_ptr<Plan> Session::Impl::build(const std::vector<Endpoint>& fetches,
   }
 
   // Fusion of elementwise chains.
-  std::vector<int> group = config.optimize ? find_fusion_groups(*pg, live, consumers, fetched)
-                                           : std::vector<int>(pn.size(), -1);
+  std::vector<int> group = config.optimize && !on_device
+                               ? find_fusion_groups(*pg, live, consumers, fetched)
+                               : std::vector<int>(pn.size(), -1);
   plan->fused.assign(pn.size(), 0);
   std::map<int, std::vector<int>> members;
   for (std::size_t id = 0; id < pn.size(); ++id)
@@ -365,7 +385,8 @@ Plan& Session::Impl::plan_for(const std::vector<Endpoint>& fetches,
   std::string key;
   for (auto& e : fetches) key += std::to_string(e.node) + ":" + std::to_string(e.index) + ",";
   key += "|";
-  for (auto& [id, t] : feeds) key += std::to_string(id) + dtype_name(t.dtype()) + shape_str(t.shape());
+  for (auto& [id, t] : feeds)
+    key += std::to_string(id) + dtype_name(t.dtype()) + shape_str(t.shape()) + t.device().str();
   auto it = plans.find(key);
   if (it == plans.end()) {
     // Feeds whose shapes keep changing (e.g. every batch size) would keep a plan, and the pool
@@ -616,6 +637,14 @@ void Session::Impl::run_step(Plan& p, const Step& s) {
   std::vector<Tensor> ins, outs;
   ins.reserve(nd.inputs.size());
   for (auto& e : nd.inputs) ins.push_back(p.values[std::size_t(e.node)][std::size_t(e.index)]);
+  if (!p.device.is_cpu()) {  // the registry dispatches by the inputs' device and allocates there
+    try {
+      p.values[std::size_t(id)] = call_op(*nd.op, ins, nd.attrs);
+    } catch (const Error& e) {
+      fail("graph node '" + nd.name + "'", e.what());
+    }
+    return;
+  }
   if (!nd.op->view) {
     outs.reserve(nd.outputs.size());
     for (auto& o : nd.outputs) outs.push_back(allocate(o));
@@ -844,10 +873,12 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const Feeds
     if (!why.empty())
       fail("Session.run", "placeholder '", n.name, "' has shape ", shape_str(s.shape),
            "; the value fed has shape ", shape_str(value.shape()), " (", why, ")");
-    if (!value.device().is_cpu())
-      fail("Session.run", "the value fed to '", n.name, "' is on ", value.device().str());
-    for (auto& [id, t] : fd)
+    for (auto& [id, t] : fd) {
       if (id == n.id) fail("Session.run", "placeholder '", n.name, "' is fed twice");
+      if (t.device() != value.device())
+        fail("Session.run", "the value fed to '", n.name, "' is on ", value.device().str(),
+             ", another feed is on ", t.device().str(), "; feed tensors of one device");
+    }
     fd.emplace_back(n.id, value);
   }
   Plan& p = impl_->plan_for(eps, fd);

@@ -106,7 +106,7 @@ Tensor one_hot_labels(const std::string& loss, const Tensor& y_true, const Tenso
   // all-zero one-hot row and a silently wrong loss. Labels on a device are checked through the
   // host copy fit made them from (nn/host_twins.hpp); others are copied back.
   Tensor labels = y_true;
-  if (!y_true.device().is_cpu()) {
+  if (!y_true.device().is_cpu() && !is_symbolic(y_true)) {  // (traced: a device placeholder)
     labels = soma::detail::host_twin(y_true);
     if (!labels.defined()) labels = y_true.to(Device::cpu());
   }

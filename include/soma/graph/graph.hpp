@@ -66,6 +66,9 @@ struct GraphNode {
   bool foldable = false;    // Constant: nobody else can change it (constant folding may use it)
   bool fold_decided = false;
   int fused_group = -1;     // set by the fusion pass in a session's plan
+  // Where the outputs live: a placeholder's fed device, a captured tensor's device, an op's
+  // first non-CPU input's device (else the CPU). Symbolic outputs report it as their device().
+  Device device = Device::cpu();
   std::vector<Tensor> symbolic;  // the symbolic tensor of each output
 
   const Tensor& output(int i = 0) const;
@@ -79,8 +82,11 @@ class Graph {
  public:
   Graph();
 
-  // A value fed at run time. A dimension of -1 is unknown until fed (e.g. the batch).
-  Tensor placeholder(DType dtype, const Shape& shape, const std::string& name = "placeholder");
+  // A value fed at run time. A dimension of -1 is unknown until fed (e.g. the batch). `device`
+  // is where its symbolic tensor says it lives while the graph is built (soma::function passes
+  // the traced input's device, so layers make their constants there); any device may be fed.
+  Tensor placeholder(DType dtype, const Shape& shape, const std::string& name = "placeholder",
+                     Device device = Device::cpu());
   // A new soma::Variable with this initial value, named within the current name scope.
   Tensor variable(const Tensor& initial, const std::string& name = "variable",
                   bool trainable = true);
