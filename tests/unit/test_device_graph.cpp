@@ -167,3 +167,24 @@ TEST(DeviceGraph, AJitStepCopiesItsBatchInAndNothingOut) {
   // At the epoch's end: the loss sum and the accuracy's sum, one read each.
   EXPECT_EQ(end.device_to_host_copies, 2u);
 }
+
+TEST(DeviceGraph, JitDropoutDrawsTheCpuMasksOnTheDevice) {
+  soma::testing::EmulatedCuda gpu;
+  auto make = []() -> Ref<nn::Model> {
+    return std::make_shared<nn::Sequential>(nn::Input({6}), nn::Dense(16, nn::relu),
+                                            nn::Dropout(0.5), nn::Dense(3));
+  };
+  Ref<nn::Model> cpu = make(), dev = make();
+  auto pa = cpu->parameters(), pb = dev->parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) pb[i].assign(pa[i].value());
+  dev->to(gpu.device());
+  Data d = make_data(32, 13);
+  for (auto* m : {&cpu, &dev})
+    (*m)->compile("sgd", nn::SparseCategoricalCrossentropy({.from_logits = true}), {},
+                  {.jit = true});
+  set_seed(21);
+  cpu->fit(d.x, d.y, {.epochs = 2, .batch_size = 8, .shuffle = false, .verbose = 0});
+  set_seed(21);
+  dev->fit(d.x, d.y, {.epochs = 2, .batch_size = 8, .shuffle = false, .verbose = 0});
+  EXPECT_TRUE(same_weights(*cpu, *dev, 1e-6));
+}
