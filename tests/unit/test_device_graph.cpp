@@ -188,3 +188,26 @@ TEST(DeviceGraph, JitDropoutDrawsTheCpuMasksOnTheDevice) {
   dev->fit(d.x, d.y, {.epochs = 2, .batch_size = 8, .shuffle = false, .verbose = 0});
   EXPECT_TRUE(same_weights(*cpu, *dev, 1e-6));
 }
+
+// ---- the same on a real GPU (skips when none is usable; not run where this was written) ------
+
+TEST(GpuGraph, JitFitOnTheGpuGivesTheEagerCpuWeights) {
+  if (!cuda::is_available()) GTEST_SKIP() << cuda::unavailable_reason();
+  const bool tf32 = cuda::allow_tf32();
+  cuda::set_allow_tf32(false);
+  auto [cpu, dev] = twin_models();
+  dev->to(Device::cuda(0));
+  Data d = make_data(40, 11);
+  cpu->compile(optim::Adam({.learning_rate = 1e-2}),
+               nn::SparseCategoricalCrossentropy({.from_logits = true}));
+  dev->compile(optim::Adam({.learning_rate = 1e-2}),
+               nn::SparseCategoricalCrossentropy({.from_logits = true}), {}, {.jit = true});
+  model::FitOptions fo{.epochs = 2, .batch_size = 8, .shuffle = false, .verbose = 0};
+  auto hc = cpu->fit(d.x, d.y, fo);
+  cuda::reset_transfer_stats();
+  auto hd = dev->fit(d.x, d.y, fo);
+  EXPECT_EQ(cuda::transfer_stats().device_to_host_copies, 2u);  // the loss, once per epoch
+  EXPECT_TRUE(same_weights(*cpu, *dev, 1e-4));
+  EXPECT_NEAR(hd.history.at("loss").back(), hc.history.at("loss").back(), 1e-4);
+  cuda::set_allow_tf32(tf32);
+}
