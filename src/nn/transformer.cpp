@@ -75,6 +75,17 @@ struct Parts {
 
 Tensor in_dtype(const Tensor& t, DType dt) { return t.dtype() == dt ? t : cast(t, dt); }
 
+// Builds the submodules now (a model file's loader and summary() see every weight once the
+// layer is built) and gives them the layer's mode and trainability, set perhaps before build().
+void finish_build(Module& layer, const Shape& s, std::int64_t dim_feedforward) {
+  for (auto& [name, child] : layer.named_children()) {
+    if (name == "linear2") child->build_for({s[0], s[1], dim_feedforward});
+    else child->build_for(s);
+    child->train(layer.training());
+    if (!layer.trainable()) child->set_trainable(false);
+  }
+}
+
 }  // namespace
 
 // ---- TransformerEncoderLayer -----------------------------------------------------------------
@@ -100,6 +111,7 @@ void TransformerEncoderLayer::build(const Shape& s) {
   norm2_ = register_module("norm2", p.norm());
   dropout1_ = register_module("dropout1", p.dropout());
   dropout2_ = register_module("dropout2", p.dropout());
+  finish_build(*this, s, opt_.dim_feedforward);
 }
 
 Tensor TransformerEncoderLayer::run(const Tensor& src, const Tensor& mask) {
@@ -158,6 +170,7 @@ void TransformerDecoderLayer::build(const Shape& s) {
   dropout1_ = register_module("dropout1", p.dropout());
   dropout2_ = register_module("dropout2", p.dropout());
   dropout3_ = register_module("dropout3", p.dropout());
+  finish_build(*this, s, opt_.dim_feedforward);
 }
 
 std::vector<Tensor> TransformerDecoderLayer::call(const std::vector<Tensor>& inputs) {

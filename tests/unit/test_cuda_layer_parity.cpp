@@ -80,6 +80,20 @@ std::map<std::string, LayerSample> samples() {
   s["BatchNormalization"] = {[] { return ModuleRef(nn::BatchNormalization()); },
                              {{{6, 5}}}};
   s["LayerNormalization"] = {[] { return ModuleRef(nn::LayerNormalization()); }, {{{4, 6}}}};
+  s["MultiHeadAttention"] = {[] { return ModuleRef(nn::MultiHeadAttention(2, 4, {.use_causal_mask = true})); },
+                            {{{2, 5, 8}}, {{2, 6, 8}}}};
+  s["RMSNormalization"] = {[] { return ModuleRef(nn::RMSNormalization()); }, {{{4, 6}}}};
+  s["TransformerEncoderLayer"] = {[] {
+                                    return ModuleRef(nn::TransformerEncoderLayer(
+                                        8, 2, {.dim_feedforward = 12, .dropout = 0.0, .causal = true}));
+                                  },
+                                  {{{2, 5, 8}}}};
+  s["TransformerDecoderLayer"] = {[] {
+                                    return ModuleRef(nn::TransformerDecoderLayer(
+                                        8, 2, {.dim_feedforward = 12, .dropout = 0.0,
+                                               .norm_first = true, .causal = true}));
+                                  },
+                                  {{{2, 5, 8}}, {{2, 6, 8}}}};
   s["Normalization"] = {[] {
                           return ModuleRef(nn::Normalization(
                               {.mean = {0.5}, .variance = {4.0}}));
