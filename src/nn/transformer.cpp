@@ -3,6 +3,8 @@
 // unbuilt or built layer gets its own.
 #include "soma/nn/transformer.hpp"
 
+#include <cmath>
+
 #include "soma/nn/attention.hpp"
 #include "soma/nn/config.hpp"
 #include "soma/nn/layers.hpp"
@@ -206,5 +208,122 @@ std::vector<Tensor> TransformerDecoderLayer::call(const std::vector<Tensor>& inp
 }
 
 Tensor TransformerDecoderLayer::forward(const Tensor& x) { return call({x})[0]; }
+
+// ---- PositionalEmbedding --------------------------------------------------------------------
+
+PositionalEmbedding::PositionalEmbedding(std::int64_t sequence_length, PositionalEmbeddingOptions options)
+    : length_(sequence_length), opt_(std::move(options)) {
+  if (length_ <= 0) fail("PositionalEmbedding", "sequence_length must be positive, got ", length_);
+  if (!is_floating(opt_.dtype)) fail("PositionalEmbedding", "dtype must be floating, got ", opt_.dtype);
+}
+
+void PositionalEmbedding::visit_config(ConfigVisitor& v) {
+  v.field("sequence_length", length_);
+  v.field("initializer", opt_.initializer);
+  v.field("add_to_inputs", opt_.add_to_inputs);
+  v.field("dtype", opt_.dtype);
+}
+
+void PositionalEmbedding::build(const Shape& s) {
+  if (s.size() != 3 || s[2] <= 0)
+    fail("PositionalEmbedding", "layer '", name(), "': the input must be [batch, seq, features] "
+         "with known features, got ", shape_str(s));
+  const Shape ws{length_, s[2]};
+  embeddings_ = add_weight("embeddings", ws, opt_.initializer, dense_fans(ws), true, opt_.dtype);
+}
+
+Tensor PositionalEmbedding::forward(const Tensor& x) {
+  const Shape& ws = embeddings_.value().shape();
+  if (x.rank() != 3 || x.dim(2) != ws[1] || x.dim(1) > length_)
+    fail("PositionalEmbedding", "layer '", name(), "' was built for [batch, seq <= ", length_,
+         ", ", ws[1], "], got ", shape_str(x.shape()));
+  Tensor pos = soma::slice(embeddings_.value(), {Slice{0, x.dim(1)}, Slice{}});
+  if (opt_.add_to_inputs) return in_dtype(x, opt_.dtype) + pos;
+  return broadcast_to(pos, {x.dim(0), x.dim(1), ws[1]});
+}
+
+// ---- sinusoidal and rotary tables -------------------------------------------------------------
+
+namespace {
+// Host tables (made once, then moved): angle(t, i) = (start + t) * base^(-2 (i mod half) / dim)
+// with `half` columns per frequency block as each layout wants.
+Tensor table(std::int64_t seq, std::int64_t dim, DType dtype, Device device, bool interleaved,
+             double base, std::int64_t start, bool want_sin_cos_mix, bool cos_table) {
+  std::vector<double> v(std::size_t(seq * dim));
+  for (std::int64_t t = 0; t < seq; ++t)
+    for (std::int64_t i = 0; i < dim; ++i) {
+      const std::int64_t k = interleaved ? i / 2 : i % (dim / 2);
+      const double angle = double(start + t) * std::pow(base, -2.0 * double(k) / double(dim));
+      double r;
+      if (want_sin_cos_mix) r = i % 2 == 0 ? std::sin(angle) : std::cos(angle);
+      else r = cos_table ? std::cos(angle) : std::sin(angle);
+      v[std::size_t(t * dim + i)] = r;
+    }
+  Tensor h = cast(constant(v, {seq, dim}), dtype);
+  return device == Device::cpu() ? h : h.to(device);
+}
+}  // namespace
+
+Tensor sine_position_encoding(std::int64_t seq, std::int64_t dim, double max_wavelength, DType dtype,
+                              Device device, std::int64_t start) {
+  if (seq < 0 || dim <= 0 || !(max_wavelength > 0.0))
+    fail("sine_position_encoding", "needs seq >= 0, dim > 0 and max_wavelength > 0, got seq ", seq,
+         ", dim ", dim, ", max_wavelength ", max_wavelength);
+  return table(seq, dim, dtype, device, true, max_wavelength, start, true, false);
+}
+
+SinePositionEncoding::SinePositionEncoding(double max_wavelength, bool add_to_inputs)
+    : max_wavelength_(max_wavelength), add_(add_to_inputs) {
+  if (!(max_wavelength_ > 0.0))
+    fail("SinePositionEncoding", "max_wavelength must be positive, got ", max_wavelength_);
+}
+
+void SinePositionEncoding::visit_config(ConfigVisitor& v) {
+  v.field("max_wavelength", max_wavelength_);
+  v.field("add_to_inputs", add_);
+}
+
+Tensor SinePositionEncoding::forward(const Tensor& x) {
+  if (x.rank() != 3 || !is_floating(x.dtype()))
+    fail("SinePositionEncoding", "layer '", name(), "': the input must be floating [batch, seq, "
+         "features], got ", shape_str(x.shape()), " ", x.dtype());
+  const std::int64_t T = x.dim(1), D = x.dim(2);
+  if (!table_.defined() || table_.dim(0) != T || table_.dim(1) != D || table_.dtype() != x.dtype() ||
+      table_.device() != x.device())
+    table_ = sine_position_encoding(T, D, max_wavelength_, x.dtype(), x.device());
+  if (add_) return x + table_;
+  return broadcast_to(table_, x.shape());
+}
+
+RotaryTables rotary_tables(std::int64_t seq, std::int64_t dim, double base, DType dtype, Device device,
+                           std::int64_t start) {
+  if (seq < 0 || dim <= 0 || dim % 2 != 0 || !(base > 0.0))
+    fail("rotary_tables", "needs seq >= 0, an even dim > 0 and base > 0, got seq ", seq, ", dim ",
+         dim, ", base ", base);
+  return {table(seq, dim, dtype, device, false, base, start, false, true),
+          table(seq, dim, dtype, device, false, base, start, false, false)};
+}
+
+Tensor apply_rotary_embedding(const Tensor& x, const RotaryTables& t) {
+  if (!x.defined() || x.rank() < 2 || !t.cos.defined() || t.cos.rank() != 2 ||
+      t.cos.dim(0) != x.dim(-2) || t.cos.dim(1) != x.dim(-1) || x.dim(-1) % 2 != 0)
+    fail("apply_rotary_embedding", "needs x [..., seq, d] with d even and tables [seq, d], got x ",
+         x.defined() ? shape_str(x.shape()) : std::string("undefined"), " and tables ",
+         t.cos.defined() ? shape_str(t.cos.shape()) : std::string("undefined"));
+  const std::int64_t r = x.rank(), half = x.dim(-1) / 2;
+  std::vector<Slice> lo(static_cast<std::size_t>(r)), hi(static_cast<std::size_t>(r));
+  lo.back() = Slice{0, half};
+  hi.back() = Slice{half, 2 * half};
+  Tensor rotated = concat({-soma::slice(x, hi), soma::slice(x, lo)}, r - 1);
+  return x * t.cos + rotated * t.sin;
+}
+
+Tensor rotary_embedding(const Tensor& x, double base, std::int64_t start) {
+  if (!x.defined() || x.rank() < 2)
+    fail("rotary_embedding", "needs x [..., seq, d], got ",
+         x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+  return apply_rotary_embedding(
+      x, rotary_tables(x.dim(-2), x.dim(-1), base, x.dtype(), x.device(), start));
+}
 
 }  // namespace soma::nn

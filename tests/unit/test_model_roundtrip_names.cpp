@@ -143,6 +143,8 @@ std::map<std::string, std::function<std::shared_ptr<nn::Model>()>> layer_samples
       {"LSTM", SEQ(nn::Input({3, 2}), nn::LSTM(4))},
       {"GRU", SEQ(nn::Input({3, 2}), nn::GRU(4, {.reset_after = false}))},
       {"MultiHeadAttention", SEQ(nn::Input({3, 4}), nn::MultiHeadAttention(2, 3, {.use_causal_mask = true}))},
+      {"PositionalEmbedding", SEQ(nn::Input({3, 4}), nn::PositionalEmbedding(5, {.add_to_inputs = true}))},
+      {"SinePositionEncoding", SEQ(nn::Input({3, 4}), nn::SinePositionEncoding(100.0, true))},
       {"RMSNormalization", SEQ(nn::Input({3, 4}), nn::RMSNormalization({.epsilon = 1e-4}))},
       {"TransformerEncoderLayer", SEQ(nn::Input({3, 4}), nn::TransformerEncoderLayer(4, 2, {.dim_feedforward = 6, .norm_first = true}))},
       {"TransformerDecoderLayer", SEQ(nn::Input({3, 4}), nn::TransformerDecoderLayer(4, 2, {.dim_feedforward = 6, .activation = nn::gelu}))},

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -100,6 +101,14 @@ for tag, norm_first in [("post", False), ("pre", True)]:
     put_layer("dec_" + tag + "/", dec, ["norm1", "norm2", "norm3"])
     with torch.no_grad():
         put("dec_" + tag + "_out", dec(x, mem, tgt_mask=causal))
+# RoPE, rotate-half layout (Hugging Face's Llama), base 10000, positions 3.. (a KV-cache offset)
+rq = torch.randn(B, H, T, 6)
+put("rope_in", rq)
+inv = 1.0 / (10000.0 ** (torch.arange(0, 6, 2).double() / 6))
+ang = torch.outer(torch.arange(3, 3 + T).double(), inv)
+emb = torch.cat([ang, ang], -1)
+rot = torch.cat([-rq[..., 3:], rq[..., :3]], -1)
+put("rope_out", rq * emb.cos() + rot * emb.sin())
 out.close()
 )PY";
 
@@ -214,7 +223,75 @@ TEST_F(AgainstTorch, TransformerDecoderLayerMatches) {
   }
 }
 
+TEST_F(AgainstTorch, RotaryEmbeddingMatches) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = cast(t("rope_in"), dt);
+    expect_close(nn::rotary_embedding(x, 10000.0, 3), "rope_out", dt == DType::f64 ? 1e-12 : 1e-5);
+    auto tables = nn::rotary_tables(x.dim(2), x.dim(3), 10000.0, dt, x.device(), 3);
+    expect_close(nn::apply_rotary_embedding(x, tables), "rope_out", dt == DType::f64 ? 1e-12 : 1e-5);
+  }
+}
+
 // ---- soma alone ----
+
+TEST(Positions, SineEncodingValues) {
+  Tensor e = nn::sine_position_encoding(4, 6, 10000.0, DType::f64);
+  ASSERT_EQ(e.shape(), (Shape{4, 6}));
+  auto v = e.to_vector<double>();
+  EXPECT_DOUBLE_EQ(v[0], 0.0);  // position 0: sin 0, cos 0, ...
+  EXPECT_DOUBLE_EQ(v[1], 1.0);
+  EXPECT_NEAR(v[6 + 0], std::sin(1.0), 1e-15);                       // position 1, frequency 1
+  EXPECT_NEAR(v[6 + 3], std::cos(std::pow(10000.0, -2.0 / 6)), 1e-15);  // column 3: cos, k = 1
+  EXPECT_NEAR(v[3 * 6 + 4], std::sin(3 * std::pow(10000.0, -4.0 / 6)), 1e-15);
+  nn::SinePositionEncoding layer;
+  Tensor x = rand_tensor({2, 4, 6}, 1, -1, 1, DType::f64);
+  Tensor y = layer(x);
+  EXPECT_EQ(y.shape(), x.shape());
+  EXPECT_TRUE(all_close(slice(y, 0, 1, 2), expand_dims(e, 0), 0, 0));
+  nn::SinePositionEncoding adding(10000.0, true);
+  EXPECT_TRUE(all_close(adding(x), x + e, 0, 0));
+  EXPECT_THROW(nn::SinePositionEncoding(0.0), Error);
+}
+
+TEST(Positions, RotaryKeepsNormsAndDependsOnRelativePosition) {
+  Tensor q = rand_tensor({1, 1, 1, 8}, 1), k = rand_tensor({1, 1, 1, 8}, 2);
+  auto score = [&](std::int64_t tq, std::int64_t tk) {
+    Tensor a = nn::rotary_embedding(q, 10000.0, tq), b = nn::rotary_embedding(k, 10000.0, tk);
+    return sum(a * b).item<double>();
+  };
+  EXPECT_NEAR(score(5, 2), score(13, 10), 1e-12);
+  EXPECT_GT(std::abs(score(5, 2) - score(5, 4)), 1e-6);
+  Tensor x = rand_tensor({2, 3, 7, 8}, 3);
+  Tensor y = nn::rotary_embedding(x);
+  EXPECT_TRUE(all_close(sum(square(y), {-1}), sum(square(x), {-1}), 1e-12, 1e-12));
+  EXPECT_THROW(nn::rotary_embedding(rand_tensor({2, 3, 7, 5}, 4)), Error);  // odd d
+}
+
+TEST(Positions, LearnedPositionalEmbeddingTrainsAndSaves) {
+  nn::PositionalEmbedding pe(8);
+  Tensor x = rand_tensor({3, 5, 4}, 1, -1, 1, DType::f32);
+  Tensor y = pe(x);
+  EXPECT_EQ(y.shape(), x.shape());
+  EXPECT_EQ(pe.state_dict().at("embeddings").shape(), (Shape{8, 4}));
+  EXPECT_TRUE(all_close(slice(y, 0, 0, 1), slice(y, 0, 2, 3), 0, 0)) << "same for every sample";
+  EXPECT_THROW(pe(rand_tensor({3, 9, 4}, 2, -1, 1, DType::f32)), Error);  // longer than 8
+  // learns a target that depends on the position only
+  nn::Sequential model{nn::Input({5, 4}), nn::PositionalEmbedding(5, {.add_to_inputs = true}),
+                       nn::Dense(1)};
+  model.compile(optim::Adam({.learning_rate = 0.05}), nn::MeanSquaredError());
+  Tensor xs = rand_tensor({32, 5, 4}, 3, -0.1, 0.1, DType::f32);
+  Tensor target = broadcast_to(reshape(cast(constant(std::vector<double>{-2, -1, 0, 1, 2}, {5}),
+                                            DType::f32), {1, 5, 1}), {32, 5, 1});
+  auto hist = model.fit(xs, target, {.epochs = 60, .batch_size = 8, .verbose = 0});
+  EXPECT_LT(hist["loss"].back(), 0.05 * hist["loss"].front());
+  const std::string path = (temp_dir() / "pe.soma").string();
+  model.save(path);
+  auto loaded = load_model(path);
+  fs::remove_all(temp_dir());
+  EXPECT_EQ(serialization::model_config(model), serialization::model_config(*loaded));
+  EXPECT_TRUE(all_close(loaded->predict(xs), model.predict(xs), 0, 0));
+}
 
 TEST(RMSNormalization, ShapesWeightsAndErrors) {
   nn::RMSNormalization m;

@@ -88,4 +88,78 @@ class TransformerDecoderLayer : public Module {
       dropout1_, dropout2_, dropout3_;
 };
 
+// ---- positions ------------------------------------------------------------------------------
+
+struct PositionalEmbeddingOptions {
+  Initializer initializer = init::glorot_uniform();  // Keras-NLP's default
+  bool add_to_inputs = false;  // false: return the embeddings broadcast (Keras-NLP); true: x + them
+  DType dtype = DType::f32;
+};
+
+// keras_nlp.layers.PositionEmbedding: a learned table `embeddings` [sequence_length, D]; on
+// inputs [B, T, D] (T <= sequence_length) gives embeddings[:T] broadcast to [B, T, D] (or, with
+// add_to_inputs, the inputs plus that, usable in a Sequential after an Embedding).
+class PositionalEmbedding : public Module {
+ public:
+  explicit PositionalEmbedding(std::int64_t sequence_length, PositionalEmbeddingOptions options = {});
+  std::string type_name() const override { return "PositionalEmbedding"; }
+  Shape output_shape(const Shape& input_shape) override { return input_shape; }
+  std::int64_t sequence_length() const { return length_; }
+  const PositionalEmbeddingOptions& options() const { return opt_; }
+  void visit_config(ConfigVisitor& v) override;
+
+ protected:
+  void build(const Shape& input_shape) override;
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::int64_t length_;
+  PositionalEmbeddingOptions opt_;
+  Variable embeddings_;
+};
+
+// The sinusoidal encoding [seq, dim] of "Attention is all you need" as keras_nlp's
+// SinePositionEncoding lays it out: column i has frequency max_wavelength^(-2 floor(i/2) / dim),
+// sin on even columns, cos on odd ones; rows are positions start .. start + seq - 1.
+Tensor sine_position_encoding(std::int64_t seq, std::int64_t dim, double max_wavelength = 10000.0,
+                              DType dtype = DType::f32, Device device = Device::cpu(),
+                              std::int64_t start = 0);
+
+// keras_nlp.layers.SinePositionEncoding: no weights; inputs [B, T, D] -> the encoding broadcast
+// to [B, T, D] (or the inputs plus it, with add_to_inputs). The table is made once per length,
+// dtype and device and kept (no host constant per step).
+class SinePositionEncoding : public Module {
+ public:
+  explicit SinePositionEncoding(double max_wavelength = 10000.0, bool add_to_inputs = false);
+  std::string type_name() const override { return "SinePositionEncoding"; }
+  Shape output_shape(const Shape& input_shape) override { return input_shape; }
+  double max_wavelength() const { return max_wavelength_; }
+  bool add_to_inputs() const { return add_; }
+  void visit_config(ConfigVisitor& v) override;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  double max_wavelength_;
+  bool add_;
+  Tensor table_;  // the last one made: [T, D] on the input's device, in its dtype
+};
+
+// Rotary position embeddings (RoPE; Su et al.), in the "rotate half" layout of GPT-NeoX, Hugging
+// Face's Llama and keras_nlp's RotaryEmbedding: for x [..., seq, d] (d even; usually
+// [batch, heads, seq, d]) with x1 = x[..., :d/2], x2 = x[..., d/2:],
+//   y = x * cos + concat(-x2, x1) * sin,   cos/sin [seq, d] of angle (start + t) * base^(-2i/d)
+// for column i mod d/2. Apply it to the queries and keys before the attention.
+struct RotaryTables {
+  Tensor cos, sin;  // [seq, d]
+};
+RotaryTables rotary_tables(std::int64_t seq, std::int64_t dim, double base = 10000.0,
+                           DType dtype = DType::f32, Device device = Device::cpu(),
+                           std::int64_t start = 0);
+// Only ops on x's device: make the tables once (rotary_tables) and reuse them every step.
+Tensor apply_rotary_embedding(const Tensor& x, const RotaryTables& tables);
+// Convenience: makes the tables for x (on x's device) and applies them.
+Tensor rotary_embedding(const Tensor& x, double base = 10000.0, std::int64_t start = 0);
+
 }  // namespace soma::nn
