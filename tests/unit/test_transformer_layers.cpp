@@ -16,6 +16,7 @@
 
 #include "soma/model/serialization.hpp"
 #include "soma/soma.hpp"
+#include "emulated_device.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
@@ -417,6 +418,80 @@ TEST(TransformerLayers, ModelSavesAndLoads) {
   fs::remove_all(temp_dir());
   EXPECT_EQ(serialization::model_config(model), serialization::model_config(*loaded));
   EXPECT_TRUE(all_close(loaded->predict(x), model.predict(x), 0, 0));
+}
+
+// ---- on a device ----
+// On tests/support's CPU stand-in for a GPU: after a first call, a training step (forward and
+// gradients) copies nothing from the host, and gives what the CPU twin gives.
+
+void expect_no_host_copies_per_step(nn::Module& cpu, nn::Module& dev, const std::vector<Tensor>& in) {
+  soma::testing::EmulatedCuda gpu;
+  auto run = [](nn::Module& m, const std::vector<Tensor>& xs, std::vector<Tensor>* grads) {
+    GradientTape tape;
+    auto params = m.trainable_parameters();
+    std::vector<Tensor> src(params.begin(), params.end());
+    Tensor y = xs.size() == 1 ? m(xs[0]) : m.call(xs)[0];
+    if (!src.empty()) *grads = tape.gradient(sum(y * y), src);
+    return y;
+  };
+  std::vector<Tensor> g;
+  (void)run(cpu, in, &g);  // builds
+  auto pc = cpu.parameters();
+  (void)run(dev, in, &g);
+  auto pd = dev.parameters();
+  ASSERT_EQ(pc.size(), pd.size());
+  for (std::size_t i = 0; i < pc.size(); ++i) pd[i].assign(pc[i].value());
+  dev.to(gpu.device());
+  std::vector<Tensor> ind;
+  for (const auto& t : in) ind.push_back(t.to(gpu.device()));
+  std::vector<Tensor> gc, gd;
+  Tensor want = run(cpu, in, &gc);
+  (void)run(dev, ind, &gd);  // first call on the device: tables may be made
+  cuda::reset_transfer_stats();
+  Tensor got = run(dev, ind, &gd);
+  EXPECT_EQ(cuda::transfer_stats().host_to_device_copies, 0u) << dev.type_name();
+  EXPECT_EQ(got.device(), gpu.device());
+  EXPECT_TRUE(all_close(got.to(Device::cpu()), want, 1e-5, 1e-5)) << dev.type_name();
+  ASSERT_EQ(gc.size(), gd.size());
+  for (std::size_t i = 0; i < gc.size(); ++i)
+    EXPECT_TRUE(all_close(gd[i].to(Device::cpu()), gc[i], 1e-4, 1e-4)) << dev.type_name() << " " << i;
+}
+
+TEST(OnADevice, LayersMakeNoHostConstantsPerStep) {
+  Tensor x = rand_tensor({2, 5, 8}, 1, -1, 1, DType::f32), mem = rand_tensor({2, 6, 8}, 2, -1, 1, DType::f32);
+  {
+    nn::RMSNormalization a, b;
+    expect_no_host_copies_per_step(a, b, {x});
+  }
+  for (bool norm_first : {false, true}) {
+    const nn::TransformerLayerOptions o{.dim_feedforward = 12, .dropout = 0.0,
+                                        .activation = nn::gelu, .norm_first = norm_first,
+                                        .causal = true};
+    nn::TransformerEncoderLayer a(8, 2, o), b(8, 2, o);
+    expect_no_host_copies_per_step(a, b, {x});
+    nn::TransformerDecoderLayer c(8, 2, o), d(8, 2, o);
+    expect_no_host_copies_per_step(c, d, {x, mem});
+  }
+  {
+    nn::PositionalEmbedding a(7, {.add_to_inputs = true}), b(7, {.add_to_inputs = true});
+    expect_no_host_copies_per_step(a, b, {x});
+  }
+  {
+    nn::SinePositionEncoding a(10000.0, true), b(10000.0, true);
+    expect_no_host_copies_per_step(a, b, {x});
+  }
+}
+
+TEST(OnADevice, RotaryTablesAreMadeOnTheDevice) {
+  soma::testing::EmulatedCuda gpu;
+  Tensor x = rand_tensor({2, 2, 5, 6}, 1, -1, 1, DType::f32);
+  auto tables = nn::rotary_tables(5, 6, 10000.0, DType::f32, gpu.device());
+  EXPECT_EQ(tables.cos.device(), gpu.device());
+  Tensor xd = x.to(gpu.device());
+  cuda::reset_transfer_stats();
+  Tensor y = nn::apply_rotary_embedding(xd, tables);
+  EXPECT_EQ(cuda::transfer_stats().host_to_device_copies, 0u);
+  EXPECT_TRUE(all_close(y.to(Device::cpu()), nn::rotary_embedding(x), 1e-6, 1e-6));
 }
 
 }  // namespace
