@@ -28,6 +28,7 @@
 #include "soma/nn/normalization.hpp"
 #include "soma/nn/preprocessing.hpp"
 #include "soma/nn/recurrent.hpp"
+#include "soma/nn/transformer.hpp"
 #include "soma/metrics.hpp"
 #include "soma/optim/optimizers.hpp"
 #include "soma/optim/schedules.hpp"

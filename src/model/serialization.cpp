@@ -33,6 +33,7 @@
 #include "soma/nn/normalization.hpp"
 #include "soma/nn/preprocessing.hpp"
 #include "soma/nn/recurrent.hpp"
+#include "soma/nn/transformer.hpp"
 #include "soma/optim/optimizers.hpp"
 
 namespace soma::serialization {
@@ -158,6 +159,11 @@ std::map<std::string, LayerCodec> builtin_codecs() {
   add("GRU", schema_codec<nn::GRU>("GRU", [] { return nn::GRU(1); },
                                    [](const nn::GRU& p) { return nn::ModuleRef(nn::GRU(p.units(), p.options())); }));
   add("MultiHeadAttention", schema_codec<nn::MultiHeadAttention>("MultiHeadAttention", [] { return nn::MultiHeadAttention(1, 1); }, [](const nn::MultiHeadAttention& p) { return nn::ModuleRef(nn::MultiHeadAttention(p.num_heads(), p.key_dim(), p.options())); }));
+  add("RMSNormalization", schema_codec<nn::RMSNormalization>("RMSNormalization", [] { return nn::RMSNormalization(); }, [](const nn::RMSNormalization& p) { return nn::ModuleRef(nn::RMSNormalization(p.options())); }));
+  add("TransformerEncoderLayer", schema_codec<nn::TransformerEncoderLayer>("TransformerEncoderLayer", [] { return nn::TransformerEncoderLayer(1, 1); }, [](const nn::TransformerEncoderLayer& p) { return nn::ModuleRef(nn::TransformerEncoderLayer(p.d_model(), p.nhead(), p.options())); }));
+  add("TransformerDecoderLayer", schema_codec<nn::TransformerDecoderLayer>("TransformerDecoderLayer", [] { return nn::TransformerDecoderLayer(1, 1); }, [](const nn::TransformerDecoderLayer& p) { return nn::ModuleRef(nn::TransformerDecoderLayer(p.d_model(), p.nhead(), p.options())); }));
+  add("PositionalEmbedding", schema_codec<nn::PositionalEmbedding>("PositionalEmbedding", [] { return nn::PositionalEmbedding(1); }, [](const nn::PositionalEmbedding& p) { return nn::ModuleRef(nn::PositionalEmbedding(p.sequence_length(), p.options())); }));
+  add("SinePositionEncoding", schema_codec<nn::SinePositionEncoding>("SinePositionEncoding", [] { return nn::SinePositionEncoding(); }, [](const nn::SinePositionEncoding& p) { return nn::ModuleRef(nn::SinePositionEncoding(p.max_wavelength(), p.add_to_inputs())); }));
   // Merge layers (functional models).
   add("Add", plain_codec<nn::Add>("Add"));
   add("Multiply", plain_codec<nn::Multiply>("Multiply"));

@@ -1,6 +1,7 @@
 #include "soma/nn/normalization.hpp"
 
 #include "soma/autograd.hpp"
+#include "soma/nn/config.hpp"
 
 namespace soma::nn {
 
@@ -126,6 +127,54 @@ Tensor LayerNormalization::forward(const Tensor& input) {
   if (opt_.scale) y = y * reshape(gamma_.value(), bshape);
   if (opt_.center) y = y + reshape(beta_.value(), bshape);
   return y;
+}
+
+// ---- RMSNormalization -----------------------------------------------------------------------
+
+RMSNormalization::RMSNormalization(RMSNormOptions options) : opt_(std::move(options)) {
+  if (opt_.axis.empty()) fail("RMSNormalization", "axis must name at least one axis");
+  if (!(opt_.epsilon > 0.0)) fail("RMSNormalization", "epsilon must be positive, got ", opt_.epsilon);
+  if (!is_floating(opt_.dtype)) fail("RMSNormalization", "dtype must be floating, got ", opt_.dtype);
+}
+
+void RMSNormalization::visit_config(ConfigVisitor& v) {
+  v.field("axis", opt_.axis);
+  v.field("epsilon", opt_.epsilon);
+  v.field("scale_initializer", opt_.scale_initializer);
+  v.field("scale_regularizer", opt_.scale_regularizer);
+  v.field("dtype", opt_.dtype);
+}
+
+void RMSNormalization::build(const Shape& s) {
+  rank_ = std::int64_t(s.size());
+  if (rank_ < 2)
+    fail("RMSNormalization", "layer '", name(), "' needs inputs of rank >= 2, got ", shape_str(s));
+  axes_ = normalize_axes(opt_.axis, rank_, "RMSNormalization");
+  Shape pshape;
+  for (int a : axes_) {
+    if (a == 0) fail("RMSNormalization", "layer '", name(), "': cannot normalise over the batch axis 0");
+    if (s[std::size_t(a)] <= 0)
+      fail("RMSNormalization", "layer '", name(), "': the size of axis ", a,
+           " must be known, got input shape ", shape_str(s));
+    pshape.push_back(s[std::size_t(a)]);
+  }
+  input_shape_ = s;
+  scale_ = add_weight("scale", pshape, opt_.scale_initializer, dense_fans(pshape), true, opt_.dtype);
+  add_regularizer(scale_, opt_.scale_regularizer);
+}
+
+Tensor RMSNormalization::forward(const Tensor& input) {
+  bool ok = input.rank() == rank_;
+  for (int a : axes_) ok = ok && input.dim(a) == input_shape_[std::size_t(a)];
+  if (!ok)
+    fail("RMSNormalization", "layer '", name(), "' was built for inputs of shape ",
+         shape_str(input_shape_), " (normalising over axes ", shape_str(to_axes(axes_)), "), got ",
+         shape_str(input.shape()));
+  Tensor x = to_dtype(input, opt_.dtype);
+  Tensor y = x * rsqrt(soma::mean(square(x), to_axes(axes_), true) + opt_.epsilon);
+  Shape bshape(std::size_t(rank_), 1);
+  for (int a : axes_) bshape[std::size_t(a)] = input.dim(a);
+  return y * reshape(scale_.value(), bshape);
 }
 
 }  // namespace soma::nn

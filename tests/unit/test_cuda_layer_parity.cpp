@@ -80,6 +80,24 @@ std::map<std::string, LayerSample> samples() {
   s["BatchNormalization"] = {[] { return ModuleRef(nn::BatchNormalization()); },
                              {{{6, 5}}}};
   s["LayerNormalization"] = {[] { return ModuleRef(nn::LayerNormalization()); }, {{{4, 6}}}};
+  s["MultiHeadAttention"] = {[] { return ModuleRef(nn::MultiHeadAttention(2, 4, {.use_causal_mask = true})); },
+                            {{{2, 5, 8}}, {{2, 6, 8}}}};
+  s["PositionalEmbedding"] = {[] { return ModuleRef(nn::PositionalEmbedding(7, {.add_to_inputs = true})); },
+                             {{{2, 5, 6}}}};
+  s["SinePositionEncoding"] = {[] { return ModuleRef(nn::SinePositionEncoding(10000.0, true)); },
+                              {{{2, 5, 6}}}};
+  s["RMSNormalization"] = {[] { return ModuleRef(nn::RMSNormalization()); }, {{{4, 6}}}};
+  s["TransformerEncoderLayer"] = {[] {
+                                    return ModuleRef(nn::TransformerEncoderLayer(
+                                        8, 2, {.dim_feedforward = 12, .dropout = 0.0, .causal = true}));
+                                  },
+                                  {{{2, 5, 8}}}};
+  s["TransformerDecoderLayer"] = {[] {
+                                    return ModuleRef(nn::TransformerDecoderLayer(
+                                        8, 2, {.dim_feedforward = 12, .dropout = 0.0,
+                                               .norm_first = true, .causal = true}));
+                                  },
+                                  {{{2, 5, 8}}, {{2, 6, 8}}}};
   s["Normalization"] = {[] {
                           return ModuleRef(nn::Normalization(
                               {.mean = {0.5}, .variance = {4.0}}));

@@ -94,3 +94,38 @@ class LayerNormalization : public Module {
 };
 
 }  // namespace soma::nn
+
+namespace soma::nn {
+
+struct RMSNormOptions {
+  Axes axis = {-1};      // the axes normalised over (and that scale spans)
+  double epsilon = 1e-6;  // Keras' default (PyTorch's nn.RMSNorm: the dtype's machine epsilon)
+  Initializer scale_initializer = init::ones();
+  Regularizer scale_regularizer{};
+  DType dtype = DType::f32;
+};
+
+// Keras' RMSNormalization / PyTorch's nn.RMSNorm: y = x * rsqrt(mean(x^2 over axis) + eps) * scale,
+// scale [dims at axis] learnable. No centring and no bias. Same in training and eval.
+class RMSNormalization : public Module {
+ public:
+  explicit RMSNormalization(RMSNormOptions options = {});
+  std::string type_name() const override { return "RMSNormalization"; }
+  Shape output_shape(const Shape& input_shape) override { return input_shape; }
+  const RMSNormOptions& options() const { return opt_; }
+  const Variable& scale() const { return scale_; }
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
+
+ protected:
+  void build(const Shape& input_shape) override;
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  RMSNormOptions opt_;
+  std::vector<int> axes_;  // normalised, set by build()
+  std::int64_t rank_ = 0;
+  Shape input_shape_;
+  Variable scale_;
+};
+
+}  // namespace soma::nn
