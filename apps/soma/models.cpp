@@ -189,9 +189,11 @@ nn::ModuleRef layer_from_entry(const json& entry, const std::string& at) {
       const std::string what = e.what();
       const std::string wrong = "' is wrong: ";
       for (auto& [k, v] : cfg.items())
-        if (auto at = what.find("field '" + k + wrong); at != std::string::npos)
-          throw Error(where + ": bad value for \"" + k + "\": " +
-                      what.substr(at + 7 + k.size() + wrong.size()) + allowed_list);
+        if (auto at = what.find("field '" + k + wrong); at != std::string::npos) {
+          std::string detail = what.substr(at + 7 + k.size() + wrong.size());
+          if (detail.find("got ") == std::string::npos) detail += ", got " + limits::json_excerpt(v);
+          throw Error(where + ": bad value for \"" + k + "\": " + detail + allowed_list);
+        }
       throw Error(where + ": " + what + allowed_list);
     }
   }
