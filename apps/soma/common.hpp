@@ -56,6 +56,9 @@ void adapt_normalization_layers(nn::Sequential& model, const Tensor& x_train,
 // "Dense", "config": {...}}]}}). Throws NotAvailable when built without nlohmann-json.
 std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
                                                   const Shape& input_shape);
+// One entry of its "layers" (JSON text), built through the layer's config fields
+// (serialization::layer_fields); errors start with `where` (e.g. "f.json: layers[2]").
+nn::ModuleRef layer_from_cli_config(const std::string& entry, const std::string& where);
 
 // Model files (soma/model/serialization.hpp). model_files_available() is false in a build
 // without them; load_model_file then throws NotAvailable.

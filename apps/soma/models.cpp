@@ -1,4 +1,5 @@
 // Built-in models (--model) and JSON model configs (--config).
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -90,33 +91,15 @@ std::shared_ptr<nn::Sequential> builtin_model(const std::string& name, const Sha
   return m;
 }
 
-#ifdef SOMA_CLI_HAVE_JSON
+#if defined(SOMA_CLI_HAVE_JSON) && defined(SOMA_CLI_HAVE_LAYER_CONFIGS)
 namespace {
 
 using json = nlohmann::json;
-
-// Reads a Keras-style size: 3 or [3, 3].
-Size2 size2(const json& v, const std::string& where) {
-  if (v.is_number_integer()) return Size2(v.get<std::int64_t>());
-  if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer())
-    return Size2(v[0].get<std::int64_t>(), v[1].get<std::int64_t>());
-  throw Error(where + ": expected an integer or a pair of integers, got " + limits::json_excerpt(v));
-}
 
 template <class T>
 T get(const json& cfg, const char* key, T fallback, const std::string& where) {
   if (!cfg.contains(key) || cfg[key].is_null()) return fallback;
   try {
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      // get<int>() casts a JSON float unchecked (undefined for 3e81): only integers pass.
-      const json& v = cfg[key];
-      if (!v.is_number_integer() ||
-          (v.is_number_unsigned() ? v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<T>::max())
-                                  : (v.get<std::int64_t>() < std::int64_t(std::numeric_limits<T>::min()) ||
-                                     (v.get<std::int64_t>() > 0 &&
-                                      std::uint64_t(v.get<std::int64_t>()) > std::uint64_t(std::numeric_limits<T>::max())))))
-        throw Error(where + ": bad value for \"" + key + "\": expected an integer, got " + limits::json_excerpt(v));
-    }
     return cfg[key].get<T>();
   } catch (const json::exception&) {
     throw Error(where + ": bad value for \"" + key + "\": " + limits::json_excerpt(cfg[key]));
@@ -129,95 +112,106 @@ T required(const json& cfg, const char* key, const std::string& where) {
   return get<T>(cfg, key, T{}, where);
 }
 
-nn::Activation activation_of(const json& cfg, const std::string& where) {
-  const auto name = get<std::string>(cfg, "activation", "linear", where);
-  try {
-    return nn::Activation(name);
-  } catch (const Error& e) {
-    throw Error(where + ": " + e.what());
-  }
+// Keras' other names for soma's layer types.
+std::string canonical_type(const std::string& t) {
+  if (t == "MaxPooling2D") return "MaxPool2D";
+  if (t == "AveragePooling2D") return "AvgPool2D";
+  if (t == "GlobalAvgPool2D") return "GlobalAveragePooling2D";
+  return t;
 }
 
-bool known_type(const std::string& t) {
-  for (const char* k : {"Dense", "Conv2D", "MaxPool2D", "MaxPooling2D", "AvgPool2D",
-                        "AveragePooling2D", "GlobalAveragePooling2D", "GlobalAvgPool2D", "Flatten",
-                        "Dropout", "Reshape", "BatchNormalization", "Normalization",
-                        "Activation", "ReLU", "Softmax"})
-    if (t == k) return true;
-  return false;
+std::string joined(const std::vector<std::string>& names) {
+  std::string r;
+  for (const auto& n : names) r += (r.empty() ? "" : ", ") + n;
+  return r;
 }
 
-nn::ModuleRef make_layer(const std::string& type, const json& cfg, const std::string& where) {
-  const std::string padding = get<std::string>(cfg, "padding", "valid", where);
-  if (type == "Dense")
-    return nn::Dense(required<std::int64_t>(cfg, "units", where), activation_of(cfg, where),
-                     {.use_bias = get<bool>(cfg, "use_bias", true, where)});
-  if (type == "Conv2D") {
-    if (!cfg.contains("kernel_size")) throw Error(where + ": missing \"kernel_size\"");
-    nn::Conv2DOptions o;
-    if (cfg.contains("strides")) o.strides = size2(cfg["strides"], where + ".strides");
-    o.padding = padding;
-    o.activation = activation_of(cfg, where);
-    o.use_bias = get<bool>(cfg, "use_bias", true, where);
-    return nn::Conv2D(required<std::int64_t>(cfg, "filters", where),
-                      size2(cfg["kernel_size"], where + ".kernel_size"), o);
-  }
-  if (type == "MaxPool2D" || type == "MaxPooling2D" || type == "AvgPool2D" ||
-      type == "AveragePooling2D") {
-    Size2 pool = cfg.contains("pool_size") ? size2(cfg["pool_size"], where + ".pool_size") : 2;
-    std::optional<Size2> strides;
-    if (cfg.contains("strides") && !cfg["strides"].is_null())
-      strides = size2(cfg["strides"], where + ".strides");
-    if (type.rfind("Max", 0) == 0) return nn::MaxPool2D(pool, strides, padding);
-    return nn::AvgPool2D(pool, strides, padding);
-  }
-  if (type == "GlobalAveragePooling2D" || type == "GlobalAvgPool2D")
-    return nn::GlobalAveragePooling2D();
-  if (type == "Flatten") return nn::Flatten();
-  if (type == "Dropout") return nn::Dropout(required<double>(cfg, "rate", where));
-  if (type == "Reshape") {
-    auto t = required<std::vector<std::int64_t>>(cfg, "target_shape", where);
-    return nn::Reshape(Shape(t.begin(), t.end()));
-  }
-  if (type == "BatchNormalization")
-    return nn::BatchNormalization({.axis = get<std::int64_t>(cfg, "axis", 1, where),
-                                   .momentum = get<double>(cfg, "momentum", 0.99, where),
-                                   .epsilon = get<double>(cfg, "epsilon", 1e-3, where)});
-  if (type == "Normalization") {
-    // Keras' preprocessing layer; `soma train` adapts it on the training data unless mean and
-    // variance are given. "axis": null (one mean/variance for all values), an int or a list.
-    nn::NormalizationOptions o;
-    if (cfg.contains("axis")) {
-      const json& ax = cfg["axis"];
-      if (ax.is_null()) {
-        o.axis = std::nullopt;
-      } else if (ax.is_array()) {
-        o.axis = Axes{};
-        for (const json& a : ax)  // each checked as an integer, as a lone "axis" would be
-          o.axis->push_back(required<std::int64_t>(json{{"axis", a}}, "axis", where));
-      } else {
-        o.axis = Axes{required<std::int64_t>(cfg, "axis", where)};
-      }
-    }
-    o.mean = get<std::vector<double>>(cfg, "mean", {}, where);
-    o.variance = get<std::vector<double>>(cfg, "variance", {}, where);
-    o.invert = get<bool>(cfg, "invert", false, where);
+// The layer types a config may name: every layer with a config but the model kinds.
+std::vector<std::string> layer_types() {
+  std::vector<std::string> r;
+  for (auto& t : serialization::registered_layers())
+    if (t != "Sequential" && t != "Functional") r.push_back(t);
+  return r;
+}
+
+// One entry of "layers", built through the layer's own field list (serialization::layer_fields:
+// the same schema model files, layer_config and layer_from_config read), so every layer with a
+// config is available here with no code of its own. Absent fields take the layer's defaults, as
+// Keras' from_config; the constructor's required fields must be given; unknown keys are errors.
+nn::ModuleRef layer_from_entry(const json& entry, const std::string& at) {
+  if (!entry.is_object()) throw Error(at + ": expected an object");
+  // {"type": "Dense", ...options} or Keras' {"class_name": "Dense", "config": {...}}.
+  const bool keras_form = entry.contains("class_name");
+  const std::string type =
+      canonical_type(keras_form ? required<std::string>(entry, "class_name", at)
+                                : required<std::string>(entry, "type", at));
+  const std::string where = at + " (" + type + ")";
+  json cfg = keras_form ? entry.value("config", json::object()) : entry;
+  if (!cfg.is_object()) throw Error(where + ": \"config\" must be an object");
+  if (!keras_form) cfg.erase("type");
+  const auto types = layer_types();
+  if (std::find(types.begin(), types.end(), type) == types.end())
+    throw Error(where + ": unknown layer type \"" + type + "\" (known: " + joined(types) + ")");
+  auto fields = serialization::layer_fields(type);
+  nn::ModuleRef layer;
+  if (!fields) {
+    // A registered custom layer: its own from_config reads the config as given.
     try {
-      return nn::Normalization(std::move(o));
-    } catch (const Error& e) {
+      layer = serialization::layer_from_config(json{{"class_name", type}, {"config", cfg}}.dump());
+    } catch (const std::exception& e) {
       throw Error(where + ": " + e.what());
     }
+  } else {
+    json full = json::parse(fields->defaults);
+    std::vector<std::string> allowed;
+    for (auto& [k, v] : full.items()) allowed.push_back(k);
+    allowed.push_back("name");
+    allowed.push_back("trainable");
+    const std::string allowed_list = " (allowed keys: " + joined(allowed) + ")";
+    for (auto& [k, v] : cfg.items()) {
+      if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
+      // Keras' get_config() writes null for what it does not use (constraints, regularisers).
+      if (keras_form && v.is_null()) continue;
+      throw Error(where + ": unknown key \"" + k + "\"" + allowed_list);
+    }
+    for (const auto& k : fields->required)
+      if (!cfg.contains(k)) throw Error(where + ": missing \"" + k + "\"");
+    // Pooling strides default to the pool size (Keras' strides=None), whatever size is given.
+    if (full.contains("pool_size") && full.contains("strides") && cfg.contains("pool_size") &&
+        (!cfg.contains("strides") || cfg["strides"].is_null()))
+      cfg["strides"] = cfg["pool_size"];
+    for (auto& [k, v] : cfg.items())
+      if (k != "trainable" && (full.contains(k) || k == "name")) full[k] = v;
+    try {
+      layer = serialization::layer_from_config(json{{"class_name", type}, {"config", full}}.dump());
+    } catch (const std::exception& e) {
+      // The field reader names the field ("field 'units' is wrong: ..."): say which key it was.
+      const std::string what = e.what();
+      const std::string wrong = "' is wrong: ";
+      for (auto& [k, v] : cfg.items())
+        if (auto at = what.find("field '" + k + wrong); at != std::string::npos) {
+          std::string detail = what.substr(at + 7 + k.size() + wrong.size());
+          if (detail.find("got ") == std::string::npos) detail += ", got " + limits::json_excerpt(v);
+          throw Error(where + ": bad value for \"" + k + "\": " + detail + allowed_list);
+        }
+      throw Error(where + ": " + what + allowed_list);
+    }
   }
-  if (type == "Activation") return nn::ActivationLayer(activation_of(cfg, where));
-  if (type == "ReLU") return nn::ReLU();
-  if (type == "Softmax") return nn::ActivationLayer(nn::softmax);
-  throw Error(where + ": unknown layer type \"" + type +
-              "\" (known: Dense, Conv2D, MaxPool2D, AvgPool2D, GlobalAveragePooling2D, "
-              "Flatten, Dropout, Reshape, BatchNormalization, Normalization, Activation, ReLU, "
-              "Softmax)");
+  if (cfg.contains("trainable")) layer->set_trainable(get<bool>(cfg, "trainable", true, where));
+  return layer;
 }
 
 }  // namespace
+
+nn::ModuleRef layer_from_cli_config(const std::string& entry, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(entry);
+  } catch (const json::exception& e) {
+    throw Error(where + ": not valid JSON: " + limits::excerpt(e.what(), limits::kMaxDetailChars));
+  }
+  return layer_from_entry(j, where);
+}
 
 std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
                                                   const Shape& input_shape) {
@@ -255,33 +249,10 @@ std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
   int i = 0;
   for (const json& entry : (*root)["layers"]) {
     const std::string where = path + ": layers[" + std::to_string(i++) + "]";
-    if (!entry.is_object()) throw Error(where + ": expected an object");
-    // {"type": "Dense", ...options} or Keras' {"class_name": "Dense", "config": {...}}.
-    std::string type;
-    const json* cfg = &entry;
-    if (entry.contains("class_name")) {
-      type = get<std::string>(entry, "class_name", "", where);
-      if (entry.contains("config")) cfg = &entry["config"];
-    } else {
-      type = required<std::string>(entry, "type", where);
-    }
-    if (type == "InputLayer") continue;  // the data set fixes the input shape
-    nn::ModuleRef layer;
-#ifdef SOMA_CLI_HAVE_LAYER_CONFIGS
-    // Keras' form of a type this file does not know goes through the model-file layer registry
-    // (which wants complete configs, as model.save writes them).
-    if (entry.contains("class_name") && !known_type(type)) {
-      try {
-        layer = serialization::layer_from_config(entry.dump());
-      } catch (const std::exception& e) {
-        throw Error(where + " (" + type + "): " + e.what());
-      }
-    }
-#endif
-    if (!layer) layer = make_layer(type, *cfg, where + " (" + type + ")");
-    if (cfg->contains("name") && (*cfg)["name"].is_string())
-      layer->set_name((*cfg)["name"].get<std::string>());
-    m->add(layer);
+    if (entry.is_object() && (entry.value("class_name", json()) == "InputLayer" ||
+                              entry.value("type", json()) == "InputLayer"))
+      continue;  // the data set fixes the input shape
+    m->add(layer_from_entry(entry, where));
   }
   if (i == 0) throw Error(path + ": the \"layers\" array is empty");
   return m;
@@ -292,6 +263,9 @@ std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
 std::shared_ptr<nn::Sequential> model_from_config(const std::string&, const Shape&) {
   throw NotAvailable("--config is not available: this soma was built without nlohmann-json "
                      "(apt-get install nlohmann-json3-dev and rebuild)");
+}
+nn::ModuleRef layer_from_cli_config(const std::string&, const std::string&) {
+  throw NotAvailable("--config is not available: this soma was built without nlohmann-json");
 }
 
 #endif

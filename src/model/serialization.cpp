@@ -51,6 +51,10 @@ struct LayerCodec {
   // The built-in model kinds (Sequential, Functional) only: whether a model of this type name is
   // one (else it is a subclassed model that took the name).
   std::function<bool(const nn::Model&)> whole_model;
+  // Built-in layers only: the config of a fresh layer (the field list's defaults), and the fields
+  // its constructor requires (placeholders in those defaults), for readers of partial configs.
+  std::function<json()> defaults;
+  std::vector<std::string> required;
 };
 
 json sequential_config(const nn::Sequential& s);
@@ -73,14 +77,15 @@ std::string layer_where(const std::string& class_name, const json& c) {
 // A built-in layer through its field list: written by visiting it; read by visiting a fresh
 // `prototype`, then rebuilt by `remake` (its public constructor, so that its checks run).
 template <class L>
-LayerCodec schema_codec(const std::string& class_name, L (*prototype)(), nn::ModuleRef (*remake)(const L&)) {
+LayerCodec schema_codec(const std::string& class_name, L (*prototype)(), nn::ModuleRef (*remake)(const L&),
+                        std::vector<std::string> required = {}) {
   return {[](const nn::Module& m) { return internal::fields_json(m); },
           [=](const json& c) {
             L p = prototype();
             internal::read_fields(p, c, layer_where(class_name, c));
             return remake(p);
           },
-          nullptr};
+          nullptr, [=] { return internal::fields_json(prototype()); }, std::move(required)};
 }
 // A layer without fields.
 template <class L>
@@ -93,16 +98,16 @@ std::map<std::string, LayerCodec> builtin_codecs() {
   auto add = [&](const std::string& name, LayerCodec c) { r.emplace(name, std::move(c)); };
   add("Dense", schema_codec<nn::Dense>("Dense", [] { return nn::Dense(1); }, [](const nn::Dense& p) {
         return nn::ModuleRef(nn::Dense(p.units(), p.activation(), p.options()));
-      }));
+      }, {"units"}));
   add("Conv2D", schema_codec<nn::Conv2D>("Conv2D", [] { return nn::Conv2D(1, 1); }, [](const nn::Conv2D& p) {
         return nn::ModuleRef(nn::Conv2D(p.filters(), p.kernel_size(), p.options()));
-      }));
+      }, {"filters", "kernel_size"}));
   add("Conv2DTranspose",
       schema_codec<nn::Conv2DTranspose>("Conv2DTranspose", [] { return nn::Conv2DTranspose(1, 1); },
                                         [](const nn::Conv2DTranspose& p) {
                                           return nn::ModuleRef(
                                               nn::Conv2DTranspose(p.filters(), p.kernel_size(), p.options()));
-                                        }));
+                                        }, {"filters", "kernel_size"}));
   add("MaxPool2D", schema_codec<nn::MaxPool2D>("MaxPool2D", [] { return nn::MaxPool2D(); }, [](const nn::MaxPool2D& p) {
         return nn::ModuleRef(nn::MaxPool2D(p.pool_size(), p.strides(), p.padding()));
       }));
@@ -116,10 +121,10 @@ std::map<std::string, LayerCodec> builtin_codecs() {
   add("Flatten", plain_codec<nn::Flatten>("Flatten"));
   add("Reshape", schema_codec<nn::Reshape>("Reshape", [] { return nn::Reshape(Shape{}); }, [](const nn::Reshape& p) {
         return nn::ModuleRef(nn::Reshape(p.target_shape()));
-      }));
+      }, {"target_shape"}));
   add("Dropout", schema_codec<nn::Dropout>("Dropout", [] { return nn::Dropout(0.0); }, [](const nn::Dropout& p) {
         return nn::ModuleRef(nn::Dropout(p.rate(), p.seed()));
-      }));
+      }, {"rate"}));
   add("Activation", schema_codec<nn::ActivationLayer>(
                         "Activation", [] { return nn::ActivationLayer(nn::Activation()); },
                         [](const nn::ActivationLayer& p) { return nn::ModuleRef(nn::ActivationLayer(p.activation())); }));
@@ -138,7 +143,7 @@ std::map<std::string, LayerCodec> builtin_codecs() {
                                            [](const nn::Softmax& p) { return nn::ModuleRef(nn::Softmax(p.axis())); }));
   add("Embedding", schema_codec<nn::Embedding>("Embedding", [] { return nn::Embedding(1, 1); }, [](const nn::Embedding& p) {
         return nn::ModuleRef(nn::Embedding(p.input_dim(), p.output_dim(), p.options()));
-      }));
+      }, {"input_dim", "output_dim"}));
   add("BatchNormalization",
       schema_codec<nn::BatchNormalization>(
           "BatchNormalization", [] { return nn::BatchNormalization(); },
@@ -153,16 +158,16 @@ std::map<std::string, LayerCodec> builtin_codecs() {
       }));
   add("SimpleRNN", schema_codec<nn::SimpleRNN>("SimpleRNN", [] { return nn::SimpleRNN(1); }, [](const nn::SimpleRNN& p) {
         return nn::ModuleRef(nn::SimpleRNN(p.units(), p.options()));
-      }));
+      }, {"units"}));
   add("LSTM", schema_codec<nn::LSTM>("LSTM", [] { return nn::LSTM(1); },
-                                     [](const nn::LSTM& p) { return nn::ModuleRef(nn::LSTM(p.units(), p.options())); }));
+                                     [](const nn::LSTM& p) { return nn::ModuleRef(nn::LSTM(p.units(), p.options())); }, {"units"}));
   add("GRU", schema_codec<nn::GRU>("GRU", [] { return nn::GRU(1); },
-                                   [](const nn::GRU& p) { return nn::ModuleRef(nn::GRU(p.units(), p.options())); }));
-  add("MultiHeadAttention", schema_codec<nn::MultiHeadAttention>("MultiHeadAttention", [] { return nn::MultiHeadAttention(1, 1); }, [](const nn::MultiHeadAttention& p) { return nn::ModuleRef(nn::MultiHeadAttention(p.num_heads(), p.key_dim(), p.options())); }));
+                                   [](const nn::GRU& p) { return nn::ModuleRef(nn::GRU(p.units(), p.options())); }, {"units"}));
+  add("MultiHeadAttention", schema_codec<nn::MultiHeadAttention>("MultiHeadAttention", [] { return nn::MultiHeadAttention(1, 1); }, [](const nn::MultiHeadAttention& p) { return nn::ModuleRef(nn::MultiHeadAttention(p.num_heads(), p.key_dim(), p.options())); }, {"num_heads", "key_dim"}));
   add("RMSNormalization", schema_codec<nn::RMSNormalization>("RMSNormalization", [] { return nn::RMSNormalization(); }, [](const nn::RMSNormalization& p) { return nn::ModuleRef(nn::RMSNormalization(p.options())); }));
-  add("TransformerEncoderLayer", schema_codec<nn::TransformerEncoderLayer>("TransformerEncoderLayer", [] { return nn::TransformerEncoderLayer(1, 1); }, [](const nn::TransformerEncoderLayer& p) { return nn::ModuleRef(nn::TransformerEncoderLayer(p.d_model(), p.nhead(), p.options())); }));
-  add("TransformerDecoderLayer", schema_codec<nn::TransformerDecoderLayer>("TransformerDecoderLayer", [] { return nn::TransformerDecoderLayer(1, 1); }, [](const nn::TransformerDecoderLayer& p) { return nn::ModuleRef(nn::TransformerDecoderLayer(p.d_model(), p.nhead(), p.options())); }));
-  add("PositionalEmbedding", schema_codec<nn::PositionalEmbedding>("PositionalEmbedding", [] { return nn::PositionalEmbedding(1); }, [](const nn::PositionalEmbedding& p) { return nn::ModuleRef(nn::PositionalEmbedding(p.sequence_length(), p.options())); }));
+  add("TransformerEncoderLayer", schema_codec<nn::TransformerEncoderLayer>("TransformerEncoderLayer", [] { return nn::TransformerEncoderLayer(1, 1); }, [](const nn::TransformerEncoderLayer& p) { return nn::ModuleRef(nn::TransformerEncoderLayer(p.d_model(), p.nhead(), p.options())); }, {"d_model", "nhead"}));
+  add("TransformerDecoderLayer", schema_codec<nn::TransformerDecoderLayer>("TransformerDecoderLayer", [] { return nn::TransformerDecoderLayer(1, 1); }, [](const nn::TransformerDecoderLayer& p) { return nn::ModuleRef(nn::TransformerDecoderLayer(p.d_model(), p.nhead(), p.options())); }, {"d_model", "nhead"}));
+  add("PositionalEmbedding", schema_codec<nn::PositionalEmbedding>("PositionalEmbedding", [] { return nn::PositionalEmbedding(1); }, [](const nn::PositionalEmbedding& p) { return nn::ModuleRef(nn::PositionalEmbedding(p.sequence_length(), p.options())); }, {"sequence_length"}));
   add("SinePositionEncoding", schema_codec<nn::SinePositionEncoding>("SinePositionEncoding", [] { return nn::SinePositionEncoding(); }, [](const nn::SinePositionEncoding& p) { return nn::ModuleRef(nn::SinePositionEncoding(p.max_wavelength(), p.add_to_inputs())); }));
   // Merge layers (functional models).
   add("Add", plain_codec<nn::Add>("Add"));
@@ -936,6 +941,12 @@ std::shared_ptr<nn::Model> model_from_json(const json& j) {
   return model;
 }
 }  // namespace
+
+std::optional<LayerFields> layer_fields(const std::string& class_name) {
+  auto codec = registered(class_name);
+  if (!codec || !codec->defaults) return std::nullopt;
+  return LayerFields{codec->defaults().dump(), codec->required};
+}
 
 std::string model_config(const nn::Model& model) { return model_json(model).dump(); }
 std::shared_ptr<nn::Model> model_from_config(const std::string& text) {

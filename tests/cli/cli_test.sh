@@ -117,6 +117,12 @@ case $case_name in
     [ "$(wc -l <"$out/stdout")" -eq 1 ] || fail "--verbose 0 should print the result line only"
     expect_result_line
     [ "$(wc -l <"$out/c.csv")" -eq 4 ] || fail "CSV should hold a header and three epochs"
+    # Layers are read through their own config fields: layers the CLI has no code for train too.
+    printf '%s' '{"layers": [{"type": "Flatten"}, {"type": "Dense", "units": 16},' \
+      ' {"type": "LayerNormalization"}, {"type": "GELU"}, {"type": "Dense", "units": 10}]}' >"$out/new.json"
+    run train --config "$out/new.json" --data idx:"$dir" --epochs 1 --out "$out/new.soma" --verbose 0
+    expect_status 0
+    expect_result_line
     ;;
   train_from_keras_config)
     run train --config "$dir/keras_model.json" --data idx:"$dir" --epochs 1 --out "$out/k.soma"
@@ -142,7 +148,18 @@ case $case_name in
   bad_config_names_the_layer)
     run train --config "$dir/bad_model.json" --data idx:"$dir" --epochs 1 --out "$out/b.soma"
     expect_status 1
-    [ "$(cat "$out/stderr")" = "soma train: $dir/bad_model.json: layers[1] (Dense): missing \"units\"" ] ||
+    # A typo ("unitz") is an unknown key: the error names the layer, the key and the allowed keys.
+    grep -q "^soma train: $dir/bad_model.json: layers\[1\] (Dense): unknown key \"unitz\" (allowed keys: activation, bias_initializer, " "$out/stderr" ||
+      fail "unexpected error: $(cat "$out/stderr")"
+    printf '%s' '{"layers": [{"type": "Flatten"}, {"type": "Dense"}]}' >"$out/missing.json"
+    run train --config "$out/missing.json" --data idx:"$dir" --epochs 1 --out "$out/b.soma"
+    expect_status 1
+    [ "$(cat "$out/stderr")" = "soma train: $out/missing.json: layers[1] (Dense): missing \"units\"" ] ||
+      fail "unexpected error: $(cat "$out/stderr")"
+    printf '%s' '{"layers": [{"type": "Flatten"}, {"type": "Dropout", "rate": "half"}]}' >"$out/type.json"
+    run train --config "$out/type.json" --data idx:"$dir" --epochs 1 --out "$out/b.soma"
+    expect_status 1
+    grep -q "^soma train: $out/type.json: layers\[1\] (Dropout): bad value for \"rate\": .*\"half\".*(allowed keys: rate, seed, name, trainable)" "$out/stderr" ||
       fail "unexpected error: $(cat "$out/stderr")"
     ;;
   train_softmax_config_uses_probabilities)

@@ -1,8 +1,8 @@
 // Writes the small files the `soma` command-line tests use into a directory:
 //   train-images-idx3-ubyte, train-labels-idx1-ubyte (300 samples), t10k-images-idx3-ubyte,
 //   t10k-labels-idx1-ubyte (100), shoe.png (28x28 grey), my_model.json (soma's short config
-//   form), keras_model.json (Keras' model config form) and bad_model.json (a Dense without
-//   units), and nan_data/: an IDX set whose training images are f32 with one NaN pixel.
+//   form), keras_model.json (Keras' model config form) and bad_model.json (a Dense whose
+//   units is misspelt unitz), and nan_data/: an IDX set whose training images are f32 with one NaN pixel.
 // Each class draws a bright 6x6 square at its own place over faint noise, so a network learns
 // the set in one epoch; the point is a fast, deterministic run of the whole tool.
 #include <cstdint>

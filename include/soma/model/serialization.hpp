@@ -35,6 +35,15 @@ namespace serialization {
 std::string layer_config(const nn::Module& layer);
 // Builds a fresh (unbuilt) layer from such a config.
 nn::ModuleRef layer_from_config(const std::string& json);
+// A built-in layer type's config fields: `defaults` is the config of a fresh layer (a JSON
+// object), `required` the fields its constructor requires (placeholders in `defaults`). nullopt
+// for a type without a field list (Sequential, Functional, registered custom layers) or unknown.
+// Readers of partial configs (the CLI's --config) fill absent fields from it.
+struct LayerFields {
+  std::string defaults;
+  std::vector<std::string> required;
+};
+std::optional<LayerFields> layer_fields(const std::string& class_name);
 // Optimiser / loss configs, the same way.
 std::string optimizer_config(const optim::Optimizer& optimizer);
 optim::OptimizerRef optimizer_from_config(const std::string& json);

@@ -1,0 +1,109 @@
+// The CLI's JSON model config (`soma train --config`, apps/soma/models.cpp) builds every layer
+// through the layer's own config fields (serialization::layer_fields): each layer type with a
+// config is tested here from the registry, so a new layer is covered with no test of its own.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "../../apps/soma/models.cpp"  // the CLI is an executable: its config reader, compiled in
+
+namespace {
+
+using json = nlohmann::json;
+using soma::cli::layer_from_cli_config;
+namespace ser = soma::serialization;
+
+// A layer's config without its name (generated names differ between two layers).
+json config_of(const soma::nn::Module& layer) {
+  json j = json::parse(ser::layer_config(layer));
+  j["config"].erase("name");
+  return j;
+}
+
+std::string error_of(const std::string& entry) {
+  try {
+    layer_from_cli_config(entry, "m.json: layers[3]");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(CliConfig, EveryLayerTypeBuildsFromItsRequiredFieldsInBothForms) {
+  int tested = 0;
+  for (const auto& type : ser::registered_layers()) {
+    auto fields = ser::layer_fields(type);
+    if (!fields) continue;  // the model kinds (Sequential, Functional)
+    SCOPED_TRACE(type);
+    const json defaults = json::parse(fields->defaults);
+    json short_form{{"type", type}}, keras_cfg = json::object();
+    for (const auto& k : fields->required) {
+      ASSERT_TRUE(defaults.contains(k)) << k;
+      short_form[k] = defaults[k];
+      keras_cfg[k] = defaults[k];
+    }
+    const auto expected = config_of(*ser::layer_from_config(json{{"class_name", type}, {"config", defaults}}.dump()));
+    EXPECT_EQ(config_of(*layer_from_cli_config(short_form.dump(), "t")), expected);
+    EXPECT_EQ(config_of(*layer_from_cli_config(json{{"class_name", type}, {"config", keras_cfg}}.dump(), "t")),
+              expected);
+    // A typo is refused, naming the layer, the key and the allowed keys.
+    json typo = short_form;
+    typo["no_such_key"] = 1;
+    const std::string e = error_of(typo.dump());
+    EXPECT_NE(e.find("m.json: layers[3] (" + type + "): unknown key \"no_such_key\" (allowed keys: "), std::string::npos) << e;
+    for (const auto& [k, v] : defaults.items()) EXPECT_NE(e.find(k), std::string::npos) << k;
+    // A required field left out is named.
+    for (const auto& k : fields->required) {
+      json missing = short_form;
+      missing.erase(k);
+      EXPECT_EQ(error_of(missing.dump()), "m.json: layers[3] (" + type + "): missing \"" + k + "\"");
+    }
+    ++tested;
+  }
+  EXPECT_GE(tested, 20);
+}
+
+TEST(CliConfig, WrongTypeNamesTheLayerAndTheKey) {
+  const std::string e = error_of(R"({"type": "Dense", "units": "ten"})");
+  EXPECT_EQ(e.rfind("m.json: layers[3] (Dense): ", 0), 0u) << e;
+  EXPECT_EQ(e.find("m.json: layers[3] (Dense): bad value for \"units\": expected an integer"), 0u) << e;
+  EXPECT_NE(e.find("\"ten\""), std::string::npos) << e;
+  EXPECT_NE(e.find("(allowed keys: activation, bias_initializer, "), std::string::npos) << e;
+  const std::string f = error_of(R"({"type": "Dense", "units": 3e81})");
+  EXPECT_NE(f.find("bad value for \"units\": expected an integer"), std::string::npos) << f;
+}
+
+TEST(CliConfig, UnknownTypeListsTheKnownOnes) {
+  const std::string e = error_of(R"({"type": "Dense2"})");
+  EXPECT_EQ(e.rfind("m.json: layers[3] (Dense2): unknown layer type \"Dense2\" (known: ", 0), 0u) << e;
+  EXPECT_NE(e.find("LSTM"), std::string::npos) << e;
+}
+
+TEST(CliConfig, DefaultsAreTheLayersOwn) {
+  // Pooling strides follow the pool size given (Keras' strides=None); Keras' names are aliases.
+  auto pool = std::dynamic_pointer_cast<soma::nn::MaxPool2D>((
+      layer_from_cli_config(R"({"type": "MaxPooling2D", "pool_size": 3})", "t")).ptr());
+  ASSERT_TRUE(pool);
+  EXPECT_EQ(pool->strides().h, 3);
+  EXPECT_EQ(pool->strides().w, 3);
+  auto avg = std::dynamic_pointer_cast<soma::nn::AvgPool2D>((
+      layer_from_cli_config(R"({"type": "AveragePooling2D", "pool_size": [3, 2], "strides": 1})", "t")).ptr());
+  ASSERT_TRUE(avg);
+  EXPECT_EQ(avg->strides().h, 1);
+  // BatchNormalization: the layer's (Keras') axis -1, no longer the CLI's own 1.
+  auto bn = std::dynamic_pointer_cast<soma::nn::BatchNormalization>((
+      layer_from_cli_config(R"({"type": "BatchNormalization"})", "t")).ptr());
+  ASSERT_TRUE(bn);
+  EXPECT_EQ(bn->options().axis, -1);
+  // name and trainable are every layer's.
+  auto d = layer_from_cli_config(R"({"type": "Dense", "units": 4, "name": "head", "trainable": false})", "t");
+  EXPECT_EQ(d->name(), "head");
+  EXPECT_FALSE(d->trainable());
+  // Keras' get_config() writes null for what it does not use: ignored in its form only.
+  EXPECT_NO_THROW(layer_from_cli_config(
+      R"({"class_name": "Dense", "config": {"units": 4, "kernel_constraint": null}})", "t"));
+  EXPECT_NE(error_of(R"({"type": "Dense", "units": 4, "kernel_constraint": null})").find("unknown key"),
+            std::string::npos);
+}
+
+}  // namespace
