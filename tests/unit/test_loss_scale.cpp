@@ -240,9 +240,9 @@ TEST(LossScale, RejectsBadOptions) {
   EXPECT_THROW(optim::LossScaleOptimizer(optim::SGD(), {.initial_scale = 0.0}), Error);
   EXPECT_THROW(optim::LossScaleOptimizer(optim::SGD(), {.initial_scale = INFINITY}), Error);
   EXPECT_THROW(optim::LossScaleOptimizer(optim::SGD(), {.dynamic_growth_steps = 0}), Error);
-  EXPECT_THROW(optim::LossScaleOptimizer(optim::OptimizerRef()), Error);
-  EXPECT_THROW(optim::LossScaleOptimizer(optim::OptimizerRef(optim::LossScaleOptimizer(optim::SGD()))),
-               Error);
+  const optim::OptimizerRef null, wrapped = optim::LossScaleOptimizer(optim::SGD());
+  EXPECT_THROW(optim::LossScaleOptimizer{null}, Error);
+  EXPECT_THROW(optim::LossScaleOptimizer{wrapped}, Error);  // already a LossScaleOptimizer
 }
 
 TEST(LossScale, RateAndIterationsAreTheInnerOptimizers) {
