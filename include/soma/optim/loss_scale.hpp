@@ -34,6 +34,7 @@ struct LossScaleOptions {
   bool dynamic = true;                     // false: a fixed scale
 };
 
+// A copy shares the wrapped optimiser (an OptimizerRef), and so its slots and step count.
 class LossScaleOptimizer : public Optimizer {
  public:
   explicit LossScaleOptimizer(OptimizerRef inner, LossScaleOptions o = {});
