@@ -72,7 +72,10 @@ void LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads,
         total = total.defined() ? total + s : s;
       }
     }
-    if (total.defined() && finite) finite = std::isfinite(total.item<double>());
+    if (total.defined() && finite) {
+      if (!total.device().is_cpu()) total = total.to(Device::cpu());  // the step's one read
+      finite = std::isfinite(total.item<double>());
+    }
   }
   last_skipped_ = !finite;
   if (finite) {

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <limits>
 
+#include "emulated_device.hpp"
+#include "soma/cuda.hpp"
 #include "soma/model/serialization.hpp"
 #include "soma/optim/loss_scale.hpp"
 #include "soma/optim/optimizers.hpp"
@@ -250,6 +252,79 @@ TEST(LossScale, RateAndIterationsAreTheInnerOptimizers) {
   opt.set_learning_rate(0.01);  // what ReduceLROnPlateau does through model.optimizer()
   EXPECT_DOUBLE_EQ(opt.inner_optimizer().learning_rate(), 0.01);
   EXPECT_DOUBLE_EQ(opt.learning_rate(), 0.01);
+}
+
+// ---- on a device (the CPU stand-in of tests/support/emulated_device.hpp) ----
+
+TEST(LossScale, OnADeviceTheCheckReadsOneScalarPerStep) {
+  soma::testing::EmulatedCuda gpu;
+  const Device dev = gpu.device();
+  std::vector<Variable> vars;
+  for (int i = 0; i < 4; ++i) vars.emplace_back(fill({3, 2}, 1.0 + i, DType::f32).to(dev));
+  optim::LossScaleOptimizer opt(optim::Adam({.learning_rate = 0.1}), {.initial_scale = 8.0});
+  auto grads = [&](float bad_at_2) {
+    std::vector<Tensor> g;
+    for (int i = 0; i < 4; ++i) {
+      Tensor t = fill({3, 2}, 8.0, DType::f32);  // 1 after unscaling
+      if (i == 2) t = t * constant(std::vector<float>{1, 1, 1, bad_at_2, 1, 1}, {3, 2});
+      g.push_back(t.to(dev));
+    }
+    return g;
+  };
+  auto good = grads(1.0f), bad = grads(std::numeric_limits<float>::infinity());
+  cuda::reset_transfer_stats();
+  opt.apply_gradients(good, vars);
+  EXPECT_FALSE(opt.last_step_skipped());
+  EXPECT_EQ(cuda::transfer_stats().device_to_host_copies, 1u);  // not one per variable
+  EXPECT_EQ(cuda::transfer_stats().host_to_device_copies, 0u);
+  auto state = [&] {
+    std::vector<Vec> out;
+    for (auto& v : vars) out.push_back(values(v.value().to(Device::cpu())));
+    for (auto& [k, t] : opt.state_dict(vars)) out.push_back(values(t.to(Device::cpu())));
+    return out;
+  };
+  const auto before = state();
+  cuda::reset_transfer_stats();
+  opt.apply_gradients(bad, vars);
+  EXPECT_EQ(cuda::transfer_stats().device_to_host_copies, 1u);
+  EXPECT_TRUE(opt.last_step_skipped());
+  EXPECT_EQ(opt.scale(), 4.0);
+  EXPECT_EQ(opt.iterations(), 1);
+  auto after = state();
+  EXPECT_EQ(before.size(), after.size());
+  // Everything but the scale entries: "loss_scale" halved, "loss_scale_good_steps" 1 -> 0.
+  int differing = 0;
+  for (std::size_t i = 0; i < before.size() && i < after.size(); ++i) differing += before[i] != after[i];
+  EXPECT_EQ(differing, 2);
+  opt.apply_gradients(grads(std::nanf("")), vars);
+  EXPECT_TRUE(opt.last_step_skipped());
+  EXPECT_EQ(opt.scale(), 2.0);
+}
+
+TEST(LossScale, F16FitOnADeviceGivesTheCpuWeights) {
+  Tensor x = soma::testing::rand_tensor({64, 16}, 9, -1, 1, DType::f32);
+  Tensor proj = soma::testing::rand_tensor({16, 4}, 10, -1, 1, DType::f32);
+  Tensor y = cast(argmax(matmul(x, proj), -1), DType::i64);
+  auto make = [] {
+    set_seed(3);
+    return nn::Sequential{nn::Input({16}), nn::Dense(8, nn::relu), nn::Dense(4)};
+  };
+  auto cpu = make();
+  auto dev = make();
+  soma::testing::EmulatedCuda gpu;
+  dev.to(gpu.device());
+  for (auto* m : {&cpu, &dev}) {
+    m->compile(optim::Adam({.learning_rate = 1e-2}),
+               nn::SparseCategoricalCrossentropy({.from_logits = true}), {}, {.mixed_precision = "f16"});
+    m->fit(x, y, {.epochs = 2, .batch_size = 16, .shuffle = false, .verbose = 0});
+  }
+  auto& ls = dynamic_cast<optim::LossScaleOptimizer&>(dev.optimizer());
+  EXPECT_EQ(ls.iterations(), 8);
+  EXPECT_EQ(ls.scale(), 32768.0);
+  const auto pc = cpu.trainable_parameters(), pd = dev.trainable_parameters();
+  ASSERT_EQ(pc.size(), pd.size());
+  for (std::size_t i = 0; i < pc.size(); ++i)
+    EXPECT_TRUE(soma::testing::all_close(pd[i].value().to(Device::cpu()), pc[i].value(), 1e-5, 1e-5)) << i;
 }
 
 // ---- compile(..., {.mixed_precision = "f16"}) ----
