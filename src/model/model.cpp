@@ -25,6 +25,7 @@
 #include "model/topo_order.hpp"
 #include "soma/model/weights.hpp"
 #include "soma/ops.hpp"
+#include "soma/optim/loss_scale.hpp"
 #include "soma/optim/optimizers.hpp"
 #include "soma/nn/losses.hpp"
 
@@ -155,6 +156,9 @@ struct Model::Compiled {
   // compile(..., {.mixed_precision = "bf16"}): the autocast dtype of every step. Unset: the
   // steps leave the caller's autocast scope (if any) in charge.
   std::optional<DType> precision;
+  // The optimiser when it is a LossScaleOptimizer (f16 wraps one): the eager step
+  // differentiates the scaled loss. Null otherwise: the f32 path is unchanged.
+  optim::LossScaleOptimizer* loss_scale = nullptr;
   std::shared_ptr<Function> traced;
 };
 
@@ -237,6 +241,12 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
   c->jit = options.jit;
   if (!options.mixed_precision.empty())
     c->precision = parse_autocast_dtype(options.mixed_precision, "compile");
+  // f16 (not bf16, whose range is f32's): dynamic loss scaling, as Keras' mixed_float16.
+  if (c->precision == DType::f16 && !dynamic_cast<optim::LossScaleOptimizer*>(optimizer.get()))
+    optimizer = optim::LossScaleOptimizer(std::move(optimizer));
+  c->loss_scale = dynamic_cast<optim::LossScaleOptimizer*>(optimizer.get());
+  // The traced step differentiates the unscaled loss: with loss scaling, steps run eagerly.
+  if (c->loss_scale) c->jit = false;
   c->metrics = std::move(metrics);
   compiled_ = std::move(c);
   optimizer_ = std::move(optimizer);
@@ -499,7 +509,8 @@ Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor
     reducer->begin_step(c.dist->weight);
     tape.set_gradient_ready_hook(reducer->hook());
   }
-  std::vector<Tensor> grads = tape.gradient(total, vars);
+  std::vector<Tensor> grads =
+      tape.gradient(c.loss_scale ? c.loss_scale->scale_loss(total) : total, vars);
   if (reducer) grads = reducer->finish_step();
   std::vector<Variable> used_vars;
   std::vector<Tensor> used_grads;

@@ -34,6 +34,7 @@
 #include "soma/nn/preprocessing.hpp"
 #include "soma/nn/recurrent.hpp"
 #include "soma/nn/transformer.hpp"
+#include "soma/optim/loss_scale.hpp"
 #include "soma/optim/optimizers.hpp"
 
 namespace soma::serialization {
@@ -281,12 +282,28 @@ const std::map<std::string, OptimizerFactory>& optimizers() {
 
 json optimizer_json(const optim::Optimizer& opt) {
   const std::string n = opt.name();
+  // Keras' layout: the wrapper's fields with the wrapped optimiser's config nested.
+  if (const auto* ls = dynamic_cast<const optim::LossScaleOptimizer*>(&opt)) {
+    json c = internal::fields_json(opt);
+    c["inner_optimizer"] = optimizer_json(ls->inner_optimizer());
+    return json{{"class_name", n}, {"config", c}};
+  }
   if (!optimizers().count(n)) fail("save", "optimizer '", n, "' has no config (not a built-in optimizer)");
   return json{{"class_name", n}, {"config", internal::fields_json(opt)}};
 }
 
 optim::OptimizerRef optimizer_from_json(const json& j) {
   const std::string n = j.at("class_name").get<std::string>();
+  if (n == "LossScaleOptimizer") {
+    json c = j.at("config");
+    if (!c.contains("inner_optimizer"))
+      fail("load_model", "optimizer LossScaleOptimizer: the config has no 'inner_optimizer'");
+    optim::OptimizerRef inner = optimizer_from_json(c.at("inner_optimizer"));
+    c.erase("inner_optimizer");
+    optim::LossScaleOptimizer p(inner);
+    internal::read_fields(p, c, "optimizer LossScaleOptimizer");
+    return optim::LossScaleOptimizer(inner, p.options());  // validates the fields read
+  }
   auto it = optimizers().find(n);
   if (it == optimizers().end()) fail("load_model", "unknown optimizer '", n, "'");
   return it->second(j.at("config"));

@@ -2,6 +2,7 @@
 // (soma/nn/config.hpp). Keras' field names, so that configs read like Keras' get_config().
 #include "soma/nn/config.hpp"
 
+#include "soma/optim/loss_scale.hpp"
 #include "soma/optim/optimizers.hpp"
 #include "soma/optim/schedules.hpp"
 
@@ -59,6 +60,12 @@ void Adagrad::visit_config(nn::ConfigVisitor& v) {
   visit_common_config(v, o_.weight_decay, o_.clipnorm, o_.clipvalue, o_.global_clipnorm);
   v.field("initial_accumulator_value", o_.initial_accumulator_value);
   v.field("epsilon", o_.epsilon);
+}
+
+void LossScaleOptimizer::visit_config(nn::ConfigVisitor& v) {
+  v.field("initial_scale", o_.initial_scale);
+  v.field("dynamic_growth_steps", o_.dynamic_growth_steps);
+  v.field("dynamic", o_.dynamic, {.optional = true});
 }
 
 // ---- schedules -------------------------------------------------------------------------------

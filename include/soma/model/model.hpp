@@ -51,7 +51,10 @@ struct CompileOptions {
   // "bf16" (or "f16"): every training, evaluation and prediction step runs its forward and
   // backward pass inside soma::AutocastScope (soma/autocast.hpp): matrix and convolution work in
   // that dtype with f32 accumulation; weights, losses, gradients and the optimiser stay f32.
-  // Empty or "f32": off.
+  // Empty or "f32": off. "f16" also wraps the optimiser in an optim::LossScaleOptimizer
+  // (soma/optim/loss_scale.hpp; unless it is one already) and trains on the scaled loss, as
+  // Keras' mixed_float16 policy: model.optimizer() is then the wrapper. Loss scaling runs eager
+  // steps (jit is ignored with it).
   std::string mixed_precision;
 };
 

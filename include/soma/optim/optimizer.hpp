@@ -73,20 +73,21 @@ class Optimizer {
 
   // grads[i] is the gradient for vars[i] (an undefined Tensor skips that variable). Throws when
   // the counts differ, a shape differs, or no variable has a gradient at all.
-  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  // Virtual so that a wrapper (LossScaleOptimizer, soma/optim/loss_scale.hpp) can decide per step.
+  virtual void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
   void set_parameters(std::vector<Variable> vars) { params_ = std::move(vars); }
   const std::vector<Variable>& parameters() const { return params_; }
   void step(const std::vector<Tensor>& grads) { apply_gradients(grads, params_); }
 
-  double learning_rate() const;  // current value: schedule(iterations()) or the constant
+  virtual double learning_rate() const;  // current value: schedule(iterations()) or the constant
   // Replaces a constant rate (what ReduceLROnPlateau does). Throws when the rate is a schedule,
   // as Keras does.
-  void set_learning_rate(double lr);
+  virtual void set_learning_rate(double lr);
   // Replaces the rate by a schedule; a null Ref turns the rate back into a constant (the
   // schedule's current value).
-  void set_schedule(Ref<LearningRateSchedule> schedule);
-  bool has_schedule() const { return options_.learning_rate.is_schedule(); }
-  std::int64_t iterations() const { return iterations_; }
+  virtual void set_schedule(Ref<LearningRateSchedule> schedule);
+  virtual bool has_schedule() const { return options_.learning_rate.is_schedule(); }
+  virtual std::int64_t iterations() const { return iterations_; }
   const CommonOptions& common_options() const { return options_; }
   // Lists the optimiser's config fields, once (soma/nn/config.hpp): optimizer_config() and model
   // files read this list. None by default.
