@@ -60,6 +60,7 @@ ALLOWED=(
   "src/backend/* -> src/ops/update_formulas.hpp | the optimisers' per-element update formulas are data (SOMA_HD functors; the header includes no soma header): the CPU test and the CUDA kernels instantiate them, as the elementwise table"
   "src/backend/cuda/dense.cpp -> include/soma/autograd.hpp | as the CPU dense kernel: with the epilogue's ReLU off, the relu op runs after the GEMM under NoGradScope"
   "src/backend/cuda/dense.cpp -> include/soma/ops.hpp | the relu op after cuBLASLt's bias epilogue when its ReLU epilogue is off"
+  "src/core/device_backend.cpp -> src/internal/copy.hpp | the CPU stand-in device of the tests (emulated_device_backend) copies and fills with the CPU routines; it sits beside the backend override hook so that device_free knows its blocks whatever table is installed"
   "src/backend/* -> src/internal/dense_op.hpp | the dense op's attribute reader and kernel registration, shared by the op and its CPU kernel (as registration.hpp)"
   "src/backend/* -> src/internal/optim_updates.hpp | the update ops' composite kernels, which the CPU kernels fall back to for other dtypes, and their registration"
   "src/nn/config.cpp -> include/soma/model/merge.hpp | the merge layers (Add, Concatenate, ...) are nn layers declared in model/; merge.hpp belongs in include/soma/nn/"
