@@ -18,6 +18,7 @@
 #include "soma/soma.hpp"
 #include "emulated_device.hpp"
 #include "test_support.hpp"
+#include "torch_script.hpp"
 
 using namespace soma;
 using soma::testing::all_close;
@@ -113,43 +114,10 @@ put("rope_out", rq * emb.cos() + rot * emb.sin())
 out.close()
 )PY";
 
-struct TorchRun {
-  int rc = -1;
-  std::string log;
-  std::map<std::string, Tensor> t;
-};
+using soma::testing::TorchRun;
 
 const TorchRun& torch_run() {
-  static TorchRun r = [] {
-    TorchRun run;
-    const char* py = std::getenv("SOMA_TEST_PYTHON");
-    const std::string python = py ? py : "/usr/bin/python3";
-    const fs::path dir = temp_dir(), script = dir / "tfm.py", data = dir / "tfm.txt",
-                   log = dir / "tfm.log";
-    std::ofstream(script) << kTorchScript;
-    const std::string cmd = python + " '" + script.string() + "' '" + data.string() + "' > '" +
-                            log.string() + "' 2>&1";
-    const int s = std::system(cmd.c_str());
-    run.rc = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-    std::stringstream ls;
-    ls << std::ifstream(log).rdbuf();
-    run.log = ls.str();
-    std::ifstream f(data);
-    std::string line;
-    while (std::getline(f, line)) {
-      std::istringstream is(line);
-      std::string name;
-      int rank = 0;
-      is >> name >> rank;
-      Shape shape(std::size_t(std::max(rank, 0)));
-      for (auto& d : shape) is >> d;
-      std::vector<double> v(std::size_t(numel(shape)));
-      for (auto& x : v) is >> x;
-      run.t[name] = constant(v, shape);
-    }
-    fs::remove_all(dir);
-    return run;
-  }();
+  static const TorchRun r = soma::testing::run_torch_script(kTorchScript, "tfm");
   return r;
 }
 
@@ -157,7 +125,7 @@ class AgainstTorch : public ::testing::Test {
  protected:
   void SetUp() override {
     const TorchRun& r = torch_run();
-    if (r.rc == 77 || r.rc == 127) GTEST_SKIP() << "python3 cannot import torch: " << r.log;
+    if (r.unavailable()) GTEST_SKIP() << "python3 cannot import torch: " << r.log;
     ASSERT_EQ(r.rc, 0) << r.log;
   }
   const Tensor& t(const std::string& n) { return torch_run().t.at(n); }
