@@ -1,6 +1,6 @@
 #include "backend/cuda/cublas_loader.hpp"
 
-#include <dlfcn.h>
+#include "backend/cuda/dl_library.hpp"
 
 #include <mutex>
 #include <string>
@@ -16,21 +16,13 @@ bool g_loaded = false;
 
 template <class F>
 bool bind(void* lib, const char* name, F& fn) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (!fn) g_error = std::string("dlsym(") + name + ") failed: " + (dlerror() ?: "not found");
-  return fn != nullptr;
+  return bind_symbol(lib, name, fn, g_error);
 }
 
 void load() {
   // The soname the toolkit soma was built with first, then the path CMake found it at.
-  void* lib = nullptr;
   std::string tried;
-  for (const char* name : {SOMA_CUBLAS_SONAME, SOMA_CUBLAS_PATH, "libcublas.so"}) {
-    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib) break;
-    const char* e = dlerror();
-    tried += std::string(tried.empty() ? "" : "; ") + (e ? e : name);
-  }
+  void* lib = open_first({SOMA_CUBLAS_SONAME, SOMA_CUBLAS_PATH, "libcublas.so"}, tried);
   if (!lib) {
     g_error = "cannot load cuBLAS: " + tried;
     return;

@@ -1,6 +1,6 @@
 #include "backend/cuda/cublaslt_loader.hpp"
 
-#include <dlfcn.h>
+#include "backend/cuda/dl_library.hpp"
 
 #include <mutex>
 #include <string>
@@ -24,22 +24,13 @@ bool g_loaded = false;
 
 template <class F>
 bool bind(void* lib, const char* name, F& fn) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (!fn) g_error = std::string("dlsym(") + name + ") failed: " + (dlerror() ?: "not found");
-  return fn != nullptr;
+  return bind_symbol(lib, name, fn, g_error);
 }
 
 void load() {
   // The soname of the toolkit soma was built with first, then the path CMake found it at.
-  void* lib = nullptr;
   std::string tried;
-  for (const char* name : {SOMA_CUBLASLT_SONAME, SOMA_CUBLASLT_PATH, "libcublasLt.so"}) {
-    if (!*name) continue;  // no path found by CMake (dlopen("") would open the program itself)
-    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib) break;
-    const char* e = dlerror();
-    tried += std::string(tried.empty() ? "" : "; ") + (e ? e : name);
-  }
+  void* lib = open_first({SOMA_CUBLASLT_SONAME, SOMA_CUBLASLT_PATH, "libcublasLt.so"}, tried);
   if (!lib) {
     g_error = "cannot load cuBLASLt: " + tried;
     return;

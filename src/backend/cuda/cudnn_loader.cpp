@@ -1,6 +1,6 @@
 #include "backend/cuda/cudnn_loader.hpp"
 
-#include <dlfcn.h>
+#include "backend/cuda/dl_library.hpp"
 
 #include <mutex>
 #include <string>
@@ -18,22 +18,13 @@ bool g_loaded = false;
 
 template <class F>
 bool bind(void* lib, const char* name, F& fn) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (!fn) g_error = std::string("dlsym(") + name + ") failed: " + (dlerror() ?: "not found");
-  return fn != nullptr;
+  return bind_symbol(lib, name, fn, g_error);
 }
 
 void load() {
   // The soname of the major version soma was compiled against, then the path CMake found.
-  void* lib = nullptr;
   std::string tried;
-  for (const char* name : {SOMA_CUDNN_SONAME, SOMA_CUDNN_PATH}) {
-    if (!*name) continue;
-    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib) break;
-    const char* e = dlerror();
-    tried += std::string(tried.empty() ? "" : "; ") + (e ? e : name);
-  }
+  void* lib = open_first({SOMA_CUDNN_SONAME, SOMA_CUDNN_PATH}, tried);
   if (!lib) {
     g_error = "cannot load cuDNN (convolutions on CUDA need libcudnn.so." +
               std::to_string(CUDNN_MAJOR) + "): " + tried;
