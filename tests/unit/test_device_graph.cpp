@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "device_testing.hpp"
 #include "emulated_device.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
@@ -13,39 +14,12 @@ using namespace soma;
 
 namespace {
 
-Ref<nn::Model> small_mlp() {
-  return std::make_shared<nn::Sequential>(nn::Input({6}), nn::Dense(16, nn::relu),
-                                          nn::Dense(8, nn::tanh), nn::Dense(3));
-}
-
-struct Data {
-  Tensor x, y;
-};
-
-Data make_data(std::int64_t n, std::uint64_t seed) {
-  Tensor x = soma::testing::rand_tensor({n, 6}, seed).cast(DType::f32);
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) labels[std::size_t(i)] = (i * 7 + std::int64_t(seed)) % 3;
-  return {x, constant(labels, {n})};
-}
-
+using soma::testing::same_weights;
+using soma::testing::small_mlp;
+using Data = soma::testing::ClassData;
+Data make_data(std::int64_t n, std::uint64_t seed) { return soma::testing::class_data({6}, n, seed); }
 std::pair<Ref<nn::Model>, Ref<nn::Model>> twin_models() {
-  Ref<nn::Model> a = small_mlp(), b = small_mlp();
-  auto pa = a->parameters(), pb = b->parameters();
-  EXPECT_EQ(pa.size(), pb.size());
-  for (std::size_t i = 0; i < pa.size() && i < pb.size(); ++i) pb[i].assign(pa[i].value());
-  return {a, b};
-}
-
-::testing::AssertionResult same_weights(const nn::Model& cpu, const nn::Model& dev, double tol) {
-  auto a = cpu.parameters(), b = dev.parameters();
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << "parameter counts differ";
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    Tensor bh = b[i].value().to(Device::cpu());
-    auto r = soma::testing::all_close(bh, a[i].value(), tol, tol);
-    if (!r) return r << " (parameter " << a[i].name() << ")";
-  }
-  return ::testing::AssertionSuccess();
+  return soma::testing::twin_models(small_mlp);
 }
 
 }  // namespace

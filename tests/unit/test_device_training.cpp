@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "device_testing.hpp"
 #include "emulated_device.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
@@ -16,13 +17,16 @@ using namespace soma;
 
 namespace {
 
-using ModelFactory = Ref<nn::Model> (*)();
+using soma::testing::ModelFactory;
+using soma::testing::same_weights;
+using soma::testing::small_mlp;
+using soma::testing::twin_models;
+using Data = soma::testing::ClassData;
+Data make_data(const Shape& sample, std::int64_t n, std::uint64_t seed) {
+  return soma::testing::class_data(sample, n, seed);
+}
 
 // (Built by their Input; made in place, since a copied Module is unbuilt.)
-Ref<nn::Model> small_mlp() {
-  return std::make_shared<nn::Sequential>(nn::Input({6}), nn::Dense(16, nn::relu),
-                                          nn::Dense(8, nn::tanh), nn::Dense(3));
-}
 
 Ref<nn::Model> small_cnn() {
   return std::make_shared<nn::Sequential>(
@@ -30,39 +34,7 @@ Ref<nn::Model> small_cnn() {
       nn::MaxPool2D(2), nn::BatchNormalization(), nn::Flatten(), nn::Dense(3));
 }
 
-struct Data {
-  Tensor x, y;
-};
 
-// Three-class data with sparse labels (i64), from the test RNG.
-Data make_data(const Shape& sample, std::int64_t n, std::uint64_t seed) {
-  Shape xs = {n};
-  xs.insert(xs.end(), sample.begin(), sample.end());
-  Tensor x = soma::testing::rand_tensor(xs, seed).cast(DType::f32);
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) labels[std::size_t(i)] = (i * 7 + std::int64_t(seed)) % 3;
-  return {x, constant(labels, {n})};
-}
-
-// Two models with equal weights: `make` twice, the second given the first's values.
-std::pair<Ref<nn::Model>, Ref<nn::Model>> twin_models(ModelFactory make) {
-  Ref<nn::Model> a = make(), b = make();
-  auto pa = a->parameters(), pb = b->parameters();
-  EXPECT_EQ(pa.size(), pb.size());
-  for (std::size_t i = 0; i < pa.size() && i < pb.size(); ++i) pb[i].assign(pa[i].value());
-  return {a, b};
-}
-
-::testing::AssertionResult same_weights(const nn::Model& cpu, const nn::Model& dev, double tol) {
-  auto a = cpu.parameters(), b = dev.parameters();
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << "parameter counts differ";
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    Tensor bh = b[i].value().to(Device::cpu());
-    auto r = soma::testing::all_close(bh, a[i].value(), tol, tol);
-    if (!r) return r << " (parameter " << a[i].name() << ")";
-  }
-  return ::testing::AssertionSuccess();
-}
 
 optim::OptimizerRef make_optimizer(int which) {
   switch (which) {
