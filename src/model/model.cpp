@@ -242,9 +242,9 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
   if (!options.mixed_precision.empty())
     c->precision = parse_autocast_dtype(options.mixed_precision, "compile");
   // f16 (not bf16, whose range is f32's): dynamic loss scaling, as Keras' mixed_float16.
-  if (c->precision == DType::f16 && !dynamic_cast<optim::LossScaleOptimizer*>(optimizer.get()))
+  if (c->precision == DType::f16 && !optimizer->loss_scaler())
     optimizer = optim::LossScaleOptimizer(std::move(optimizer));
-  c->loss_scale = dynamic_cast<optim::LossScaleOptimizer*>(optimizer.get());
+  c->loss_scale = optimizer->loss_scaler();
   // The traced step differentiates the unscaled loss: with loss scaling, steps run eagerly.
   if (c->loss_scale) c->jit = false;
   c->metrics = std::move(metrics);

@@ -283,7 +283,7 @@ const std::map<std::string, OptimizerFactory>& optimizers() {
 json optimizer_json(const optim::Optimizer& opt) {
   const std::string n = opt.name();
   // Keras' layout: the wrapper's fields with the wrapped optimiser's config nested.
-  if (const auto* ls = dynamic_cast<const optim::LossScaleOptimizer*>(&opt)) {
+  if (const auto* ls = opt.loss_scaler()) {
     json c = internal::fields_json(opt);
     c["inner_optimizer"] = optimizer_json(ls->inner_optimizer());
     return json{{"class_name", n}, {"config", c}};

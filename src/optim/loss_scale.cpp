@@ -34,7 +34,7 @@ LossScaleOptimizer::LossScaleOptimizer(OptimizerRef inner, LossScaleOptions o)
     : Optimizer(inner ? inner->common_options() : CommonOptions{}), inner_(std::move(inner)), o_(o) {
   const char* who = "LossScaleOptimizer";
   if (!inner_) fail(who, "the inner optimizer is null");
-  if (dynamic_cast<const LossScaleOptimizer*>(inner_.get()))
+  if (inner_->loss_scaler())
     fail(who, "the inner optimizer is already a LossScaleOptimizer");
   if (!(std::isfinite(o_.initial_scale) && o_.initial_scale > 0.0))
     fail(who, "initial_scale must be a finite number > 0, got ", o_.initial_scale);

@@ -39,6 +39,8 @@ class LossScaleOptimizer : public Optimizer {
  public:
   explicit LossScaleOptimizer(OptimizerRef inner, LossScaleOptions o = {});
   std::string name() const override { return "LossScaleOptimizer"; }
+  using Optimizer::loss_scaler;
+  LossScaleOptimizer* loss_scaler() override { return this; }
 
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) override;
   // loss * scale, in the loss's dtype (f32 under autocast: losses stay f32).

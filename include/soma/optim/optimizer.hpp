@@ -32,6 +32,8 @@ class ConfigVisitor;
 
 namespace soma::optim {
 
+class LossScaleOptimizer;
+
 // A learning rate: a constant or a schedule of the step count. Converts implicitly from both, so
 // `Adam({.learning_rate = 1e-3})` and `SGD({.learning_rate = ExponentialDecay({...})})` both read
 // like Keras.
@@ -70,6 +72,11 @@ class Optimizer {
 
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
+  // This optimiser as a loss scaler (f16 training differentiates a scaled loss), else null.
+  virtual LossScaleOptimizer* loss_scaler() { return nullptr; }
+  const LossScaleOptimizer* loss_scaler() const {
+    return const_cast<Optimizer*>(this)->loss_scaler();
+  }
 
   // grads[i] is the gradient for vars[i] (an undefined Tensor skips that variable). Throws when
   // the counts differ, a shape differs, or no variable has a gradient at all.
