@@ -3,9 +3,10 @@
 
 Usage: /usr/bin/python3 torch_export.py OUTDIR
 
-Writes, for each model NAME (mlp, cnn, cnn2, deconv, norm, hard, rnn, lstm, gru, bilstm, bigru):
+Writes, for each model NAME (mlp, cnn, ..., bigru, and issue 25's transformer,
+  mha, gpt2, embed, upsample, convt, groupnorm):
   NAME.onnx     the model, exported in eval mode with a dynamic batch axis
-  NAME_x.bin    a reference input, float32 little-endian, row-major
+  NAME_x.bin    a reference input, float32 little-endian, row-major (int64 for embed)
   NAME_y.bin    PyTorch's output for that input, float32
   NAME.shape    one line "x d0 d1 ..." and one line "y d0 d1 ..."
 Exit status 77 when torch (or onnx) cannot be imported, so the test can skip.
@@ -32,6 +33,57 @@ class LastStep(nn.Module):
     def forward(self, x):
         y, _ = self.rnn(x)
         return self.head(y[:, -1, :])
+
+
+class GPT2Block(nn.Module):
+    """A GPT-2-style pre-norm decoder block: causal self-attention written out by hand
+    (a fused qkv projection, a lower-triangular mask filled with -inf) and a GELU MLP."""
+
+    def __init__(self, d, heads, ctx):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
+        self.register_buffer("mask", torch.tril(torch.ones(ctx, ctx)).view(1, 1, ctx, ctx))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q = q.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, d)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x))
+
+
+class SelfAttention(nn.Module):
+    """nn.MultiheadAttention used as self-attention (batch_first), its weights discarded."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d, heads, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+class EmbedNorm(nn.Module):
+    """Token ids (int64) -> nn.Embedding -> nn.LayerNorm."""
+
+    def __init__(self, vocab, d):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, ids):
+        return self.ln(self.emb(ids))
 
 
 def models():
@@ -65,6 +117,22 @@ def models():
             bn.running_var.uniform_(0.5, 1.5)
             bn.weight.uniform_(0.5, 1.5)
             bn.bias.uniform_(-0.2, 0.2)
+    layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, dropout=0.1, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    mha = SelfAttention(16, 4)
+    gpt2 = GPT2Block(16, 4, 8)
+    embed = EmbedNorm(20, 12)
+    with torch.no_grad():
+        embed.ln.weight.uniform_(0.5, 1.5)
+        embed.ln.bias.uniform_(-0.2, 0.2)
+    upsample = nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(2, 3, 3, padding=1),
+                             nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False))
+    convt = nn.Sequential(nn.ConvTranspose2d(3, 5, 4, stride=2, padding=1), nn.ReLU(),
+                          nn.ConvTranspose2d(5, 2, 3, stride=(1, 2), padding=(1, 0), dilation=(2, 1)))
+    groupnorm = nn.Sequential(nn.Conv2d(4, 6, 3, padding=1), nn.GroupNorm(3, 6), nn.SiLU())
+    with torch.no_grad():
+        groupnorm[1].weight.uniform_(0.5, 1.5)
+        groupnorm[1].bias.uniform_(-0.2, 0.2)
     # name: (model, reference input, opset)
     return {
         "mlp": (mlp, torch.randn(5, 8), 14),
@@ -78,6 +146,14 @@ def models():
         "gru": (gru, torch.randn(4, 6, 5), 14),
         "bilstm": (bilstm, torch.randn(4, 6, 5), 14),
         "bigru": (bigru, torch.randn(4, 6, 5), 14),
+        # Issue 25's seven, at opset 17 (the highest torch 1.13 writes).
+        "transformer": (encoder, torch.randn(3, 7, 16), 17),
+        "mha": (mha, torch.randn(3, 5, 16), 17),
+        "gpt2": (gpt2, torch.randn(3, 8, 16), 17),
+        "embed": (embed, torch.randint(0, 20, (3, 6)), 17),
+        "upsample": (upsample, torch.randn(3, 2, 4, 5), 17),
+        "convt": (convt, torch.randn(3, 3, 5, 4), 17),
+        "groupnorm": (groupnorm, torch.randn(3, 4, 5, 6), 17),
     }
 
 
@@ -95,11 +171,15 @@ def main():
         torch.onnx.export(model, x, path, input_names=["x"], output_names=["y"],
                           dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
                           opset_version=opset)
-        x.numpy().astype("<f4").tofile(os.path.join(out, name + "_x.bin"))
+        # Token ids stay int64 (NAME.shape says so); everything else is float32.
+        xtype = "<i8" if x.dtype == torch.int64 else "<f4"
+        x.numpy().astype(xtype).tofile(os.path.join(out, name + "_x.bin"))
         y.numpy().astype("<f4").tofile(os.path.join(out, name + "_y.bin"))
         with open(os.path.join(out, name + ".shape"), "w") as f:
             f.write("x " + " ".join(str(d) for d in x.shape) + "\n")
             f.write("y " + " ".join(str(d) for d in y.shape) + "\n")
+            if x.dtype == torch.int64:
+                f.write("xtype i64\n")
         print(f"wrote {path}")
     return 0
 

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -82,9 +85,15 @@ Tensor read_bin(const std::string& name, const std::string& which) {
     for (std::int64_t d; ls >> d;) shape.push_back(d);
   }
   EXPECT_FALSE(shape.empty()) << "no shape for " << name << " " << which;
-  Tensor t = Tensor::empty(shape, DType::f32);
+  // A line "xtype i64" marks token ids written as int64.
+  sf.clear();
+  sf.seekg(0);
+  DType dt = DType::f32;
+  while (std::getline(sf, line))
+    if (line == which + "type i64") dt = DType::i64;
+  Tensor t = Tensor::empty(shape, dt);
   std::ifstream f(kDir / (name + "_" + which + ".bin"), std::ios::binary);
-  f.read(static_cast<char*>(t.raw_data()), std::streamsize(t.numel() * 4));
+  f.read(static_cast<char*>(t.raw_data()), std::streamsize(t.numel() * dtype_size(dt)));
   EXPECT_TRUE(bool(f)) << "short file for " << name << " " << which;
   return t;
 }
@@ -145,4 +154,40 @@ TEST_P(TorchFineTune, LossFallsWhenFineTunedInSoma) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PyTorch, TorchFineTune, ::testing::Values("mlp", "cnn", "lstm"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// Issue 25's seven PyTorch modules (opset 17): each must import and match PyTorch within 1e-5,
+// at the exported batch and at another one. Any that soma cannot yet run is listed in
+// kExpectedFailures with the reason and skipped (never passed silently).
+namespace {
+const std::map<std::string, std::string> kExpectedFailures = {};
+
+float max_abs_diff(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return INFINITY;
+  return max(abs(a.cast(DType::f32) - b)).to_vector<float>()[0];
+}
+}  // namespace
+
+class TorchIssue25 : public TorchInterop {};
+
+TEST_P(TorchIssue25, MatchesPyTorchWithin1e5) {
+  const std::string name = GetParam();
+  if (auto it = kExpectedFailures.find(name); it != kExpectedFailures.end())
+    GTEST_SKIP() << "expected failure: " << it->second;
+  auto model = onnx::load((kDir / (name + ".onnx")).string());
+  model->eval();
+  Tensor x = read_bin(name, "x");
+  Tensor want = read_bin(name, "y");
+  Tensor got = (*model)(x);
+  ASSERT_EQ(got.shape(), want.shape());
+  const float d = max_abs_diff(got, want);
+  std::printf("[ %s ] max |soma - torch| = %.3g\n", name.c_str(), double(d));
+  EXPECT_TRUE(all_close(got, want, 1e-5, 1e-5)) << name << ": max abs diff " << d;
+  Tensor x1 = slice(x, {Slice{1, 3}});
+  EXPECT_TRUE(all_close((*model)(x1), slice(want, {Slice{1, 3}}), 1e-5, 1e-5)) << name << " at batch 2";
+}
+
+INSTANTIATE_TEST_SUITE_P(PyTorch, TorchIssue25,
+                         ::testing::Values("transformer", "mha", "gpt2", "embed", "upsample", "convt",
+                                           "groupnorm"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
