@@ -20,6 +20,7 @@
 
 #include "soma/nn/activation.hpp"
 #include "soma/nn/attention.hpp"
+#include "soma/nn/sampling.hpp"
 #include "soma/nn/conv.hpp"
 #include "soma/nn/initializers.hpp"
 #include "soma/nn/layers.hpp"
@@ -36,6 +37,7 @@
 #include "soma/data/augment.hpp"
 #include "soma/data/dataset.hpp"
 #include "soma/data/readers.hpp"
+#include "soma/data/text.hpp"
 #include "soma/dist/communicator.hpp"
 #include "soma/dist/data_parallel.hpp"
 #include "soma/dist/dist.hpp"
