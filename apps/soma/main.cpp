@@ -57,7 +57,7 @@ void print_help(std::FILE* f) {
                "                 the most memory soma's tensors may hold together, e.g. 512M,\n"
                "                 2G (default: SOMA_MEMORY_LIMIT, else what the system can give);\n"
                "                 going over it is an error, not a kill by the OOM killer\n\n"
-               "Run 'soma <command> --help' for the options of a command.\n");
+               "Run 'soma help <command>' or 'soma <command> --help' for the options of a command.\n");
 }
 
 }  // namespace
@@ -89,6 +89,18 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   const std::string first = argv[1];
+  if (first == "help" && argc >= 3) {
+    // `soma help train` is `soma train --help`, as git and cargo do it.
+    const std::string name = argv[2];
+    for (const auto& s : kSubcommands)
+      if (name == s.name) {
+        static char help_flag[] = "--help";
+        char* args[] = {help_flag, nullptr};
+        return s.run(1, args);
+      }
+    std::fprintf(stderr, "soma help: unknown command '%s' (see soma --help)\n", name.c_str());
+    return kExitUsage;
+  }
   if (first == "-h" || first == "--help" || first == "help") {
     print_help(stdout);
     return 0;

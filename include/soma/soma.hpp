@@ -13,6 +13,7 @@
 #include "soma/tensor.hpp"
 #include "soma/threading.hpp"
 #include "soma/variable.hpp"
+#include "soma/version.hpp"
 #include "soma/random_state.hpp"
 #include "soma/runtime_checks.hpp"
 #include "soma/graph/function.hpp"

@@ -46,6 +46,15 @@ std::string format_eta(double seconds) {
 ProgressBar::ProgressBar(std::ostream& os, bool is_terminal, int verbose)
     : os_(os), terminal_(is_terminal), verbose_(verbose) {}
 
+// The elapsed time of a finished epoch: whole seconds from 1 s on, milliseconds below (a 0.5 s
+// epoch reads "500ms", not "0s").
+std::string ProgressBar::format_elapsed(double seconds) {
+  char buf[64];
+  if (seconds >= 1) std::snprintf(buf, sizeof buf, "%.0fs", std::floor(seconds));
+  else std::snprintf(buf, sizeof buf, "%.0fms", std::floor(seconds * 1e3));
+  return buf;
+}
+
 std::string ProgressBar::format_logs(const nn::Logs& logs) {
   // Keras' order: training values, then validation ones ("val_..."); in each, the loss first,
   // then the metrics by name.
@@ -82,7 +91,7 @@ std::string ProgressBar::bar_line(std::int64_t step, const nn::Logs& logs, bool 
   std::string count = std::to_string(step);
   if (count.size() < target.size()) count.insert(0, target.size() - count.size(), ' ');
   if (verbose_ == 2) {
-    os << std::llround(std::floor(t)) << "s - " << format_per_step(step ? t / double(step) : 0.0);
+    os << format_elapsed(t) << " - " << format_per_step(step ? t / double(step) : 0.0);
   } else {
     constexpr int width = 30;
     int filled = target_ > 0 ? int(double(width) * double(step) / double(target_)) : width;
@@ -92,7 +101,7 @@ std::string ProgressBar::bar_line(std::int64_t step, const nn::Logs& logs, bool 
     bar.append(std::size_t(width - filled), '.');
     os << count << "/" << target << " [" << bar << "] - ";
     if (final)
-      os << std::llround(std::floor(t)) << "s " << format_per_step(step ? t / double(step) : 0.0);
+      os << format_elapsed(t) << " " << format_per_step(step ? t / double(step) : 0.0);
     else
       os << "ETA: " << format_eta(step ? t / double(step) * double(target_ - step) : 0.0);
   }

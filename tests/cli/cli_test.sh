@@ -46,6 +46,15 @@ case $case_name in
       expect_status 0
     done
     ;;
+  help_command_shows_the_command_help)
+    for c in train eval predict summary bench export info; do
+      run help "$c"
+      expect_status 0
+      expect_stdout "^usage: soma $c"
+    done
+    run help frobnicate
+    expect_usage_error "soma help: unknown command 'frobnicate' (see soma --help)"
+    ;;
   version)
     run --version
     expect_status 0

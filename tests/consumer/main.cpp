@@ -1,6 +1,8 @@
 // Uses an installed soma the way a user would; exits non-zero when a result is wrong.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include <soma/soma.hpp>
@@ -45,6 +47,17 @@ int main() {
   }
   expect_near("d loss/d w[0]", g[0], 9.0);
   expect_near("d loss/d w[1]", g[1], 12.0);
+
+  // The headers' version and the library's agree (one package, one version).
+  const std::string headers = std::to_string(SOMA_VERSION_MAJOR) + "." +
+                              std::to_string(SOMA_VERSION_MINOR) + "." +
+                              std::to_string(SOMA_VERSION_PATCH);
+  if (headers != soma::version()) {
+    std::printf("FAIL version: headers %s, library %s\n", headers.c_str(), soma::version());
+    ++failures;
+  } else {
+    std::printf("ok   version = %s\n", soma::version());
+  }
 
   if (failures != 0) {
     std::printf("%d check(s) failed\n", failures);

@@ -34,3 +34,17 @@ cmake --build "$WORK/build"
 
 echo "== run the consumer"
 "$WORK/build/consumer"
+
+# The same program built with pkg-config instead of CMake (soma.pc finds its prefix from its own
+# place, so the temporary prefix needs no --define-variable).
+if command -v pkg-config >/dev/null 2>&1; then
+  echo "== build the consumer with pkg-config"
+  pc_dir=$(dirname "$(find "$WORK/prefix" -name soma.pc | head -1)")
+  [[ -n "$pc_dir" && -f "$pc_dir/soma.pc" ]] || { echo "consumer test: no soma.pc installed" >&2; exit 1; }
+  flags=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs soma)
+  libdir=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --variable=libdir soma)
+  cxx="${CXX_COMPILER:-c++}"
+  # shellcheck disable=SC2086  # flags is a word list
+  "$cxx" -std=c++20 -O1 "$SRC_DIR/main.cpp" -o "$WORK/consumer-pc" $flags -Wl,-rpath,"$libdir"
+  "$WORK/consumer-pc"
+fi

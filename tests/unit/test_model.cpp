@@ -340,6 +340,14 @@ TEST(Progress, LogsShowLossFirstThenMetricsThenValidation) {
   EXPECT_EQ(s, "loss: 1.2500 - accuracy: 0.5000 - val_loss: 2.0000 - val_accuracy: 0.2500");
 }
 
+TEST(ProgressBar, SubSecondEpochsShowMilliseconds) {
+  using soma::callbacks::ProgressBar;
+  EXPECT_EQ(ProgressBar::format_elapsed(0.5), "500ms");
+  EXPECT_EQ(ProgressBar::format_elapsed(0.0004), "0ms");
+  EXPECT_EQ(ProgressBar::format_elapsed(1.0), "1s");
+  EXPECT_EQ(ProgressBar::format_elapsed(12.7), "12s");
+}
+
 // ---- evaluate / predict ----------------------------------------------------------------------
 
 TEST(Evaluate, MatchesAManualComputation) {

@@ -33,6 +33,8 @@ class ProgressBar {
 
   // "loss: 0.2982 - accuracy: 0.9127": loss first, then other keys, then val_ keys.
   static std::string format_logs(const nn::Logs& logs);
+  // A finished epoch's time: "3s" from one second on, "500ms" below, as Keras shows it.
+  static std::string format_elapsed(double seconds);
 
  private:
   std::string bar_line(std::int64_t step, const nn::Logs& logs, bool final) const;
