@@ -1,7 +1,7 @@
 // How fast is a matrix product? C = A x B in f32 for square N x N matrices, timed, reported in
 // GFLOP/s (2 N^3 floating-point operations per product). On the CPU soma's matmul goes to
-// OpenBLAS on soma's thread pool; the GPU line runs the same code on CUDA tensors once soma has
-// its CUDA backend (until then it says the GPU is not available).
+// OpenBLAS on soma's thread pool; where a GPU is usable a second line runs the same code on CUDA
+// tensors (cuBLASLt); elsewhere the program says why the GPU is not available.
 //
 //   gemm_flops [--sizes 2000,4000,6000] [--repeats R] [--threads T] [--check]
 //
