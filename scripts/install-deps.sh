@@ -36,6 +36,8 @@ PACKAGES=(
   clang-14
   libclang-rt-14-dev
   lld
+  # The API reference (`--target docs`) and its no-warnings test
+  doxygen
 )
 
 # The ONNX conformance suite (tests/unit/test_onnx_node_conformance.cpp) runs the backend node

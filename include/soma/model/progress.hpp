@@ -2,7 +2,7 @@
 // Keras' progress bar:
 //   Epoch 1/5
 //   1875/1875 [==============================] - 2s 1ms/step - loss: 0.2982 - accuracy: 0.9127
-// On a terminal the bar is redrawn in place with '\r' (at most every 50 ms). Anywhere else (a
+// On a terminal the bar is redrawn in place with a carriage return (at most every 50 ms). Anywhere else (a
 // file, a pipe) each epoch gives exactly one line and no control characters:
 //   Epoch 1/5 - 1875/1875 [==============================] - 2s 1ms/step - loss: 0.2982 - ...
 // verbose=2 gives one short line per epoch: "Epoch 1/5 - 2s - 1ms/step - loss: 0.2982 - ...".

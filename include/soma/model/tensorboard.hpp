@@ -38,7 +38,7 @@ std::string tfrecord(std::string_view data);
 // Whether this libsoma was built with protobuf (else writers throw soma::Error).
 bool available();
 
-// Writes one event file, `<logdir>/events.out.tfevents.<unix time>.<hostname>.<pid>.<n><suffix>`
+// Writes one event file, `LOGDIR/events.out.tfevents.TIME.HOST.PID.N[SUFFIX]`
 // (TensorFlow's naming; pid and a per-process counter keep two writers opened in the same
 // second apart). The first record holds file_version "brain.Event:2". Records are appended with
 // every write checked; flush() (or close()) writes them out and fsyncs the file, as TensorFlow's

@@ -26,7 +26,7 @@ class Loss {
   // not by the sum of the weights).
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor()) const;
-  // The unweighted, unreduced loss values (what keras.losses.<fn> returns); metrics such as
+  // The unweighted, unreduced loss values (what keras.losses.FN returns); metrics such as
   // metrics::LossMean average these.
   Tensor call(const Tensor& y_true, const Tensor& y_pred) const {
     return per_sample(y_true, y_pred);

@@ -19,7 +19,7 @@ namespace soma::nn {
 
 inline constexpr double kLossEpsilon = 1e-7;  // Keras' backend.epsilon()
 
-// ---- free functions: unreduced per-sample values, as keras.losses.<name> ---------------------
+// ---- free functions: unreduced per-sample values, as keras.losses.NAME ---------------------
 namespace losses {
 Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred);
 Tensor mean_absolute_error(const Tensor& y_true, const Tensor& y_pred);
