@@ -46,12 +46,18 @@ PACKAGES=(
 # release cannot turn CI red overnight: tests/onnx/node_expected.txt was made with this one
 # (SOMA_ONNX_VERSION picks another).
 install_onnx_wheel() {
-  if ! command -v python3 >/dev/null 2>&1 || python3 -c "import onnx" >/dev/null 2>&1; then
-    return 0
+  command -v python3 >/dev/null 2>&1 || return 0
+  if ! python3 -c "import onnx" >/dev/null 2>&1; then
+    echo "install-deps: pip install onnx (for the ONNX node-test suite)"
+    timeout 300 python3 -m pip install --quiet "onnx==${SOMA_ONNX_VERSION:-1.23.2}" ||
+      echo "install-deps: could not install onnx from PyPI; the ONNX node-test suite will skip" >&2
   fi
-  echo "install-deps: pip install onnx (for the ONNX node-test suite)"
-  timeout 300 python3 -m pip install --quiet "onnx==${SOMA_ONNX_VERSION:-1.23.2}" ||
-    echo "install-deps: could not install onnx from PyPI; the ONNX node-test suite will skip" >&2
+  # TensorBoard's own reader checks soma's event files (test_tensorboard); a test oracle only.
+  if ! python3 -c "import tensorboard" >/dev/null 2>&1; then
+    echo "install-deps: pip install tensorboard (test oracle for the event files)"
+    timeout 300 python3 -m pip install --quiet "tensorboard==${SOMA_TENSORBOARD_VERSION:-2.21.0}" ||
+      echo "install-deps: could not install tensorboard from PyPI; its test will skip" >&2
+  fi
 }
 
 missing=()

@@ -15,9 +15,12 @@
 #include <set>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "internal/atomic_file.hpp"
 #include "soma/error.hpp"
 #include "soma/model/model.hpp"
+#include "soma/model/serialization.hpp"
 
 #ifdef SOMA_HAVE_PROTOBUF
 #include "tensorboard_event.pb.h"
@@ -175,6 +178,27 @@ void EventFileWriter::add_scalar(const std::string& tag, double value, std::int6
 #endif
 }
 
+void EventFileWriter::add_graph(const std::vector<GraphNode>& nodes) {
+#ifndef SOMA_HAVE_PROTOBUF
+  (void)nodes;
+  throw Error(kNoProtobuf);
+#else
+  if (!impl_) fail("EventFileWriter", "the writer was moved from");
+  pb::GraphDef g;
+  for (const auto& n : nodes) {
+    pb::NodeDef* d = g.add_node();
+    d->set_name(n.name);
+    d->set_op(n.op);
+    for (const auto& i : n.inputs) d->add_input(i);
+    for (const auto& [k, v] : n.attrs) (*d->mutable_attr())[k].set_s(v);
+  }
+  pb::Event e = Impl::event_at(0);
+  if (!g.SerializeToString(e.mutable_graph_def()))
+    fail("EventFileWriter", "cannot serialise the graph");
+  impl_->write_event(e);
+#endif
+}
+
 void EventFileWriter::add_histogram(const std::string& tag, const Tensor& values,
                                     std::int64_t step, int buckets) {
 #ifndef SOMA_HAVE_PROTOBUF
@@ -311,6 +335,60 @@ void TensorBoard::on_train_begin(Logs& logs) {
   train_ = std::make_shared<tensorboard::EventFileWriter>(train_dir(), ".v2");
   validation_.reset();
   global_batch_ = 0;
+  if (o_.write_graph && has_model()) {
+    auto nodes = model_graph(model());
+    if (!nodes.empty()) train_->add_graph(nodes);
+  }
+}
+
+std::vector<tensorboard::EventFileWriter::GraphNode> model_graph(const nn::Model& model) {
+  using nlohmann::json;
+  using Node = tensorboard::EventFileWriter::GraphNode;
+  json doc;
+  try {
+    doc = json::parse(serialization::model_config(model));
+  } catch (const Error&) {
+    return {};  // a subclassed model without a registered config: no layer graph
+  }
+  std::vector<Node> nodes;
+  const json& cfg = doc.at("config");
+  const auto layer_node = [](const json& entry, const std::string& name) {
+    Node n{name, entry.value("class_name", std::string("Layer")), {}, {}};
+    if (entry.contains("config")) n.attrs.push_back({"config", entry["config"].dump()});
+    return n;
+  };
+  if (doc.value("class_name", std::string()) == "Functional") {
+    // A layer called k times is k nodes: "name", "name_1", ...; a reference [layer, call, out].
+    const auto call_name = [](const std::string& layer, std::int64_t call) {
+      return call == 0 ? layer : layer + "_" + std::to_string(call);
+    };
+    for (const json& e : cfg.at("layers")) {
+      const std::string name = e.value("name", std::string());
+      const json& calls = e.at("inbound_nodes");
+      if (calls.empty()) nodes.push_back(layer_node(e, name));
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        Node n = layer_node(e, call_name(name, std::int64_t(c)));
+        for (const json& ref : calls[c])
+          if (ref.is_array() && !ref.empty() && ref[0].is_string())
+            n.inputs.push_back(call_name(ref[0].get<std::string>(),
+                                         ref.size() > 1 && ref[1].is_number() ? ref[1].get<std::int64_t>() : 0));
+        nodes.push_back(std::move(n));
+      }
+    }
+    return nodes;
+  }
+  if (!cfg.contains("layers")) return {};
+  Node input{"input", "InputLayer", {}, {}};
+  if (cfg.contains("input_shape")) input.attrs.push_back({"shape", cfg["input_shape"].dump()});
+  nodes.push_back(std::move(input));
+  for (const json& e : cfg.at("layers")) {
+    const std::string name =
+        e.contains("config") ? e["config"].value("name", std::string()) : e.value("name", std::string());
+    Node n = layer_node(e, name.empty() ? "layer_" + std::to_string(nodes.size()) : name);
+    n.inputs.push_back(nodes.back().name);
+    nodes.push_back(std::move(n));
+  }
+  return nodes;
 }
 
 void TensorBoard::on_train_end(Logs& logs) {

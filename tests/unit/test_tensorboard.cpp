@@ -449,6 +449,80 @@ TEST_F(TensorBoardCallback, HistogramsOfEveryWeightUseLayerNames) {
   EXPECT_EQ(num_field(last, "max"), *std::max_element(kernel.begin(), kernel.end()));
 }
 
+// TensorBoard itself (PyPI's tensorboard, its EventAccumulator) reads the run: scalars per epoch
+// equal to the History, a histogram per weight, and the model's layer graph.
+TEST_F(TensorBoardCallback, TensorBoardsOwnReaderLoadsScalarsHistogramsAndTheGraph) {
+#if defined(SOMA_PYTHON3) && defined(SOMA_TB_ACCUMULATOR)
+  nn::reset_layer_name_counters();
+  auto model = compiled_classifier();
+  auto h = model.fit(features(16, 5), labels(16, 3, 6),
+                     {.epochs = 2, .batch_size = 8,
+                      .validation_data = {{features(8, 3), labels(8, 3, 4)}},
+                      .callbacks = {TensorBoard({.log_dir = dir_.string(), .histogram_freq = 1})},
+                      .verbose = 0});
+  auto run = [](const fs::path& d) {
+    ReaderRun r;
+    std::string cmd = std::string("'") + SOMA_PYTHON3 + "' '" + SOMA_TB_ACCUMULATOR + "' '" +
+                      d.string() + "' 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+    int st = pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    std::istringstream is(r.output);
+    for (std::string line; std::getline(is, line);)
+      if (!line.empty()) r.lines.push_back(line);
+    return r;
+  };
+  ReaderRun rt = run(dir_ / "train");
+  if (rt.status == 77) GTEST_SKIP() << "tensorboard is not installed: " << rt.output;
+  ASSERT_EQ(rt.status, 0) << rt.output;
+  ReaderRun rv = run(dir_ / "validation");
+  ASSERT_EQ(rv.status, 0) << rv.output;
+  auto find = [](const ReaderRun& r, const std::string& prefix) {
+    std::vector<std::string> out;
+    for (const auto& l : r.lines)
+      if (l.rfind(prefix, 0) == 0) out.push_back(l.substr(prefix.size()));
+    return out;
+  };
+  for (auto [r, key] : {std::pair{&rt, "loss"}, std::pair{&rt, "accuracy"},
+                        std::pair{&rv, "val_loss"}, std::pair{&rv, "val_accuracy"}}) {
+    const std::string metric = std::string(key).rfind("val_", 0) == 0 ? std::string(key).substr(4) : key;
+    auto v = find(*r, "scalar epoch_" + metric + " ");
+    ASSERT_EQ(v.size(), 2u) << key << "\n" << r->output;
+    for (int e = 0; e < 2; ++e) {
+      std::istringstream is(v[std::size_t(e)]);
+      long step = -1;
+      double value = 0;
+      is >> step >> value;
+      EXPECT_EQ(step, e);
+      EXPECT_EQ(value, double(float(h[key][std::size_t(e)]))) << key << " epoch " << e;
+    }
+  }
+  auto kernel = find(rt, "histo dense/kernel ");
+  ASSERT_EQ(kernel.size(), 2u) << rt.output;
+  {
+    std::istringstream is(kernel.back());
+    long step = -1;
+    double lo, hi, num, sum, buckets, count;
+    is >> step >> lo >> hi >> num >> sum >> buckets >> count;
+    auto w = model.named_parameters()[0].second.value().to_vector<double>();
+    EXPECT_EQ(step, 1);
+    EXPECT_EQ(num, double(w.size()));
+    EXPECT_EQ(count, double(w.size()));
+    EXPECT_EQ(lo, *std::min_element(w.begin(), w.end()));
+    EXPECT_EQ(hi, *std::max_element(w.begin(), w.end()));
+  }
+  EXPECT_EQ(find(rt, "node "), (std::vector<std::string>{"input InputLayer -", "dense Dense input",
+                                                         "dense_1 Dense dense"}))
+      << rt.output;
+#else
+  GTEST_SKIP() << "no python3 interpreter";
+#endif
+}
+
 TEST_F(TensorBoardCallback, WithoutValidationDataNoValidationFilesAreWritten) {
   auto model = compiled_classifier();
   model.fit(features(8, 7), labels(8, 3, 8),

@@ -83,6 +83,7 @@ class Callback {
 
  protected:
   nn::Model& model() const;  // throws when no model is set
+  bool has_model() const { return model_ != nullptr; }
   const TrainParams& params() const { return params_; }
 
  private:

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <utility>
 #include <vector>
 
 #include "soma/model/callbacks.hpp"
@@ -61,6 +62,14 @@ class EventFileWriter {
   // last ending at max inclusive; when min == max there is one bucket. Non-finite values throw.
   void add_histogram(const std::string& tag, const Tensor& values, std::int64_t step,
                      int buckets = 30);
+  // A graph for TensorBoard's graph dashboard (Event.graph_def holding a GraphDef): one node per
+  // entry, `inputs` naming other nodes; `attrs` become string attributes shown beside the node.
+  struct GraphNode {
+    std::string name, op;
+    std::vector<std::string> inputs;
+    std::vector<std::pair<std::string, std::string>> attrs;
+  };
+  void add_graph(const std::vector<GraphNode>& nodes);
   void flush();
   void close();  // flushes and closes; later writes throw
   bool is_open() const;
@@ -85,7 +94,16 @@ struct TensorBoardOptions {
   // Also "epoch_steps_per_second" (training batches per second of the epoch).
   bool write_steps_per_second = false;
   int histogram_buckets = 30;  // soma addition: buckets per weight histogram
+  // The model's layer graph in the training run's first event file (Keras' write_graph): one
+  // node per layer call, named after the layer, op = its class, inputs = the layers feeding it.
+  // A subclassed model without a registered config has no layer graph and writes none.
+  bool write_graph = true;
 };
+
+// The layer graph write_graph writes, from the model's config (serialization::model_config):
+// Sequential as a chain from an "input" node, Functional along its inbound nodes. Empty when the
+// model has no config.
+std::vector<tensorboard::EventFileWriter::GraphNode> model_graph(const nn::Model& model);
 
 // Keras' TensorBoard callback. Layout as in Keras: `<log_dir>/train` gets the training scalars
 // ("epoch_loss", "epoch_accuracy", step = epoch index from 0) and the weight histograms;
