@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
+#include <utility>
 
 namespace soma::cli {
 
@@ -85,6 +86,24 @@ ArgParser& ArgParser::positional(const std::string& metavar, const std::string& 
   return *this;
 }
 
+namespace {
+// Short options: one letter means the same long option in every command that has it
+// (`-e 5` is `--epochs 5`, `-b64` is `--batch-size 64`).
+constexpr std::pair<char, const char*> kShort[] = {
+    {'e', "epochs"}, {'b', "batch-size"}, {'d', "data"},    {'m', "model"}, {'c', "config"},
+    {'o', "out"},    {'t', "threads"},    {'s', "seed"},    {'v', "verbose"}};
+const char* long_name_of(char c) {
+  for (const auto& [k, name] : kShort)
+    if (k == c) return name;
+  return nullptr;
+}
+char short_name_of(const std::string& name) {
+  for (const auto& [k, n] : kShort)
+    if (name == n) return k;
+  return 0;
+}
+}  // namespace
+
 const ArgParser::Opt* ArgParser::find(const std::string& name) const {
   for (const auto& o : opts_)
     if (o.name == name) return &o;
@@ -112,13 +131,24 @@ Args ArgParser::parse(const std::vector<std::string>& argv) const {
       a.help = true;
       continue;
     }
-    if (arg.rfind("--", 0) != 0) throw UsageError("unknown option " + arg);
-    std::string name = arg.substr(2), value;
+    std::string name, value;
     bool inline_value = false;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      inline_value = true;
+    if (arg.rfind("--", 0) != 0) {
+      // -x, -xVALUE or -x VALUE for the short form of an option this command has.
+      const char* long_name = long_name_of(arg[1]);
+      if (!long_name || !find(long_name)) throw UsageError("unknown option " + arg);
+      name = long_name;
+      if (arg.size() > 2) {
+        value = arg.substr(arg[2] == '=' ? 3 : 2);
+        inline_value = true;
+      }
+    } else {
+      name = arg.substr(2);
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        inline_value = true;
+      }
     }
     const Opt* o = find(name);
     if (!o) throw UsageError("unknown option --" + name);
@@ -148,7 +178,9 @@ std::string ArgParser::help() const {
   if (!pos_metavar_.empty()) os << "\narguments:\n  " << pos_metavar_ << "\n      " << pos_help_ << "\n";
   os << "\noptions:\n";
   for (const auto& o : opts_) {
-    std::string head = "  --" + o.name + (o.metavar.empty() ? "" : " " + o.metavar);
+    const char c = short_name_of(o.name);
+    std::string head = std::string("  ") + (c ? std::string("-") + c + ", " : "") + "--" + o.name +
+                       (o.metavar.empty() ? "" : " " + o.metavar);
     std::string text = o.help;  // continuation lines keep the indentation
     for (auto pos = text.find('\n'); pos != std::string::npos; pos = text.find('\n', pos + 7))
       text.replace(pos, 1, "\n      ");

@@ -55,6 +55,24 @@ case $case_name in
     run help frobnicate
     expect_usage_error "soma help: unknown command 'frobnicate' (see soma --help)"
     ;;
+  short_options)
+    run train -e 0
+    expect_usage_error "soma train: bad value for --epochs: '0' (expected an integer in 1..1000000) (see soma train --help)"
+    run train -b0
+    expect_usage_error "soma train: bad value for --batch-size: '0' (expected an integer >= 1) (see soma train --help)"
+    run train -x 1
+    expect_usage_error "soma train: unknown option -x (see soma train --help)"
+    run train --help
+    expect_stdout '^  -e, --epochs N'
+    ;;
+  bash_completion)
+    command -v bash >/dev/null || exit 0
+    comp="$(dirname "$0")/../../apps/soma/soma.bash-completion"
+    words=$(bash -c "source '$comp'; COMP_WORDS=('$soma' tr); COMP_CWORD=1; _soma; echo \"\${COMPREPLY[*]}\"")
+    [ "$words" = "train" ] || fail "completing 'tr' gave '$words', expected 'train'"
+    words=$(bash -c "source '$comp'; COMP_WORDS=('$soma' train --epo); COMP_CWORD=2; _soma; echo \"\${COMPREPLY[*]}\"")
+    [ "$words" = "--epochs" ] || fail "completing 'train --epo' gave '$words', expected '--epochs'"
+    ;;
   version)
     run --version
     expect_status 0
