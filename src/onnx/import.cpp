@@ -635,6 +635,12 @@ Tensor scatter_rows(const Node& n, const Tensor& x2, const Tensor& rows, const T
   Tensor hit = call_op1(scatter_add, {ones({rows.numel(), 1}, DType::f32), rows}, h);
   return where(greater(hit, zeros({}, DType::f32)), added, x2);
 }
+// GatherElements: soma's take_along_axis op as it is (no broadcasting). A handler rather than
+// the op's ONNX mapping, whose generic path would promote the indices to the data's dtype.
+std::vector<Tensor> gather_elements(const Node& n) {
+  static const OpDef& d = get_op("take_along_axis");
+  return {call_op1(d, {n.x(), n.arg(1)}, {{"axis", n.attr.i("axis")}})};
+}
 // ScatterElements (and opset 9's Scatter): soma's scatter op. A handler rather than the op's
 // ONNX mapping, which starts at opset 16 (the reduction attribute); this one serves 9 to now.
 std::vector<Tensor> scatter_elements(const Node& n) {
@@ -1862,6 +1868,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Trilu", {trilu, {I("upper", 1)}}},
       {"Range", {range_}},
       {"CumSum", {cumsum_, {I("exclusive"), I("reverse")}}},
+      {"GatherElements", {gather_elements, {I("axis")}}},
       {"Resize",
        {resize,
         {I("antialias"), Is("axes"),

@@ -144,6 +144,12 @@ Specs take_along_axis_infer(const Specs& in, const Attrs& a) {
          " is empty, so no index of ", shape_str(in[1].shape), " can address it");
   return {{in[1].shape, in[0].dtype}};
 }
+// The op itself (PyTorch's gather: indices may be smaller than the data off the axis), for the
+// gradients, where the public function's NumPy broadcasting does not apply.
+Tensor take(const Tensor& t, const Tensor& ids, std::int64_t axis) {
+  static const OpDef& d = get_op("take_along_axis");
+  return call_op1(d, {t, ids}, {{"axis", axis}});
+}
 std::vector<Tensor> take_along_axis_grad(G c) {
   return {scatter(zeros_like(c.inputs[0]), c.attrs.i("axis"), c.inputs[1], c.grads[0], "add"),
           Tensor()};
@@ -180,7 +186,7 @@ std::vector<Tensor> scatter_grad(G c) {
   const Tensor& y = c.outputs[0];
   const std::int64_t ax = c.attrs.i("axis");
   const std::string& r = c.attrs.s("reduction");
-  const Tensor gu = take_along_axis(g, ids, ax);
+  const Tensor gu = take(g, ids, ax);
   switch (reduction_of(r)) {
     case 1:  // add
       return {g, Tensor(), gu};
@@ -189,16 +195,16 @@ std::vector<Tensor> scatter_grad(G c) {
       const Tensor pos =
           reshape(arange(0, double(u.numel()), 1, DType::i64), u.shape()).to(u.device());
       const Tensor winner = scatter(cast(zeros_like(x), DType::i64), ax, ids, pos, "none");
-      const Tensor won = cast(equal(take_along_axis(winner, ids, ax), pos), g.dtype());
+      const Tensor won = cast(equal(take(winner, ids, ax), pos), g.dtype());
       return {g * (1.0 - hit), Tensor(), gu * won};
     }
     case 2: {  // mul: y = x * prod(updates there); the updates' gradient divides by the update
       const Tensor others = scatter(ones_like(x), ax, ids, u, "mul");
-      return {g * others, Tensor(), take_along_axis(g * y, ids, ax) / u};
+      return {g * others, Tensor(), take(g * y, ids, ax) / u};
     }
     default: {  // max, min: the gradient goes to every value equal to the result
       const Tensor zero = zeros_like(g);
-      const Tensor yu = take_along_axis(y, ids, ax);
+      const Tensor yu = take(y, ids, ax);
       return {where(equal(x, y), g, zero), Tensor(), where(equal(u, yu), gu, zeros_like(gu))};
     }
   }
@@ -514,26 +520,21 @@ Tensor flip(const Tensor& t, const Axes& axes) {
   static const OpDef& d = get_op("flip");
   return call_op1(d, {t}, {{"axes", axes}});
 }
-// NumPy: the indices and the data broadcast against each other off the axis.
+// NumPy: the indices and the data broadcast against each other off the axis (a size-1 dim
+// stretches); indices smaller than the data there are taken as they are (PyTorch's gather).
 Tensor take_along_axis(const Tensor& t, const Tensor& indices, std::int64_t axis) {
-  static const OpDef& d = get_op("take_along_axis");
   if (indices.rank() != t.rank() || t.rank() == 0)
-    return call_op1(d, {t, indices}, {{"axis", axis}});  // the shape rule names the problem
+    return take(t, indices, axis);  // the shape rule names the problem
   const int ax = normalize_axis(axis, t.rank(), "take_along_axis");
   Shape ts = t.shape(), is = indices.shape();
   bool same = true;
   for (std::size_t k = 0; k < ts.size(); ++k) {
-    if (int(k) == ax || ts[k] == is[k]) continue;
+    if (int(k) == ax || ts[k] == is[k] || (ts[k] != 1 && is[k] != 1)) continue;
     same = false;
-    if (ts[k] != 1 && is[k] != 1)
-      fail("take_along_axis", "indices of shape ", shape_str(is), " and data of shape ",
-           shape_str(ts), " do not broadcast: dimension ", k, " is ", is[k], " vs ", ts[k]);
-    const std::int64_t m = std::max(ts[k], is[k]);
-    ts[k] = m;
-    is[k] = m;
+    ts[k] = is[k] = std::max(ts[k], is[k]);
   }
-  if (same) return call_op1(d, {t, indices}, {{"axis", axis}});
-  return call_op1(d, {broadcast_to(t, ts), broadcast_to(indices, is)}, {{"axis", axis}});
+  if (same) return take(t, indices, axis);
+  return take(broadcast_to(t, ts), broadcast_to(indices, is), axis);
 }
 Tensor scatter(const Tensor& t, std::int64_t axis, const Tensor& indices, const Tensor& updates,
                const std::string& reduction) {
