@@ -350,6 +350,12 @@ TEST(SortScanCuda, LargerShapesMatchTheCpu) {
   Tensor xg = x.to(gpu);
   same(cumsum(xg, 1, true, true), cumsum(x, 1, true, true));
   same(cumprod(xg * 0.0 + 1.0, 0), cumprod(x * 0.0 + 1.0, 0));
+  // few long lines: the block-scan kernel
+  Tensor lng = rand_tensor({3, 5000}, 4, -1, 1, DType::f64);
+  same(cumsum(lng.to(gpu), 1, true, true), cumsum(lng, 1, true, true));
+  same(cumsum(lng.to(gpu), 1), cumsum(lng, 1));
+  Tensor near1 = 1.0 + lng * 1e-4;
+  same(cumprod(near1.to(gpu), 1, true), cumprod(near1, 1, true));
   same(sort(xg, 1, true), sort(x, 1, true));
   same(argsort(xg, 0), argsort(x, 0));
   same(topk(xg, 17, 1).second, topk(x, 17, 1).second);

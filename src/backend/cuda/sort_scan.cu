@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
@@ -115,6 +116,42 @@ __global__ void scan_kernel(ScanLaunch l) {
       if (l.exclusive) out[off] = to<T>(run);
       run = l.prod ? C(run * v) : C(run + v);
       if (!l.exclusive) out[off] = to<T>(run);
+    }
+  }
+}
+
+// Few long lines: one block per line, 256 elements at a time by a block-wide scan carried from
+// chunk to chunk (the sums associate differently from the CPU's sequential order: equal within
+// rounding).
+template <class C> struct ScanOp {
+  bool prod;
+  __device__ __forceinline__ C operator()(const C& a, const C& b) const {
+    return prod ? C(a * b) : C(a + b);
+  }
+};
+template <class T>
+__global__ void scan_block_kernel(ScanLaunch l) {
+  using C = compute_t<T>;
+  using BlockScan = cub::BlockScan<C, kThreads>;
+  __shared__ typename BlockScan::TempStorage temp;
+  const T* in = static_cast<const T*>(l.in);
+  T* out = static_cast<T*>(l.out);
+  const ss::AxisGeom g = l.geom;
+  const ScanOp<C> op{l.prod};
+  const C identity = C(l.prod ? 1 : 0);
+  for (i64 line = blockIdx.x; line < g.lines(); line += gridDim.x) {
+    const i64 base = g.base(line);
+    C carry = identity;
+    for (i64 c = 0; c < g.n; c += kThreads) {
+      const i64 s = c + threadIdx.x;
+      const i64 off = base + ss::scan_pos(s < g.n ? s : 0, g.n, l.reverse) * g.inner;
+      const C v = s < g.n ? to<C>(in[off]) : identity;
+      C ex, total;
+      BlockScan(temp).ExclusiveScan(v, ex, identity, op, total);
+      const C before = op(carry, ex);
+      if (s < g.n) out[off] = to<T>(l.exclusive ? before : op(before, v));
+      carry = op(carry, total);
+      __syncthreads();  // temp is reused by the next chunk
     }
   }
 }
@@ -253,7 +290,10 @@ cudaError_t launch_scan(const ScanLaunch& l, cudaStream_t stream) {
     if constexpr (std::is_same_v<T, bool>) {
       return cudaErrorInvalidValue;
     } else {
-      scan_kernel<T><<<grid_for(l.geom.lines()), kThreads, 0, stream>>>(l);
+      if (l.geom.lines() <= 2048 && l.geom.n >= 1024)
+        scan_block_kernel<T><<<unsigned(l.geom.lines()), kThreads, 0, stream>>>(l);
+      else
+        scan_kernel<T><<<grid_for(l.geom.lines()), kThreads, 0, stream>>>(l);
       return cudaGetLastError();
     }
   });
