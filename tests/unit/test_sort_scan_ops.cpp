@@ -337,6 +337,37 @@ TEST(IndexAdd, PyTorchSemantics) {
   EXPECT_TRUE(contains(m, "index_add") && contains(m, "[3, 2]")) << m;
 }
 
+// Graph mode's symbolic gradients of a chain of the new ops equal the tape's (scatter's
+// "none" gradient builds its winner mask from ops: arange, scatter, take_along_axis).
+TEST(SortScanGraph, SymbolicGradientsEqualTheTape) {
+  Tensor x = rand_tensor({4, 3}, 21, 0.5, 2.0);
+  Tensor u = rand_tensor({2, 3}, 22, 0.5, 2.0);
+  Tensor ids = constant<std::int64_t>({{1, 0, 3}, {1, 2, 3}});
+  auto f = [&](const Tensor& a, const Tensor& b) {
+    Tensor s = scatter(a, 0, ids, b) + scatter(a, 0, ids, b, "max") * 0.5;
+    return sum(cumprod(s, 1, true) * 0.3 + sort(s, 0, true) + sum(topk(s, 2, 1).first) +
+               roll(flip(triu(s, 0), {1}), {1}, {0}) + sum(take_along_axis(s, ids, 0)) +
+               cumsum(s, 0, false, true));
+  };
+  GradientTape tape;
+  tape.watch(x);
+  tape.watch(u);
+  const auto want = tape.gradient(f(x, u), {x, u});
+  Graph g;
+  Tensor px, pu;
+  std::vector<Tensor> sym;
+  {
+    GraphScope scope(g);
+    px = g.placeholder(DType::f64, {4, 3}, "x");
+    pu = g.placeholder(DType::f64, {2, 3}, "u");
+    sym = gradients(std::vector<Tensor>{f(px, pu)}, std::vector<Tensor>{px, pu});
+  }
+  Session session(g);
+  const auto got = session.run(sym, {{px, x}, {pu, u}});
+  EXPECT_TRUE(all_close(got[0], want[0], 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(got[1], want[1], 1e-12, 1e-12));
+}
+
 // ---- CUDA == CPU on larger shapes (the registry suite runs the small samples) ----
 TEST(SortScanCuda, LargerShapesMatchTheCpu) {
   if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason();
