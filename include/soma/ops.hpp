@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "soma/tensor.hpp"
@@ -152,6 +153,37 @@ Tensor pad(const Tensor& t, const std::vector<std::pair<std::int64_t, std::int64
 Tensor gather(const Tensor& t, const Tensor& indices, std::int64_t axis = 0);
 Tensor one_hot(const Tensor& indices, std::int64_t depth, DType dtype = DType::f32,
                double on_value = 1.0, double off_value = 0.0);
+
+// ---- scans, sorting, triangles, element indexing (src/ops/sort_scan.cpp) ---------------------
+// Cumulative sum / product along an axis (ONNX CumSum's exclusive and reverse); O(n).
+Tensor cumsum(const Tensor& t, std::int64_t axis = 0, bool exclusive = false, bool reverse = false);
+Tensor cumprod(const Tensor& t, std::int64_t axis = 0, bool exclusive = false, bool reverse = false);
+// Always stable (ties keep their order; `stable` is accepted for PyTorch's spelling). NaN sorts
+// after everything ascending and first descending, as the largest value.
+Tensor sort(const Tensor& t, std::int64_t axis = -1, bool descending = false, bool stable = true);
+Tensor argsort(const Tensor& t, std::int64_t axis = -1, bool descending = false,
+               bool stable = true);  // i64
+// The k largest (or smallest) along the axis, in order, and their i64 indices; 0 <= k <= size.
+std::pair<Tensor, Tensor> topk(const Tensor& t, std::int64_t k, std::int64_t axis = -1,
+                               bool largest = true, bool sorted = true);
+// Zeros below (triu) / above (tril) the k-th diagonal of the last two axes.
+Tensor triu(const Tensor& t, std::int64_t k = 0);
+Tensor tril(const Tensor& t, std::int64_t k = 0);
+// One shift per axis; no axes: the flattened tensor rolled by one shift (NumPy).
+Tensor roll(const Tensor& t, const std::vector<std::int64_t>& shifts, const Axes& axes = {});
+Tensor flip(const Tensor& t, const Axes& axes = {});  // empty: every axis
+// NumPy's take_along_axis (indices broadcast against t off the axis); ONNX GatherElements.
+Tensor take_along_axis(const Tensor& t, const Tensor& indices, std::int64_t axis);
+// PyTorch's scatter / scatter_reduce (ONNX ScatterElements): t with updates[i] written (or
+// combined by reduction "add", "mul", "max", "min") where indices[i] points along the axis.
+// Repeated indices with reduction "none": the last update in row-major order wins.
+Tensor scatter(const Tensor& t, std::int64_t axis, const Tensor& indices, const Tensor& updates,
+               const std::string& reduction = "none");
+Tensor scatter_add(const Tensor& t, std::int64_t axis, const Tensor& indices,
+                   const Tensor& updates);
+// PyTorch's index_add: t + alpha * source's slices added at index (1-d) along the axis.
+Tensor index_add(const Tensor& t, std::int64_t axis, const Tensor& index, const Tensor& source,
+                 double alpha = 1.0);
 
 // ---- linear algebra -------------------------------------------------------------------------
 // NumPy's matmul: 1-d operands are promoted and the added dims removed; batch dims broadcast.

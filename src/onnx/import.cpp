@@ -603,12 +603,7 @@ std::vector<Tensor> trilu(const Node& n) {
   const Tensor& x = n.x();
   if (x.rank() < 2) fail(kWho, n.what, ": the input has rank ", x.rank(), ", expected >= 2");
   const std::int64_t k = n.has(1) ? std::int64_t(n.number(1)) : 0;
-  const std::int64_t rows = x.dim(-2), cols = x.dim(-1);
-  Tensor d = reshape(arange(0, double(cols), 1, DType::i64), {1, cols}) -
-             reshape(arange(0, double(rows), 1, DType::i64), {rows, 1});
-  Tensor kk = scalar(double(k), DType::i64);
-  Tensor keep = n.attr.i("upper") ? greater_equal(d, kk) : less_equal(d, kk);
-  return {where(keep, x, zeros({}, x.dtype()))};
+  return {n.attr.i("upper") ? triu(x, k) : tril(x, k)};
 }
 
 // Range: start, start + delta, ... up to limit (exclusive), in the inputs' dtype.
@@ -616,60 +611,11 @@ std::vector<Tensor> range_(const Node& n) {
   return {arange(n.number(0), n.number(1), n.number(2), n.x().dtype())};
 }
 
-// CumSum along an axis (an input): a product with a triangle of ones, in f64 for integers.
+// CumSum along an axis (an input): soma's cumsum (an O(n) scan per line).
 std::vector<Tensor> cumsum_(const Node& n) {
   const Tensor& x = n.x();
   const std::int64_t axis = norm_axis(std::int64_t(n.number(1)), x.rank());
-  const std::int64_t len = x.dim(axis);
-  std::vector<std::int64_t> perm;
-  for (std::int64_t d = 0; d < x.rank(); ++d)
-    if (d != axis) perm.push_back(d);
-  perm.push_back(axis);
-  std::vector<std::int64_t> back(perm.size());
-  for (std::size_t i = 0; i < perm.size(); ++i) back[std::size_t(perm[i])] = std::int64_t(i);
-  const DType t = is_floating(x.dtype()) ? x.dtype() : DType::f64;
-  // tri[i, j] = 1 where element i adds into output j.
-  Tensor i = reshape(arange(0, double(len), 1, DType::i64), {len, 1});
-  Tensor j = reshape(arange(0, double(len), 1, DType::i64), {1, len});
-  const bool excl = n.attr.i("exclusive") != 0, rev = n.attr.i("reverse") != 0;
-  Tensor tri = rev ? (excl ? greater(i, j) : greater_equal(i, j))
-                   : (excl ? less(i, j) : less_equal(i, j));
-  Tensor xt = transpose(cast(x, t), perm);
-  Tensor y = reshape(matmul(reshape(xt, {-1, len}), cast(tri, t)), xt.shape());
-  return {cast(transpose(y, back), x.dtype())};
-}
-
-// GatherElements: out[p] = data[p with its axis coordinate replaced by indices[p]], as one
-// gather from the flattened data at computed linear positions.
-// The positions in the flattened x that GatherElements / ScatterElements address.
-Tensor element_positions(const Node& n, const Tensor& x, Tensor idx) {
-  idx = cast(idx, DType::i64);
-  const std::int64_t r = x.rank();
-  const std::int64_t axis = norm_axis(n.attr.i("axis"), r);
-  if (idx.rank() != r) fail(kWho, n.what, ": indices have rank ", idx.rank(), ", expected ", r);
-  const Tensor dim = scalar(double(x.dim(axis)), DType::i64);
-  idx = where(less(idx, zeros({}, DType::i64)), idx + dim, idx);
-  std::int64_t stride = 1;
-  Tensor lin;
-  for (std::int64_t d = r - 1; d >= 0; --d) {
-    Tensor c;
-    if (d == axis) {
-      c = idx;
-    } else {
-      Shape s(std::size_t(r), 1);
-      s[std::size_t(d)] = idx.dim(d);
-      c = reshape(arange(0, double(idx.dim(d)), 1, DType::i64), s);
-    }
-    Tensor term = c * scalar(double(stride), DType::i64);
-    lin = lin.defined() ? lin + term : term;
-    stride *= x.dim(d);
-  }
-  return lin + zeros(idx.shape(), DType::i64);  // broadcast to the indices' shape
-}
-std::vector<Tensor> gather_elements(const Node& n) {
-  const Tensor& x = n.x();
-  Tensor lin = element_positions(n, x, n.arg(1));
-  return {reshape(gather(reshape(x, {-1}), reshape(lin, {-1}), 0), lin.shape())};
+  return {cumsum(x, axis, n.attr.i("exclusive") != 0, n.attr.i("reverse") != 0)};
 }
 
 // Rows of x seen as [rows, inner], written by `updates` [k, inner] at `rows` [k]: reduction
@@ -689,11 +635,16 @@ Tensor scatter_rows(const Node& n, const Tensor& x2, const Tensor& rows, const T
   Tensor hit = call_op1(scatter_add, {ones({rows.numel(), 1}, DType::f32), rows}, h);
   return where(greater(hit, zeros({}, DType::f32)), added, x2);
 }
+// GatherElements: soma's take_along_axis op as it is (no broadcasting). A handler rather than
+// the op's ONNX mapping, whose generic path would promote the indices to the data's dtype.
+std::vector<Tensor> gather_elements(const Node& n) {
+  static const OpDef& d = get_op("take_along_axis");
+  return {call_op1(d, {n.x(), n.arg(1)}, {{"axis", n.attr.i("axis")}})};
+}
+// ScatterElements (and opset 9's Scatter): soma's scatter op. A handler rather than the op's
+// ONNX mapping, which starts at opset 16 (the reduction attribute); this one serves 9 to now.
 std::vector<Tensor> scatter_elements(const Node& n) {
-  const Tensor& x = n.x();
-  Tensor lin = reshape(element_positions(n, x, n.arg(1)), {-1});
-  Tensor y = scatter_rows(n, reshape(x, {-1, 1}), lin, reshape(n.arg(2), {-1, 1}));
-  return {reshape(y, x.shape())};
+  return {scatter(n.x(), n.attr.i("axis"), n.arg(1), n.arg(2), n.attr.s("reduction"))};
 }
 
 // GatherND / ScatterND: indices [..., k] address the first k axes (after batch_dims) of x.
@@ -1462,67 +1413,22 @@ std::vector<Tensor> center_crop_pad(const Node& n) {
   return {soma::pad(slice(x, crop), pads, 0.0)};
 }
 
-// CumProd along an axis (an input): running products, one slice at a time.
+// CumProd along an axis (an input): soma's cumprod.
 std::vector<Tensor> cumprod_(const Node& n) {
   const Tensor& x = n.x();
   const std::int64_t axis = norm_axis(std::int64_t(n.number(1)), x.rank());
-  const std::int64_t len = x.dim(axis);
-  const bool excl = n.attr.i("exclusive") != 0, rev = n.attr.i("reverse") != 0;
-  std::vector<Tensor> out(static_cast<std::size_t>(len));
-  auto at = [&](std::int64_t i) {
-    std::vector<Slice> sl(std::size_t(x.rank()));
-    sl[std::size_t(axis)] = Slice{i, i + 1};
-    return slice(x, sl);
-  };
-  Shape one = x.shape();
-  if (len > 0) one[std::size_t(axis)] = 1;
-  Tensor run = ones(one, x.dtype());
-  for (std::int64_t s = 0; s < len; ++s) {
-    const std::int64_t i = rev ? len - 1 - s : s;
-    if (excl) {
-      out[std::size_t(i)] = run;
-      run = run * at(i);
-    } else {
-      run = run * at(i);
-      out[std::size_t(i)] = run;
-    }
-  }
-  return {len > 0 ? concat(out, axis) : x};
+  return {cumprod(x, axis, n.attr.i("exclusive") != 0, n.attr.i("reverse") != 0)};
 }
 
-// TopK: each element's rank along the axis (how many come before it: larger ones, or smaller
-// ones for largest = 0, then equal ones at lower indices, as ONNX orders ties), then the index
-// holding each rank < k. Exact for any values; n^2 comparisons per row.
+// TopK: soma's topk (stable: of equal values the lower index comes first, as ONNX orders ties).
 std::vector<Tensor> top_k(const Node& n) {
   const Tensor& x = n.x();
   const std::int64_t k = n.opset >= 10 ? std::int64_t(n.number(1)) : n.attr.i("k");  // input from 10
   const std::int64_t axis = norm_axis(n.attr.i("axis", -1), x.rank());
   const std::int64_t len = x.dim(axis);
   if (k < 0 || k > len) fail(kWho, n.what, ": k is ", k, " for an axis of length ", len);
-  std::vector<std::int64_t> perm;
-  for (std::int64_t d = 0; d < x.rank(); ++d)
-    if (d != axis) perm.push_back(d);
-  perm.push_back(axis);
-  std::vector<std::int64_t> back(perm.size());
-  for (std::size_t i = 0; i < perm.size(); ++i) back[std::size_t(perm[i])] = std::int64_t(i);
-  Tensor xt = transpose(x, perm);
-  Shape kept = xt.shape();
-  Tensor rows = reshape(xt, {-1, len});  // [m, n]
-  const std::int64_t m = rows.dim(0);
-  Tensor xi = expand_dims(rows, 2), xj = expand_dims(rows, 1);  // [m, n(i), 1], [m, 1, n(j)]
-  Tensor before = n.attr.i("largest") ? greater(xj, xi) : less(xj, xi);
-  Tensor i_idx = reshape(arange(0, double(len), 1, DType::i64), {len, 1});
-  Tensor j_idx = reshape(arange(0, double(len), 1, DType::i64), {1, len});
-  Tensor tie = logical_and(equal(xj, xi), less(j_idx, i_idx));
-  Tensor rank = sum(cast(logical_or(before, tie), DType::i64), {2}, false);  // [m, n]
-  Tensor hit = equal(expand_dims(rank, 2),
-                     reshape(arange(0, double(k), 1, DType::i64), {1, 1, k}));  // [m, n, k]
-  Tensor idx = sum(cast(hit, DType::i64) * reshape(arange(0, double(len), 1, DType::i64), {1, len, 1}),
-                   {1}, false);  // [m, k]
-  Tensor pos = idx + reshape(arange(0, double(m), 1, DType::i64), {m, 1}) * scalar(double(len), DType::i64);
-  Tensor values = reshape(gather(reshape(rows, {-1}), reshape(pos, {-1}), 0), {m, k});
-  kept.back() = k;
-  return {transpose(reshape(values, kept), back), transpose(reshape(idx, kept), back)};
+  auto [values, indices] = topk(x, k, axis, n.attr.i("largest") != 0, n.attr.i("sorted") != 0);
+  return {values, indices};
 }
 
 // ---- checks at load: what a handler cannot run, refused before anything runs ---------------------
@@ -1976,7 +1882,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
            {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})},
         {}, false, check_resize}},
       {"ScatterElements",
-       {scatter_elements, {I("axis"), S("reduction", "none", {"none", "add"})}}},
+       {scatter_elements, {I("axis"), S("reduction", "none", {"none", "add", "mul", "max", "min"})}}},
       {"Scatter", {scatter_elements, {I("axis"), S("reduction", "none", {"none"})}}},
       {"GatherND", {gather_nd, {I("batch_dims")}}},
       {"ScatterND", {scatter_nd, {S("reduction", "none", {"none", "add"})}}},
