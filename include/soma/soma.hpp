@@ -6,6 +6,7 @@
 #include "soma/device.hpp"
 #include "soma/dtype.hpp"
 #include "soma/error.hpp"
+#include "soma/linalg.hpp"
 #include "soma/op.hpp"
 #include "soma/ops.hpp"
 #include "soma/nn_ops.hpp"

@@ -1,0 +1,258 @@
+// soma::linalg (solve, inv, det, slogdet, cholesky, qr, svd, eigh through LAPACK): known answers,
+// the identities each decomposition satisfies (A inv(A) = I, Q^T Q = I, U S Vh = A, ...) on
+// batched f32/f64 inputs, refusals (singular, not positive definite, wrong shapes or dtypes),
+// NaN propagation, empty matrices, and gradients vs finite differences in f64 for the cases the
+// registry suite does not sample (wide QR/SVD, the vector right-hand side, composites).
+// The registry suite (tests/ops) checks every op against its f64 reference besides.
+#include <cmath>
+#include <string>
+
+#include "error_testing.hpp"
+#include "test_support.hpp"
+
+using namespace soma;
+using soma::testing::all_close;
+using soma::testing::check_gradients;
+using soma::testing::error_of;
+using soma::testing::rand_tensor;
+
+namespace {
+
+Tensor mT(const Tensor& t) {
+  std::vector<std::int64_t> perm(std::size_t(t.rank()));
+  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = std::int64_t(i);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return transpose(t, perm);
+}
+Tensor batch_eye(std::int64_t n, DType t) { return eye(n, n, t); }
+// A well-conditioned [b, n, n] matrix: uniform [-1, 1] plus n I.
+Tensor well_conditioned(std::int64_t b, std::int64_t n, std::uint64_t seed, DType t = DType::f64) {
+  return cast(rand_tensor({b, n, n}, seed) + eye(n, n, DType::f64) * double(n), t);
+}
+Tensor spd(std::int64_t b, std::int64_t n, std::uint64_t seed, DType t = DType::f64) {
+  Tensor a = rand_tensor({b, n, n}, seed);
+  return cast(matmul(a, mT(a)) + eye(n, n, DType::f64) * double(n), t);
+}
+double tol_of(DType t) { return t == DType::f64 ? 1e-10 : 2e-5; }
+
+TEST(Linalg, KnownAnswers) {
+  auto x = linalg::solve(constant<double>({{3, 1}, {1, 2}}), constant<double>({9, 8}));
+  EXPECT_TRUE(all_close(x, std::vector<double>{2, 3}, 1e-12));
+  EXPECT_NEAR(linalg::det(constant<double>({{1, 2}, {3, 4}})).item<double>(), -2.0, 1e-12);
+  EXPECT_TRUE(all_close(linalg::inv(constant<double>({{4, 7}, {2, 6}})),
+                        std::vector<double>{0.6, -0.7, -0.2, 0.4}, 1e-12));
+  auto l = linalg::cholesky(constant<double>({{4, 12, -16}, {12, 37, -43}, {-16, -43, 98}}));
+  EXPECT_TRUE(all_close(l, std::vector<double>{2, 0, 0, 6, 1, 0, -8, 5, 3}, 1e-12));
+  auto e = linalg::eigh(constant<double>({{2, 1}, {1, 2}}));
+  EXPECT_TRUE(all_close(e.eigenvalues, std::vector<double>{1, 3}, 1e-12));
+  auto s = linalg::svd(constant<double>({{3, 0}, {0, -2}, {0, 0}}));
+  EXPECT_TRUE(all_close(s.s, std::vector<double>{3, 2}, 1e-12));
+  auto sl = linalg::slogdet(constant<double>({{1, 2}, {3, 4}}));
+  EXPECT_EQ(sl.sign.item<double>(), -1.0);
+  EXPECT_NEAR(sl.logabsdet.item<double>(), std::log(2.0), 1e-12);
+  auto qr = linalg::qr(constant<double>({{0, 2}, {3, 0}}));  // columns already orthogonal
+  EXPECT_TRUE(all_close(qr.q, std::vector<double>{0, 1, 1, 0}, 1e-12));
+  EXPECT_TRUE(all_close(qr.r, std::vector<double>{3, 0, 0, 2}, 1e-12));
+}
+
+class LinalgIdentities : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LinalgIdentities, SolveInvDet) {
+  const DType t = GetParam();
+  const double tol = tol_of(t);
+  Tensor a = well_conditioned(3, 4, 1, t), b = cast(rand_tensor({3, 4, 2}, 2), t);
+  EXPECT_TRUE(all_close(matmul(a, linalg::solve(a, b)), b, tol, tol));
+  EXPECT_TRUE(all_close(matmul(a, linalg::inv(a)), broadcast_to(batch_eye(4, t), {3, 4, 4}), tol, tol));
+  // det(AB) = det(A) det(B); slogdet agrees with det.
+  Tensor c = well_conditioned(3, 4, 3, t);
+  EXPECT_TRUE(all_close(linalg::det(matmul(a, c)), linalg::det(a) * linalg::det(c), 10 * tol, 10 * tol));
+  auto sl = linalg::slogdet(a);
+  EXPECT_TRUE(all_close(sl.sign * exp(sl.logabsdet), linalg::det(a), tol, tol));
+  EXPECT_EQ(linalg::det(a).shape(), (Shape{3}));
+  // Strided (transposed) input: the same as its packed copy.
+  EXPECT_TRUE(all_close(linalg::inv(mT(a)), mT(linalg::inv(a)), tol, tol));
+}
+
+TEST_P(LinalgIdentities, Cholesky) {
+  const DType t = GetParam();
+  const double tol = tol_of(t);
+  Tensor a = spd(2, 5, 4, t);
+  Tensor l = linalg::cholesky(a);
+  EXPECT_TRUE(all_close(matmul(l, mT(l)), a, 10 * tol, tol));
+  for (double v : (l * (1.0 - cast(greater_equal(reshape(arange(5.0, t), {5, 1}),
+                                                 reshape(arange(5.0, t), {1, 5})), t)))
+                      .to_vector<double>())
+    EXPECT_EQ(v, 0.0) << "L has a non-zero above its diagonal";
+}
+
+TEST_P(LinalgIdentities, QrTallAndWide) {
+  const DType t = GetParam();
+  const double tol = tol_of(t);
+  for (Shape s : {Shape{2, 5, 3}, Shape{2, 3, 5}, Shape{4, 4}}) {
+    SCOPED_TRACE(shape_str(s));
+    Tensor a = cast(rand_tensor(s, 5), t);
+    auto [q, r] = linalg::qr(a);
+    const std::int64_t k = std::min(s[s.size() - 2], s.back());
+    EXPECT_EQ(q.dim(-1), k);
+    EXPECT_EQ(r.dim(-2), k);
+    EXPECT_TRUE(all_close(matmul(q, r), a, tol, tol));
+    EXPECT_TRUE(all_close(matmul(mT(q), q), broadcast_to(batch_eye(k, t), matmul(mT(q), q).shape()), tol, tol));
+    std::vector<double> rv = r.to_vector<double>();
+    const std::int64_t n = s.back();
+    for (std::size_t i = 0; i < rv.size(); ++i) {
+      const std::int64_t row = std::int64_t(i) / n % k, c = std::int64_t(i) % n;
+      if (c < row) EXPECT_EQ(rv[i], 0.0) << "R not upper triangular at " << i;
+      if (c == row) EXPECT_GE(rv[i], 0.0) << "R's diagonal is negative at " << i;
+    }
+  }
+}
+
+TEST_P(LinalgIdentities, SvdTallAndWide) {
+  const DType t = GetParam();
+  const double tol = tol_of(t);
+  for (Shape s : {Shape{2, 5, 3}, Shape{2, 3, 5}}) {
+    SCOPED_TRACE(shape_str(s));
+    Tensor a = cast(rand_tensor(s, 6), t);
+    auto [u, sv, vh] = linalg::svd(a);
+    EXPECT_TRUE(all_close(matmul(u * expand_dims(sv, -2), vh), a, tol, tol));
+    EXPECT_TRUE(all_close(matmul(mT(u), u), broadcast_to(batch_eye(3, t), {2, 3, 3}), tol, tol));
+    EXPECT_TRUE(all_close(matmul(vh, mT(vh)), broadcast_to(batch_eye(3, t), {2, 3, 3}), tol, tol));
+    std::vector<double> v = sv.to_vector<double>();
+    for (std::size_t i = 0; i + 1 < v.size(); ++i)
+      if ((i + 1) % 3) EXPECT_GE(v[i], v[i + 1]) << "singular values not descending";
+  }
+}
+
+TEST_P(LinalgIdentities, Eigh) {
+  const DType t = GetParam();
+  const double tol = tol_of(t);
+  Tensor r = rand_tensor({2, 4, 4}, 7);
+  Tensor a = cast(r + mT(r), t);
+  auto [w, v] = linalg::eigh(a);
+  EXPECT_TRUE(all_close(matmul(a, v), v * expand_dims(w, -2), 10 * tol, 10 * tol));
+  EXPECT_TRUE(all_close(matmul(mT(v), v), broadcast_to(batch_eye(4, t), {2, 4, 4}), tol, tol));
+  std::vector<double> wv = w.to_vector<double>();
+  for (std::size_t i = 0; i + 1 < wv.size(); ++i)
+    if ((i + 1) % 4) EXPECT_LE(wv[i], wv[i + 1]) << "eigenvalues not ascending";
+  // Only the lower triangle is read: garbage above the diagonal changes nothing.
+  Tensor junk = a + cast(rand_tensor({2, 4, 4}, 8), t) *
+                        cast(less(reshape(arange(4.0), {4, 1}), reshape(arange(4.0), {1, 4})), t);
+  EXPECT_TRUE(all_close(linalg::eigh(junk).eigenvalues, w, 0, 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, LinalgIdentities, ::testing::Values(DType::f64, DType::f32),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Linalg, SingularAndIndefiniteInputsAreErrorsNamingTheBatchIndex) {
+  Tensor a = stack({eye(3, 3, DType::f64), constant<double>({{1, 2, 3}, {2, 4, 6}, {0, 0, 1}})});
+  std::string e = error_of([&] { linalg::inv(a); });
+  EXPECT_NE(e.find("linalg_inv"), std::string::npos) << e;
+  EXPECT_NE(e.find("matrix 1 of the batch"), std::string::npos) << e;
+  EXPECT_NE(e.find("singular"), std::string::npos) << e;
+  e = error_of([&] { linalg::solve(a, ones({2, 3, 1}, DType::f64)); });
+  EXPECT_NE(e.find("linalg_solve"), std::string::npos) << e;
+  EXPECT_NE(e.find("matrix 1"), std::string::npos) << e;
+  // det of a singular matrix is 0, not an error; slogdet gives sign 0 and -inf.
+  EXPECT_TRUE(all_close(linalg::det(a), std::vector<double>{1, 0}, 1e-12));
+  auto sl = linalg::slogdet(a);
+  EXPECT_EQ(sl.sign.to_vector<double>()[1], 0.0);
+  EXPECT_TRUE(std::isinf(sl.logabsdet.to_vector<double>()[1]));
+  Tensor indefinite = stack({eye(2, 2, DType::f64), constant<double>({{1, 2}, {2, 1}})});
+  e = error_of([&] { linalg::cholesky(indefinite); });
+  EXPECT_NE(e.find("linalg_cholesky"), std::string::npos) << e;
+  EXPECT_NE(e.find("matrix 1 of the batch"), std::string::npos) << e;
+  EXPECT_NE(e.find("not positive definite"), std::string::npos) << e;
+}
+
+TEST(Linalg, BadShapesAndDtypesAreRefused) {
+  EXPECT_NE(error_of([] { linalg::inv(ones({2, 3}, DType::f64)); }).find("square"), std::string::npos);
+  EXPECT_NE(error_of([] { linalg::det(ones({3}, DType::f64)); }).find("[..., m, n]"), std::string::npos);
+  EXPECT_NE(error_of([] { linalg::cholesky(ones({2, 2}, DType::i32)); }).find("f32 or f64"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { linalg::solve(eye(3, 3, DType::f64), ones({4, 1}, DType::f64)); })
+                .find("linalg_solve"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { linalg::solve(eye(3, 3, DType::f64), ones({3, 1}, DType::f32)); })
+                .find("dtypes differ"),
+            std::string::npos);
+}
+
+TEST(Linalg, NanOrInfGivesNanForThatMatrixOnly) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor a = stack({constant<double>({{nan, 0}, {0, 1}}), constant<double>({{2, 0}, {0, 4}})});
+  auto check = [](const Tensor& t, const char* what) {
+    std::vector<double> v = t.to_vector<double>();
+    const std::size_t half = v.size() / 2;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      EXPECT_EQ(std::isnan(v[i]), i < half) << what << " element " << i;
+  };
+  check(linalg::inv(a), "inv");
+  check(linalg::det(a), "det");
+  check(linalg::cholesky(a), "cholesky");
+  check(linalg::qr(a).r, "qr");
+  check(linalg::svd(a).s, "svd");
+  check(linalg::eigh(a).eigenvectors, "eigh");
+  check(linalg::solve(a, ones({2, 2, 1}, DType::f64)), "solve");
+  // cholesky and eigh read only the lower triangle: NaN above it is ignored.
+  Tensor upper_nan = constant<double>({{4, nan}, {2, 3}});
+  EXPECT_TRUE(all_close(linalg::eigh(upper_nan).eigenvalues,
+                        linalg::eigh(constant<double>({{4, 2}, {2, 3}})).eigenvalues, 1e-12));
+}
+
+TEST(Linalg, EmptyMatricesAndBatches) {
+  EXPECT_EQ(linalg::inv(zeros({0, 3, 3}, DType::f64)).shape(), (Shape{0, 3, 3}));
+  EXPECT_TRUE(all_close(linalg::det(zeros({2, 0, 0}, DType::f64)), std::vector<double>{1, 1}));
+  auto qr = linalg::qr(zeros({2, 0, 3}, DType::f32));
+  EXPECT_EQ(qr.q.shape(), (Shape{2, 0, 0}));
+  EXPECT_EQ(qr.r.shape(), (Shape{2, 0, 3}));
+  auto s = linalg::svd(zeros({4, 0}, DType::f64));
+  EXPECT_EQ(s.u.shape(), (Shape{4, 0}));
+  EXPECT_EQ(s.vh.shape(), (Shape{0, 0}));
+  EXPECT_EQ(linalg::eigh(zeros({0, 0}, DType::f64)).eigenvalues.shape(), (Shape{0}));
+  EXPECT_EQ(linalg::solve(zeros({2, 2}, DType::f64), zeros({2, 0}, DType::f64)).shape(), (Shape{2, 0}));
+}
+
+TEST(LinalgGradients, SolveWithAVectorRightHandSide) {
+  EXPECT_TRUE(check_gradients(
+      [](const std::vector<Tensor>& x) { return linalg::solve(x[0] + eye(3, 3, DType::f64) * 3.0, x[1]); },
+      {rand_tensor({3, 3}, 11), rand_tensor({3}, 12)}));
+}
+
+TEST(LinalgGradients, WideQr) {
+  Tensor a = rand_tensor({2, 3, 5}, 13) + constant<double>({{2, 0, 0, 0, 0}, {0, 4, 0, 0, 0}, {0, 0, 6, 0, 0}});
+  EXPECT_TRUE(check_gradients([](const std::vector<Tensor>& x) { return linalg::qr(x[0]).q; }, {a}));
+  EXPECT_TRUE(check_gradients([](const std::vector<Tensor>& x) { return linalg::qr(x[0]).r; }, {a}));
+}
+
+TEST(LinalgGradients, WideSvd) {
+  Tensor a = rand_tensor({3, 5}, 14) + constant<double>({{2, 0, 0, 0, 0}, {0, 4, 0, 0, 0}, {0, 0, 6, 0, 0}});
+  for (int k = 0; k < 3; ++k)
+    EXPECT_TRUE(check_gradients(
+        [k](const std::vector<Tensor>& x) {
+          auto r = linalg::svd(x[0]);
+          return k == 0 ? r.u : k == 1 ? r.s : r.vh;
+        },
+        {a}))
+        << "output " << k;
+}
+
+// Through a symmetric construction the lower-triangle convention gives the usual gradient.
+TEST(LinalgGradients, CholeskyAndEighOfASymmetricProduct) {
+  Tensor b = rand_tensor({4, 4}, 15);
+  EXPECT_TRUE(check_gradients(
+      [](const std::vector<Tensor>& x) {
+        return linalg::cholesky(matmul(x[0], mT(x[0])) + eye(4, 4, DType::f64) * 4.0);
+      },
+      {b}));
+  EXPECT_TRUE(check_gradients(
+      [](const std::vector<Tensor>& x) {
+        auto e = linalg::eigh(x[0] + mT(x[0]) + constant<double>({{1, 0, 0, 0}, {0, 3, 0, 0}, {0, 0, 5, 0}, {0, 0, 0, 7}}));
+        return concat({e.eigenvalues, reshape(e.eigenvectors, {16})}, 0);
+      },
+      {b}));
+  EXPECT_TRUE(check_gradients(
+      [](const std::vector<Tensor>& x) { return linalg::slogdet(x[0] + eye(4, 4, DType::f64) * 4.0).logabsdet; },
+      {b}));
+}
+
+}  // namespace
