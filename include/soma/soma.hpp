@@ -5,6 +5,7 @@
 #include "soma/cuda.hpp"
 #include "soma/device.hpp"
 #include "soma/dtype.hpp"
+#include "soma/dtype_info.hpp"
 #include "soma/error.hpp"
 #include "soma/linalg.hpp"
 #include "soma/op.hpp"
