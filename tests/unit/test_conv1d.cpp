@@ -7,6 +7,7 @@
 #include "error_testing.hpp"
 #include "soma/onnx.hpp"
 #include "test_support.hpp"
+#include "torch_script.hpp"
 
 using namespace soma;
 using soma::testing::all_close;
@@ -127,6 +128,35 @@ TEST(Conv1DLayer, OnnxExportAsA1dConvImportsBack) {
   auto back = soma::onnx::load_from_bytes(bytes);
   back->eval();
   EXPECT_TRUE(all_close(back->call({x})[0], want, 1e-6, 1e-5));
+}
+
+// PyTorch's Conv1d (python3-torch) on fixed weights: stride, padding, dilation, groups, bias.
+TEST(Conv1DLayer, MatchesPyTorchConv1d) {
+  const char* script = R"PY(
+import sys
+try:
+    import torch
+except Exception:
+    sys.exit(77)
+torch.manual_seed(1)
+out = open(sys.argv[1], 'w')
+def w(name, t):
+    t = t.detach().to(torch.float64).contiguous()
+    out.write(name + " " + str(t.dim()) + " " + " ".join(str(d) for d in t.shape) + " " +
+              " ".join(repr(float(v)) for v in t.flatten()) + "\n")
+conv = torch.nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=2, groups=2).double()
+x = torch.rand(2, 4, 13, dtype=torch.float64)
+w("x", x); w("w", conv.weight); w("b", conv.bias); w("y", conv(x))
+)PY";
+  auto run = soma::testing::run_torch_script(script, "conv1d");
+  if (run.unavailable()) GTEST_SKIP() << "no python3 with torch: " << run.log;
+  ASSERT_EQ(run.rc, 0) << run.log;
+  auto& t = run.t;
+  nn::Conv1D layer(6, 3, {.strides = 2, .padding = 1, .dilation_rate = 2, .groups = 2,
+                          .dtype = DType::f64});
+  layer.build_for({2, 4, 13});
+  layer.load_state_dict({{"kernel", t["w"]}, {"bias", t["b"]}});
+  EXPECT_TRUE(all_close(layer(t["x"]), t["y"], 1e-12, 1e-12));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "error_testing.hpp"
+#include "torch_script.hpp"
 #include "test_support.hpp"
 
 using namespace soma;
@@ -256,3 +257,79 @@ TEST(LinalgGradients, CholeskyAndEighOfASymmetricProduct) {
 }
 
 }  // namespace
+
+// ---- PyTorch (python3-torch) as an oracle: values and gradients of gauge-invariant losses ----
+namespace torch_check {
+const char* kScript = R"PY(
+import sys
+try:
+    import torch
+except Exception:
+    sys.exit(77)
+torch.manual_seed(0)
+torch.set_default_dtype(torch.float64)
+out = open(sys.argv[1], 'w')
+def w(name, t):
+    t = t.detach().to(torch.float64).contiguous()
+    out.write(name + " " + str(t.dim()) + " " + " ".join(str(d) for d in t.shape) + " " +
+              " ".join(repr(float(v)) for v in t.flatten()) + "\n")
+eye = torch.eye(4)
+a = torch.rand(2, 4, 4) * 2 - 1 + 4 * eye
+a[1, 0, 0] -= 8  # a negative determinant
+b = torch.rand(2, 4, 2) * 2 - 1
+r = torch.rand(2, 4, 4) * 2 - 1
+spd = r @ r.mT + 4 * eye
+x = torch.rand(2, 5, 3) * 2 - 1
+wx = torch.rand(2, 4, 2); wl = torch.rand(2, 4, 4); we = torch.rand(2, 4); ws = torch.rand(2, 3)
+for n, t in [("a", a), ("b", b), ("spd", spd), ("x", x), ("wx", wx), ("wl", wl), ("we", we), ("ws", ws)]:
+    w(n, t)
+w("solve", torch.linalg.solve(a, b)); w("inv", torch.linalg.inv(a)); w("det", torch.linalg.det(a))
+s, l = torch.linalg.slogdet(a); w("sign", s); w("logabs", l)
+w("chol", torch.linalg.cholesky(spd)); w("eigvals", torch.linalg.eigvalsh(spd))
+w("svals", torch.linalg.svdvals(x))
+a1 = a.clone().requires_grad_(); b1 = b.clone().requires_grad_()
+(torch.linalg.solve(a1, b1) * wx).sum().backward(); w("solve_ga", a1.grad); w("solve_gb", b1.grad)
+a1 = a.clone().requires_grad_(); torch.linalg.det(a1).sum().backward(); w("det_g", a1.grad)
+s1 = spd.clone().requires_grad_(); (torch.linalg.cholesky(s1) * wl).sum().backward(); w("chol_g", s1.grad)
+s1 = spd.clone().requires_grad_(); (torch.linalg.eigvalsh(s1) * we).sum().backward(); w("eig_g", s1.grad)
+x1 = x.clone().requires_grad_(); (torch.linalg.svdvals(x1) * ws).sum().backward(); w("svd_g", x1.grad)
+)PY";
+}  // namespace torch_check
+
+TEST(LinalgTorch, ValuesAndGradientsMatchPyTorch) {
+  auto run = soma::testing::run_torch_script(torch_check::kScript, "linalg");
+  if (run.unavailable()) GTEST_SKIP() << "no python3 with torch: " << run.log;
+  ASSERT_EQ(run.rc, 0) << run.log;
+  auto& t = run.t;
+  const double tol = 1e-10;
+  EXPECT_TRUE(all_close(linalg::solve(t["a"], t["b"]), t["solve"], tol, tol));
+  EXPECT_TRUE(all_close(linalg::inv(t["a"]), t["inv"], tol, tol));
+  EXPECT_TRUE(all_close(linalg::det(t["a"]), t["det"], tol, tol));
+  auto sl = linalg::slogdet(t["a"]);
+  EXPECT_TRUE(all_close(sl.sign, t["sign"], 0, 0));
+  EXPECT_TRUE(all_close(sl.logabsdet, t["logabs"], tol, tol));
+  EXPECT_TRUE(all_close(linalg::cholesky(t["spd"]), t["chol"], tol, tol));
+  EXPECT_TRUE(all_close(linalg::eigh(t["spd"]).eigenvalues, t["eigvals"], tol, tol));
+  EXPECT_TRUE(all_close(linalg::svd(t["x"]).s, t["svals"], tol, tol));
+
+  auto grads = [](const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> in) {
+    GradientTape tape;
+    for (auto& x : in) tape.watch(x);
+    Tensor loss = f(in);
+    return tape.gradient(loss, in);
+  };
+  auto g = grads([&](const std::vector<Tensor>& in) { return sum(linalg::solve(in[0], in[1]) * t["wx"]); },
+                 {t["a"], t["b"]});
+  EXPECT_TRUE(all_close(g[0], t["solve_ga"], tol, tol));
+  EXPECT_TRUE(all_close(g[1], t["solve_gb"], tol, tol));
+  g = grads([](const std::vector<Tensor>& in) { return sum(linalg::det(in[0])); }, {t["a"]});
+  EXPECT_TRUE(all_close(g[0], t["det_g"], tol, tol));
+  g = grads([](const std::vector<Tensor>& in) { return sum(linalg::svd(in[0]).s * in[1]); }, {t["x"], t["ws"]});
+  EXPECT_TRUE(all_close(g[0], t["svd_g"], tol, tol));
+  // cholesky/eigh: soma's gradient is w.r.t. the lower triangle, torch's is symmetrised; they
+  // agree as G + G^T (what any symmetric construction of the input sees).
+  g = grads([&](const std::vector<Tensor>& in) { return sum(linalg::cholesky(in[0]) * t["wl"]); }, {t["spd"]});
+  EXPECT_TRUE(all_close(g[0] + mT(g[0]), t["chol_g"] + mT(t["chol_g"]), 1e-9, 1e-9));
+  g = grads([&](const std::vector<Tensor>& in) { return sum(linalg::eigh(in[0]).eigenvalues * t["we"]); }, {t["spd"]});
+  EXPECT_TRUE(all_close(g[0] + mT(g[0]), t["eig_g"] + mT(t["eig_g"]), 1e-9, 1e-9));
+}
