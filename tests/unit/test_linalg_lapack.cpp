@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "emulated_device.hpp"
 #include "error_testing.hpp"
 #include "torch_script.hpp"
 #include "test_support.hpp"
@@ -332,4 +333,33 @@ TEST(LinalgTorch, ValuesAndGradientsMatchPyTorch) {
   EXPECT_TRUE(all_close(g[0] + mT(g[0]), t["chol_g"] + mT(t["chol_g"]), 1e-9, 1e-9));
   g = grads([&](const std::vector<Tensor>& in) { return sum(linalg::eigh(in[0]).eigenvalues * t["we"]); }, {t["spd"]});
   EXPECT_TRUE(all_close(g[0] + mT(g[0]), t["eig_g"] + mT(t["eig_g"]), 1e-9, 1e-9));
+}
+
+// The CUDA kernels copy to the host, run the LAPACK kernel and copy back. Without a GPU the
+// round trip runs on the CPU stand-in device (tests/support/emulated_device.hpp): the real CUDA
+// kernels are taken before the stand-in points every op at its CPU kernel, then called directly.
+TEST(LinalgCudaKernels, RoundTripThroughTheHostOnTheStandInDevice) {
+  if (!cuda::is_built()) GTEST_SKIP() << "soma was built without CUDA";
+  const KernelFn inv_k = get_op("linalg_inv").kernels[int(DeviceKind::CUDA)];
+  const KernelFn svd_k = get_op("linalg_svd").kernels[int(DeviceKind::CUDA)];
+  ASSERT_NE(inv_k, get_op("linalg_inv").kernels[int(DeviceKind::CPU)]);
+  soma::testing::EmulatedCuda gpu;
+  const Device dev = gpu.device();
+  Tensor a = well_conditioned(2, 3, 21), x = rand_tensor({2, 4, 3}, 22);
+  std::vector<Tensor> out{Tensor::empty({2, 3, 3}, DType::f64, dev)};
+  inv_k({a.to(dev)}, out, {});
+  EXPECT_TRUE(all_close(out[0].to(Device::cpu()), linalg::inv(a), 0, 0));
+  std::vector<Tensor> svd_out{Tensor::empty({2, 4, 3}, DType::f64, dev),
+                              Tensor::empty({2, 3}, DType::f64, dev),
+                              Tensor::empty({2, 3, 3}, DType::f64, dev)};
+  svd_k({x.to(dev)}, svd_out, {});
+  auto want = linalg::svd(x);
+  EXPECT_TRUE(all_close(svd_out[0].to(Device::cpu()), want.u, 0, 0));
+  EXPECT_TRUE(all_close(svd_out[1].to(Device::cpu()), want.s, 0, 0));
+  EXPECT_TRUE(all_close(svd_out[2].to(Device::cpu()), want.vh, 0, 0));
+  // The CPU kernel's errors come through, batch index and all.
+  Tensor singular = zeros({1, 2, 2}, DType::f64);
+  std::vector<Tensor> o1{Tensor::empty({1, 2, 2}, DType::f64, dev)};
+  const std::string e = error_of([&] { inv_k({singular.to(dev)}, o1, {}); });
+  EXPECT_NE(e.find("matrix 0 of the batch"), std::string::npos) << e;
 }

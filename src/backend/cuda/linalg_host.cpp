@@ -20,7 +20,8 @@ void on_host(const char* op, const std::vector<Tensor>& in, std::vector<Tensor>&
   for (const Tensor& t : in) host_in.push_back(t.to(Device::cpu()));
   for (const Tensor& t : out) host_out.push_back(Tensor::empty(t.shape(), t.dtype()));
   cpu(host_in, host_out, attrs);
-  for (std::size_t k = 0; k < out.size(); ++k) copy_into(host_out[k], out[k]);
+  // copy_into copies within one device: the result goes over with to(), then into place.
+  for (std::size_t k = 0; k < out.size(); ++k) copy_into(host_out[k].to(out[k].device()), out[k]);
 }
 
 }  // namespace
