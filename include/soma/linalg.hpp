@@ -21,7 +21,8 @@
 
 namespace soma::linalg {
 
-// X with A X = B: A [..., n, n]; B [..., n, k] with A's batch dims, or [..., n] (a vector).
+// X with A X = B: A [..., n, n]; B [..., n, k] (batch dims broadcast), or B [..., n] with A's
+// batch dims (one vector per matrix).
 Tensor solve(const Tensor& a, const Tensor& b);
 Tensor inv(const Tensor& a);  // [..., n, n]
 Tensor det(const Tensor& a);  // [..., n, n] -> [...]

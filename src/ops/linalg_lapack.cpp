@@ -259,6 +259,13 @@ Tensor solve(const Tensor& a, const Tensor& b) {
   if (a.rank() >= 2 && b.rank() == a.rank() - 1 &&
       Shape(b.shape().begin(), b.shape().end() - 1) == lead_of(a.shape()))
     return squeeze(call_op1(d, {a, expand_dims(b, -1)}), {-1});
+  // Batch dims broadcast (NumPy's rule) before the op, which takes equal ones; broadcast_to's
+  // gradient sums back over them.
+  if (a.rank() >= 2 && b.rank() >= 2 && lead_of(a.shape()) != lead_of(b.shape())) {
+    const Shape batch = broadcast_shapes(lead_of(a.shape()), lead_of(b.shape()), "linalg_solve");
+    return call_op1(d, {broadcast_to(a, with(batch, {a.dim(-2), a.dim(-1)})),
+                        broadcast_to(b, with(batch, {b.dim(-2), b.dim(-1)}))});
+  }
   return call_op1(d, {a, b});
 }
 Tensor inv(const Tensor& a) {

@@ -220,6 +220,16 @@ TEST(LinalgGradients, SolveWithAVectorRightHandSide) {
       {rand_tensor({3, 3}, 11), rand_tensor({3}, 12)}));
 }
 
+TEST(LinalgGradients, SolveBroadcastsBatchDims) {
+  Tensor a = rand_tensor({3, 3}, 16) + eye(3, 3, DType::f64) * 3.0, b = rand_tensor({2, 3, 2}, 17);
+  Tensor x = linalg::solve(a, b);
+  EXPECT_EQ(x.shape(), (Shape{2, 3, 2}));
+  EXPECT_TRUE(all_close(matmul(a, x), b, 1e-12, 1e-12));
+  EXPECT_TRUE(check_gradients(
+      [](const std::vector<Tensor>& in) { return linalg::solve(in[0] + eye(3, 3, DType::f64) * 3.0, in[1]); },
+      {rand_tensor({3, 3}, 18), b}));
+}
+
 TEST(LinalgGradients, WideQr) {
   Tensor a = rand_tensor({2, 3, 5}, 13) + constant<double>({{2, 0, 0, 0, 0}, {0, 4, 0, 0, 0}, {0, 0, 6, 0, 0}});
   EXPECT_TRUE(check_gradients([](const std::vector<Tensor>& x) { return linalg::qr(x[0]).q; }, {a}));
