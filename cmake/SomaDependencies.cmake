@@ -12,6 +12,17 @@ if(NOT SOMA_BLAS_LIBRARY OR NOT SOMA_BLAS_INCLUDE_DIR)
 endif()
 message(STATUS "soma: BLAS ${SOMA_BLAS_LIBRARY}")
 
+# LAPACKE (Debian: liblapacke-dev), LAPACK's C interface, for soma::linalg's solve, inv, det,
+# cholesky, qr, svd and eigh (src/backend/cpu/lapack.cpp); underneath it runs the LAPACK that
+# OpenBLAS provides (Debian's liblapack.so.3 alternative). Private: no public header mentions it.
+find_path(SOMA_LAPACKE_INCLUDE_DIR lapacke.h)
+find_library(SOMA_LAPACKE_LIBRARY NAMES lapacke)
+if(NOT SOMA_LAPACKE_LIBRARY OR NOT SOMA_LAPACKE_INCLUDE_DIR)
+  message(FATAL_ERROR "soma needs LAPACKE for soma::linalg (solve, inv, det, cholesky, qr, svd, "
+                      "eigh): apt-get install liblapacke-dev (or run scripts/install-deps.sh)")
+endif()
+message(STATUS "soma: LAPACKE ${SOMA_LAPACKE_LIBRARY}")
+
 # zlib reads the gzip-compressed IDX files (MNIST, Fashion-MNIST) directly.
 find_package(ZLIB)
 if(NOT ZLIB_FOUND)

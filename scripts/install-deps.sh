@@ -12,6 +12,8 @@ PACKAGES=(
   ccache
   pkg-config
   libopenblas-openmp-dev
+  # LAPACK's C interface for soma::linalg (over OpenBLAS's LAPACK)
+  liblapacke-dev
   libgtest-dev
   libgmock-dev
   libbenchmark-dev

@@ -51,6 +51,12 @@ std::array<std::int64_t, 4> resolve_padding(const Padding& padding, std::int64_t
 // H' = 1 + (H + pt + pb - dh*(KH-1) - 1) / sh (floor), the same for W'.
 Tensor conv2d(const Tensor& x, const Tensor& w, Size2 strides = 1,
               const Padding& padding = "valid", Size2 dilation = 1, std::int64_t groups = 1);
+// 1-d convolution: x [N, C, W], w [O, C/groups, K] -> [N, O, W'] (PyTorch's Conv1d layout),
+// as conv2d over a height-1 image, so it has conv2d's kernels and gradients. Explicit padding
+// uses the Padding's left/right amounts (`2` pads 2 on both sides).
+Tensor conv1d(const Tensor& x, const Tensor& w, std::int64_t stride = 1,
+              const Padding& padding = "valid", std::int64_t dilation = 1,
+              std::int64_t groups = 1);
 // The output shape of conv2d for these shapes (checks them as conv2d does).
 Shape conv2d_output_shape(const Shape& x, const Shape& w, Size2 strides = 1,
                           const Padding& padding = "valid", Size2 dilation = 1,

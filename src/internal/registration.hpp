@@ -6,6 +6,7 @@ void register_elementwise_ops();  // also registers the view ops
 void register_reduction_ops();
 void register_shape_ops();
 void register_linalg_ops();
+void register_lapack_ops();  // solve, inv, det, ... (src/ops/linalg_lapack.cpp), from register_linalg_ops
 void register_nn_ops();  // convolution and pooling
 void register_random_ops();  // with their CPU kernels (src/ops/random.cpp)
 void register_layer_ops();  // dense_bias_act (src/ops/dense.cpp), optimiser updates (optim_updates.cpp)
@@ -16,6 +17,7 @@ void register_cpu_elementwise_kernels();
 void register_cpu_reduction_kernels();
 void register_cpu_shape_kernels();
 void register_cpu_linalg_kernels();
+void register_cpu_lapack_kernels();  // src/backend/cpu/lapack.cpp, from register_cpu_linalg_kernels
 void register_cpu_nn_kernels();
 void register_cpu_attention_kernels();
 void register_cpu_sort_scan_kernels();

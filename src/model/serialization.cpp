@@ -103,6 +103,9 @@ std::map<std::string, LayerCodec> builtin_codecs() {
   add("Conv2D", schema_codec<nn::Conv2D>("Conv2D", [] { return nn::Conv2D(1, 1); }, [](const nn::Conv2D& p) {
         return nn::ModuleRef(nn::Conv2D(p.filters(), p.kernel_size(), p.options()));
       }, {"filters", "kernel_size"}));
+  add("Conv1D", schema_codec<nn::Conv1D>("Conv1D", [] { return nn::Conv1D(1, 1); }, [](const nn::Conv1D& p) {
+        return nn::ModuleRef(nn::Conv1D(p.filters(), p.kernel_size(), p.options()));
+      }, {"filters", "kernel_size"}));
   add("Conv2DTranspose",
       schema_codec<nn::Conv2DTranspose>("Conv2DTranspose", [] { return nn::Conv2DTranspose(1, 1); },
                                         [](const nn::Conv2DTranspose& p) {

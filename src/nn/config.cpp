@@ -72,6 +72,14 @@ void Conv2D::visit_config(ConfigVisitor& v) {
   conv_common(v, opt_);
 }
 
+void Conv1D::visit_config(ConfigVisitor& v) {
+  v.field("filters", filters_);
+  v.field("kernel_size", kernel_size_);
+  v.field("strides", opt_.strides);
+  v.field("padding", opt_.padding);
+  conv_common(v, opt_);
+}
+
 void Conv2DTranspose::visit_config(ConfigVisitor& v) {
   v.field("filters", filters_);
   v.field("kernel_size", kernel_size_);

@@ -89,6 +89,66 @@ Tensor Conv2D::forward(const Tensor& x) {
   return opt_.activation(y);
 }
 
+// ---- Conv1D ----------------------------------------------------------------------------------
+
+Conv1D::Conv1D(std::int64_t filters, std::int64_t kernel_size, Conv1DOptions options)
+    : filters_(filters), kernel_size_(kernel_size), opt_(std::move(options)) {
+  if (filters <= 0) fail("Conv1D", "filters must be positive, got ", filters);
+  check_positive("Conv1D", "kernel_size", Size2(1, kernel_size));
+  check_positive("Conv1D", "strides", Size2(1, opt_.strides));
+  check_positive("Conv1D", "dilation_rate", Size2(1, opt_.dilation_rate));
+  if (opt_.groups < 1 || filters % opt_.groups != 0)
+    fail("Conv1D", "groups=", opt_.groups, " must be >= 1 and divide filters=", filters);
+  if (!is_floating(opt_.dtype)) fail("Conv1D", "dtype must be floating, got ", opt_.dtype);
+}
+
+namespace {
+void check_input_1d(const std::string& name, const Shape& s, std::int64_t channels) {
+  if (s.size() != 3)
+    fail("Conv1D", "layer '", name, "' expects 3-d inputs [batch, channels, width], got ",
+         shape_str(s));
+  if (channels >= 0 && s[1] != channels)
+    fail("Conv1D", "layer '", name, "' was built for ", channels, " input channels, got input ",
+         shape_str(s));
+}
+}  // namespace
+
+Shape Conv1D::output_shape(const Shape& s) {
+  check_input_1d(name(), s, kernel_.defined() ? kernel_.shape()[1] * opt_.groups : -1);
+  if (s[1] % opt_.groups != 0)
+    fail("Conv1D", "layer '", name(), "': groups=", opt_.groups, " does not divide the input's ",
+         s[1], " channels (input ", shape_str(s), ")");
+  // conv1d is conv2d over a height-1 image: its shape rule, with the height dropped.
+  const Padding p = opt_.padding.mode() == Padding::Mode::explicit_
+                        ? Padding(0, 0, opt_.padding.pads()[2], opt_.padding.pads()[3])
+                        : opt_.padding;
+  Shape out = conv2d_output_shape({1, s[1], 1, s[2]},
+                                  {filters_, s[1] / opt_.groups, 1, kernel_size_},
+                                  Size2(1, opt_.strides), p, Size2(1, opt_.dilation_rate),
+                                  opt_.groups);
+  return {s[0], out[1], out[3]};
+}
+
+void Conv1D::build(const Shape& s) {
+  check_input_1d(name(), s, -1);
+  output_shape(s);  // every shape check before any weight is made
+  const Shape ks{filters_, s[1] / opt_.groups, kernel_size_};
+  kernel_ = add_weight("kernel", ks, opt_.kernel_initializer, conv_fans(ks), true, opt_.dtype);
+  add_regularizer(kernel_, opt_.kernel_regularizer);
+  if (opt_.use_bias) {
+    bias_ = add_weight("bias", {filters_}, opt_.bias_initializer, conv_fans(ks), true, opt_.dtype);
+    add_regularizer(bias_, opt_.bias_regularizer);
+  }
+}
+
+Tensor Conv1D::forward(const Tensor& x) {
+  check_input_1d(name(), x.shape(), kernel_.shape()[1] * opt_.groups);
+  Tensor y = conv1d(to_layer_dtype(x, opt_.dtype), kernel_.value(), opt_.strides, opt_.padding,
+                    opt_.dilation_rate, opt_.groups);
+  if (opt_.use_bias) y = y + reshape(bias_.value(), {1, filters_, 1});
+  return opt_.activation(y);
+}
+
 // ---- Conv2DTranspose ------------------------------------------------------------------------
 
 Conv2DTranspose::Conv2DTranspose(std::int64_t filters, Size2 kernel_size,

@@ -201,6 +201,28 @@ Values Conv2D::lower(Lowering& l, const Values& in) {
   return {{lower_activation(l, o.activation, y), output_shape(x.shape)}};
 }
 
+// ONNX Conv with a 1-d kernel (the weight stays [filters, in/groups, k]).
+Values Conv1D::lower(Lowering& l, const Values& in) {
+  const auto& x = one_input(l, *this, in);
+  if (x.shape.size() != 3 || x.shape[2] < 0)
+    l.fail(describe(*this) + ": needs an input [N, C, W] with known W, got " + keras_shape(x.shape));
+  const auto& o = options();
+  const Padding pad = o.padding.mode() == Padding::Mode::explicit_
+                          ? Padding(0, 0, o.padding.pads()[2], o.padding.pads()[3])
+                          : o.padding;
+  auto p = resolve_padding(pad, 1, x.shape[2], Size2(1, kernel_size()), Size2(1, o.strides),
+                           Size2(1, o.dilation_rate));
+  std::vector<std::string> args{x.name, l.weight("kernel", kernel().value())};
+  if (bias().defined()) args.push_back(l.weight("bias", bias().value()));
+  auto y = l.emit1("conv2d", args,
+                   {{"kernel_size", Ints{kernel_size()}},
+                    {"strides", Ints{o.strides}},
+                    {"dilation", Ints{o.dilation_rate}},
+                    {"pads", Ints{p[2], p[3]}},
+                    {"groups", o.groups}});
+  return {{lower_activation(l, o.activation, y), output_shape(x.shape)}};
+}
+
 Values Conv2DTranspose::lower(Lowering& l, const Values& in) {
   const auto& x = one_input(l, *this, in);
   need_hw(l, *this, x.shape);

@@ -193,6 +193,7 @@ using detail::attr;
 Names one(Exporter& e, const char* type, const Names& in) { return {e.op(type, in)}; }
 
 std::vector<std::int64_t> onnx_pads(const Ints& p) {
+  if (p.size() == 2) return p;  // 1-d (Conv1D): {begin, end} in both
   return {p[0], p[2], p[1], p[3]};  // soma {top, bottom, left, right} -> ONNX {t, l, b, r}
 }
 

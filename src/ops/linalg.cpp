@@ -136,6 +136,7 @@ void register_linalg_ops() {
                  .test = {.shapes = {{3, 4, 2}},
                           .attrs = {{"axis1", std::int64_t(0)}, {"axis2", std::int64_t(1)}},
                           .reference = ref::diagonal}});
+  register_lapack_ops();
 }
 
 // The diagonal over two axes as a view (used by diag, trace and einsum).

@@ -497,6 +497,23 @@ Tensor conv2d(const Tensor& x, const Tensor& w, Size2 strides, const Padding& pa
   return call_op1(d, {cast(x, t), cast(w, t)}, a);
 }
 
+// The height-1 image's padding: none above and below, the explicit left/right amounts.
+static Padding conv1d_padding(const Padding& p) {
+  if (p.mode() != Padding::Mode::explicit_) return p;
+  return Padding(0, 0, p.pads()[2], p.pads()[3]);
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& w, std::int64_t stride, const Padding& padding,
+              std::int64_t dilation, std::int64_t groups) {
+  check_defined("conv1d", {&x, &w});
+  if (x.rank() != 3 || w.rank() != 3)
+    fail("conv1d", "expected x [batch, channels, width] and w [out, in/groups, kernel], got ",
+         shape_str(x.shape()), " and ", shape_str(w.shape()));
+  Tensor y = conv2d(expand_dims(x, 2), expand_dims(w, 2), Size2(1, stride),
+                    conv1d_padding(padding), Size2(1, dilation), groups);
+  return squeeze(y, {2});
+}
+
 Tensor conv2d_backprop_input(const Tensor& g, const Tensor& w, const Shape& input_shape,
                              Size2 strides, const Padding& padding, Size2 dilation,
                              std::int64_t groups) {

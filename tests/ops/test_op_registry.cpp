@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "soma/cuda.hpp"
+#include "soma/op_testing.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
 
@@ -126,6 +127,8 @@ std::vector<Tensor> sample(const OpDef& d, const std::vector<Shape>& shapes, std
     }
     in.push_back(constant(v, shapes[i]));
   }
+  // Ops whose inputs must be invertible, positive definite, ... map the samples onto such inputs.
+  if (PrepareTestInputsFn prepare = test_inputs_prepare(d.name)) in = prepare(in);
   return in;
 }
 

@@ -48,6 +48,10 @@ std::map<std::string, Sample> samples() {
                             .activation = nn::gelu, .bias_regularizer = nn::regularizers::l1_l2(0.1, 0.2)});
        })},
       {"Conv2DExplicitPadding", layer([] { return nn::Conv2D(4, 3, {.padding = Padding(1, 2, 3, 4)}); })},
+      {"Conv1D", layer([] {
+         return nn::Conv1D(4, 5, {.strides = 2, .padding = "same", .dilation_rate = 1, .groups = 2,
+                                  .activation = nn::relu, .use_bias = false});
+       })},
       {"Conv2DTranspose", layer([] {
          return nn::Conv2DTranspose(3, {4, 4}, {.strides = 2, .padding = "same", .output_padding = Size2(1, 0)});
        })},

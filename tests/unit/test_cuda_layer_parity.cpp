@@ -55,6 +55,11 @@ std::map<std::string, LayerSample> samples() {
                        nn::Conv2D(4, 3, {.padding = "same", .activation = nn::relu}));
                  },
                  {{{2, 3, 8, 8}}}};
+  s["Conv1D"] = {[] {
+                   return ModuleRef(nn::Conv1D(4, 3, {.strides = 2, .padding = "same",
+                                                      .activation = nn::relu}));
+                 },
+                 {{{2, 3, 9}}}};
   s["Conv2DTranspose"] = {[] { return ModuleRef(nn::Conv2DTranspose(3, 3, {.strides = 2})); },
                           {{{2, 4, 5, 5}}}};
   s["MaxPool2D"] = {[] { return ModuleRef(nn::MaxPool2D()); }, {{{2, 3, 8, 8}}}};

@@ -53,6 +53,8 @@ std::vector<LayerCase> layer_cases() {
        x({6, 5})},
       {"Conv2D", [] { return nn::Sequential{nn::Input({2, 6, 6}), nn::Conv2D(3, 3, {.strides = 2, .padding = "same", .activation = nn::relu})}; },
        x({2, 2, 6, 6})},
+      {"Conv1D", [] { return nn::Sequential{nn::Input({2, 9}), nn::Conv1D(3, 3, {.strides = 2, .padding = 1, .activation = nn::relu})}; },
+       x({2, 2, 9})},
       {"Conv2DTranspose", [] { return nn::Sequential{nn::Input({2, 4, 4}), nn::Conv2DTranspose(3, {3, 3}, {.strides = 2, .padding = "same"})}; },
        x({2, 2, 4, 4})},
       {"MaxPool2D", [] { return nn::Sequential{nn::Input({2, 6, 6}), nn::Conv2D(2, 3), nn::MaxPool2D(2)}; },

@@ -119,6 +119,7 @@ std::map<std::string, std::function<std::shared_ptr<nn::Model>()>> layer_samples
   return {
       {"Dense", SEQ(nn::Input({4}), nn::Dense(3, nn::sigmoid, {.use_bias = false}))},
       {"Conv2D", SEQ(nn::Input({2, 5, 5}), nn::Conv2D(3, 3, {.padding = "same", .activation = nn::relu}))},
+      {"Conv1D", SEQ(nn::Input({2, 9}), nn::Conv1D(3, 3, {.strides = 2, .padding = "same"}))},
       {"Conv2DTranspose", SEQ(nn::Input({2, 4, 4}), nn::Conv2DTranspose(3, {3, 3}, {.strides = 2}))},
       {"MaxPool2D", SEQ(nn::Input({2, 6, 6}), nn::MaxPool2D(2))},
       {"AvgPool2D", SEQ(nn::Input({2, 6, 6}), nn::AvgPool2D({3, 3}, 2, "same"))},

@@ -1,6 +1,7 @@
 #pragma once
 // Convolution and pooling layers, NCHW throughout (inputs [batch, channels, height, width]).
 //   Conv2D(32, 3, {.padding = "same", .activation = nn::relu})
+//   Conv1D(16, 5, {.padding = "same"})   (inputs [batch, channels, width])
 //   Conv2DTranspose(16, {4, 4}, {.strides = 2, .padding = "same"})
 //   MaxPool2D(2), AvgPool2D({3, 3}, 2, "same"), GlobalAveragePooling2D()
 // Kernels are OIHW: Conv2D [filters, in/groups, kh, kw]; Conv2DTranspose [in, filters/groups,
@@ -54,6 +55,48 @@ class Conv2D : public Module {
   std::int64_t filters_;
   Size2 kernel_size_;
   Conv2DOptions opt_;
+  Variable kernel_, bias_;
+};
+
+struct Conv1DOptions {
+  std::int64_t strides = 1;
+  Padding padding = "valid";  // explicit: its left/right amounts (`2`: both sides)
+  std::int64_t dilation_rate = 1;
+  std::int64_t groups = 1;
+  Activation activation{};
+  bool use_bias = true;
+  Initializer kernel_initializer = init::glorot_uniform();
+  Initializer bias_initializer = init::zeros();
+  Regularizer kernel_regularizer{};
+  Regularizer bias_regularizer{};
+  DType dtype = DType::f32;  // of the weights
+};
+
+// y = activation(conv1d(x, kernel) + bias) on [batch, channels, width] inputs (NCW, as
+// PyTorch's Conv1d): kernel [filters, in/groups, kernel_size], bias [filters].
+class Conv1D : public Module {
+ public:
+  Conv1D(std::int64_t filters, std::int64_t kernel_size, Conv1DOptions options = {});
+  std::string type_name() const override { return "Conv1D"; }
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
+  Shape output_shape(const Shape& input_shape) override;
+
+  std::int64_t filters() const { return filters_; }
+  std::int64_t kernel_size() const { return kernel_size_; }
+  const Conv1DOptions& options() const { return opt_; }
+  std::string output_activation_name() const override { return opt_.activation.name; }
+  const Variable& kernel() const { return kernel_; }  // undefined until built
+  const Variable& bias() const { return bias_; }      // undefined until built / without bias
+  void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
+
+ protected:
+  void build(const Shape& input_shape) override;
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::int64_t filters_;
+  std::int64_t kernel_size_;
+  Conv1DOptions opt_;
   Variable kernel_, bias_;
 };
 

@@ -276,6 +276,9 @@ void matmul_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
 
 }  // namespace
 
-void register_cpu_linalg_kernels() { register_kernel("matmul", DeviceKind::CPU, matmul_kernel); }
+void register_cpu_linalg_kernels() {
+  register_kernel("matmul", DeviceKind::CPU, matmul_kernel);
+  register_cpu_lapack_kernels();
+}
 
 }  // namespace soma::detail

@@ -20,6 +20,7 @@ void register_cuda_kernels();
 void register_cuda_dense_and_update_kernels();  // dense.cpp, optim_ops.cpp
 void register_cuda_index_kernels();  // index_ops.cpp
 void register_cuda_sort_scan_kernels();  // sort_scan_ops.cpp
+void register_cuda_linalg_kernels();  // linalg_host.cpp (solve, inv, ... through the host)
 }  // namespace soma::detail
 
 namespace soma::cuda_detail {
@@ -399,6 +400,7 @@ void register_cuda_kernels() {
   register_cuda_conv_kernels();
   register_cuda_index_kernels();
   register_cuda_sort_scan_kernels();
+  register_cuda_linalg_kernels();
 }
 
 }  // namespace soma::detail
