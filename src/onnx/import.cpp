@@ -116,6 +116,9 @@ AttrDef T(std::string_view n) { return {n, AP::TENSOR}; }
 
 // A node's attributes, checked at load against the operator's AttrDefs (and, for a mapped op,
 // the mapping's names); read by name with ONNX's default where the node leaves one out.
+// A value the import reads on the host (a scalar attribute given as an input, a shape).
+Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
+
 class NodeAttrs {
  public:
   NodeAttrs(const NodeProto& n, const std::vector<AttrDef>& defs, const OnnxMapping* mapping,
@@ -216,14 +219,21 @@ struct Node {
   }
   bool has(std::size_t i) const { return i < in.size() && in[i].defined(); }
   const Tensor& x() const { return arg(0); }
-  double number(std::size_t i) const { return cast(in[i], DType::f64).item<double>(); }
+  double number(std::size_t i) const { return on_host(cast(in[i], DType::f64)).item<double>(); }
 };
 using Handler = std::vector<Tensor> (*)(const Node&);
 
-// Reads an integer tensor's values (Reshape's shape, Slice's starts, ...).
+// Reads an integer tensor's values (Reshape's shape, Slice's starts, ...). Such values are
+// constants or Shape outputs, kept in host memory (OnnxModel::place_inputs); one computed on a
+// device is copied back.
 std::vector<std::int64_t> ints_of(const Tensor& t) {
   if (!t.defined()) return {};
-  return cast(t, DType::i64).to_vector<std::int64_t>();
+  return on_host(cast(t, DType::i64)).to_vector<std::int64_t>();
+}
+
+// `t` on the device of `like` (integer data such as Gather's indices may be a host constant).
+Tensor on_device_of(const Tensor& like, const Tensor& t) {
+  return t.device() == like.device() ? t : t.to(like.device());
 }
 
 // ---- handlers: operators that need more than one soma op ----------------------------------------
@@ -800,7 +810,7 @@ std::vector<Tensor> gather_(const Node& n) {
   const Tensor& x = n.x();
   const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
   // soma's gather counts negative indices from the end and checks the range itself.
-  const Tensor& idx = n.arg(1);
+  const Tensor idx = on_device_of(x, n.arg(1));
   if (idx.rank() == 0) {  // a scalar index drops the axis
     return {squeeze(gather(x, reshape(cast(idx, DType::i64), {1}), axis), {axis})};
   }
@@ -1020,8 +1030,10 @@ std::vector<Tensor> recurrent(const Node& n) {
     // Input projections of every step in one matmul.
     Tensor XW = matmul(X, Wt);
     if (wb.defined()) XW = XW + wb;
-    Tensor H = H0.defined() ? H0[d] : zeros({N, U}, XW.dtype());
-    Tensor C = k == 4 ? (C0.defined() ? C0[d] : zeros({N, U}, XW.dtype())) : Tensor();
+    // Zero states on the input's device (zeros() would make them in host memory).
+    auto zero_state = [&] { return zeros_like(Tensor::empty({N, U}, XW.dtype(), XW.device())); };
+    Tensor H = H0.defined() ? H0[d] : zero_state();
+    Tensor C = k == 4 ? (C0.defined() ? C0[d] : zero_state()) : Tensor();
     std::vector<Tensor> steps(std::size_t(T > 0 ? T : 0));
     for (std::int64_t s = 0; s < T; ++s) {
       const std::int64_t t = reverse ? T - 1 - s : s;
@@ -2238,8 +2250,44 @@ class OnnxModel : public nn::Model {
   std::vector<Step> steps_;  // one per node, in graph order
   std::vector<Input> inputs_;
   std::vector<std::string> output_names_;
+  // Puts a node's host inputs where it computes (see the definition).
+  void place_inputs(const Step& s, std::vector<Tensor>& in) const;
+
   std::unordered_map<std::string, Tensor> constants_;  // integer initialisers, Constant nodes
+  // Device copies of constants_, made when a node on a device first needs one (Module::to moves
+  // the weights only: the constants stay in host memory, where shapes and axes are read).
+  mutable std::unordered_map<std::string, Tensor> device_constants_;
 };
+
+// A model moved to a device computes there, but constants_ stay in host memory: most are
+// shapes, axes and pads that handlers read on the host (ints_of), and Shape's outputs are made
+// there too. A node whose inputs include a device tensor gets its other host inputs on that
+// device: every one for a mapped op (a soma op, whose kernel needs its inputs on one device);
+// floating ones for a handler (integer ones it reads itself, and moves where it uses them as
+// data, as Gather does). Copies of constants are kept, so a constant crosses once per device.
+// 0-d tensors stay: soma ops take a 0-d host tensor as a value on any device.
+void OnnxModel::place_inputs(const Step& s, std::vector<Tensor>& in) const {
+  Device dev = Device::cpu();
+  for (const Tensor& t : in)
+    if (t.defined() && !t.device().is_cpu()) {
+      dev = t.device();
+      break;
+    }
+  if (dev.is_cpu()) return;
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    Tensor& t = in[k];
+    if (!t.defined() || !t.device().is_cpu() || t.rank() == 0) continue;
+    if (!s.def && !is_floating(t.dtype())) continue;
+    const std::string& name = s.proto->input(int(k));
+    if (!constants_.count(name)) {
+      t = t.to(dev);  // a value computed on the host this call (from Shape, say)
+      continue;
+    }
+    Tensor& cached = device_constants_[name];
+    if (!cached.defined() || cached.device() != dev) cached = constants_.at(name).to(dev);
+    t = cached;
+  }
+}
 
 OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
     : proto_(std::move(proto)) {
@@ -2355,6 +2403,7 @@ std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
       in.push_back(it->second);
     }
     if (in.empty() || !in[0].defined()) fail(kWho, s.what, ": input 0 is missing");
+    place_inputs(s, in);
     std::vector<Tensor> out;
     try {
       out = run_step(s, in);
