@@ -49,6 +49,11 @@ std::shared_ptr<nn::Model> load_from_bytes(const std::string&, const LoadOptions
        "soma was built without ONNX support (install libonnx-dev and libprotobuf-dev, then "
        "reconfigure)");
 }
+std::vector<Shape> input_shapes(const std::string&) {
+  fail("onnx::input_shapes",
+       "soma was built without ONNX support (install libonnx-dev and libprotobuf-dev, then "
+       "reconfigure)");
+}
 
 #else
 
@@ -2450,6 +2455,28 @@ std::shared_ptr<nn::Model> load_from_bytes(const std::string& bytes, const LoadO
   ::onnx::ModelProto m;
   if (!m.ParseFromString(bytes)) fail(kWho, "the data is not an ONNX model (protobuf parse failed)");
   return build(std::move(m), options);
+}
+
+std::vector<Shape> input_shapes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(kWho, "cannot open '", path, "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  ::onnx::ModelProto m;
+  if (!m.ParseFromString(ss.str()))
+    fail(kWho, "'", path, "' is not an ONNX model (protobuf parse failed)");
+  std::set<std::string> inits;
+  for (auto& t : m.graph().initializer()) inits.insert(t.name());
+  std::vector<Shape> out;
+  for (auto& vi : m.graph().input()) {
+    if (inits.count(vi.name())) continue;  // IR < 4 lists initialisers as inputs too
+    Shape s;
+    if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape())
+      for (auto& d : vi.type().tensor_type().shape().dim())
+        s.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    out.push_back(s);
+  }
+  return out;
 }
 
 std::shared_ptr<nn::Model> load(const std::string& path, const LoadOptions& options) {
