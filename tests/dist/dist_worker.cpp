@@ -319,6 +319,13 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   try {
     set_num_threads(1);
+    // local-rank-split: without the launcher's local-rank variables, init() finds the ranks on
+    // this machine with MPI_Comm_split_type.
+    if (mode == "local-rank-split")
+      for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                            "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_RANK",
+                            "MV2_COMM_WORLD_LOCAL_SIZE"})
+        unsetenv(v);
     dist::init();
     int rc = 2;
     if (mode == "comm") rc = run_comm();
@@ -331,6 +338,11 @@ int main(int argc, char** argv) {
       rc = 0;
     } else if (mode == "nccl-comm") rc = run_nccl_comm();
     else if (mode == "nccl-stall") rc = run_nccl_stall();
+    else if (mode == "local-rank" || mode == "local-rank-split") {
+      std::printf("rank=%d local_rank=%d local_size=%d device=%s\n", dist::rank(),
+                  dist::local_rank(), dist::local_size(), dist::local_device().str().c_str());
+      rc = 0;
+    }
     else std::fprintf(stderr, "usage: dist_worker comm|train OUT|overlap\n");
     dist::finalize();
     return rc;

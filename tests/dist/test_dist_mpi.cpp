@@ -208,6 +208,22 @@ TEST(DistMpi, GradientBucketsOverlapTheBackwardPass) {
   EXPECT_NE(r.output.find("overlap ok"), std::string::npos) << r.output;
 }
 
+// Rank -> GPU mapping: the ranks on one machine get local ranks 0..n-1 (then cuda(local rank %
+// GPUs)), from Open MPI's variables and, without them, from MPI_Comm_split_type.
+TEST(DistMpi, LocalRanksNumberTheRanksOnThisMachine) {
+  REQUIRE_MPIRUN();
+  for (const char* mode : {"local-rank", "local-rank-split"}) {
+    Result r = run(mpirun(3, mode));
+    ASSERT_EQ(r.exit_code, 0) << mode << "\n" << r.output;
+    for (int k = 0; k < 3; ++k) {
+      const std::string line = "rank=" + std::to_string(k) + " local_rank=" + std::to_string(k) +
+                               " local_size=3 device=";
+      EXPECT_NE(r.output.find(line), std::string::npos) << mode << ": no '" << line << "'\n"
+                                                        << r.output;
+    }
+  }
+}
+
 TEST(DistMpi, KilledRankEndsTheJobWithinBoundedTime) {
   REQUIRE_MPIRUN();
   // Rank 1 is SIGKILLed at step 5; the launcher notices and ends rank 0 (no hang).
