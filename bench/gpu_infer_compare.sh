@@ -28,7 +28,7 @@ python=${PYTHON:-/usr/bin/python3}
 bench="$build/bench/bench_infer"
 [ -x "$bench" ] || { echo "missing $bench: ninja -C $build bench_infer" >&2; exit 1; }
 if [ "$dry_run" = 1 ]; then
-  device=cpu image=64 batch=${BATCH:-2} iters=${ITERS:-2} warmup=${WARMUP:-1}
+  device=cpu image=${IMAGE:-64} batch=${BATCH:-2} iters=${ITERS:-2} warmup=${WARMUP:-1}
   precisions=${PRECISIONS:-f32 bf16}
   echo "# dry run on the CPU (batch $batch, ${image}x$image): not GPU figures"
 else
