@@ -35,6 +35,13 @@ bool mpi_running();  // initialised and not finalised
 // a GPU) and this finds, for `rank`, the lowest other rank with the same GPU (-1: none).
 int rank_sharing_gpu(const std::vector<std::array<std::int64_t, 2>>& ids, int rank);
 
+// A test seam: makes the communicator for tensors on a CUDA device instead of NCCL (nullptr:
+// NCCL again). The tests' CPU stand-in device (tests/support/emulated_device.hpp) has no NCCL;
+// tests/dist gives one that stages through the host, so that a distributed fit of a device
+// model runs under mpirun without a GPU. Takes effect for the next communicator_for.
+using DeviceCommunicatorFactory = CommunicatorRef (*)(Communicator& world, Device device);
+void set_device_communicator_factory(DeviceCommunicatorFactory factory);
+
 #ifdef SOMA_HAS_NCCL
 // The NCCL communicator on CUDA device `device` (src/dist/nccl_communicator.cpp): `world` (MPI,
 // or the local communicator for one process) carries rank 0's ncclUniqueId to the others. A

@@ -94,6 +94,7 @@ struct State {
   Backend backend = Backend::Auto;
   std::chrono::milliseconds timeout{0};
   int local_rank = 0, local_size = 1;
+  detail::DeviceCommunicatorFactory device_factory = nullptr;  // tests only
   bool owns_mpi = false;
   bool uses_mpi = false;
 };
@@ -165,6 +166,14 @@ void find_local_rank(int& local_rank, int& local_size) {
 
 CommunicatorRef make_local_communicator() { return std::make_shared<LocalCommunicator>(); }
 
+namespace detail {
+void set_device_communicator_factory(DeviceCommunicatorFactory factory) {
+  g_state.device_factory = factory;
+  g_state.nccl.reset();
+  g_state.nccl_device = -1;
+}
+}  // namespace detail
+
 int launcher_world_size() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"})
     if (const char* s = std::getenv(v)) {
@@ -213,6 +222,11 @@ CommunicatorRef communicator_for(Device device) {
   if (g_state.backend == Backend::Mpi)
     fail(who, "collectives on ", device.str(), " tensors need NCCL, but dist::init was asked for "
          "backend \"mpi\"; use backend \"auto\" or \"nccl\", or move the tensors to the CPU");
+  if (g_state.device_factory) {
+    g_state.nccl = g_state.device_factory(*w, device);
+    g_state.nccl_device = device.index;
+    return g_state.nccl;
+  }
 #ifdef SOMA_HAS_NCCL
   g_state.nccl = detail::nccl_create(*w, device.index, g_state.timeout);
   g_state.nccl_device = device.index;

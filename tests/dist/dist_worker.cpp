@@ -19,10 +19,14 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 
+#include "../../src/dist/backend.hpp"
+#include "../../src/internal/copy.hpp"
+#include "emulated_device.hpp"
 #include "soma/dist/data_parallel.hpp"
 #include "soma/dist/dist.hpp"
 #include "soma/soma.hpp"
@@ -193,6 +197,43 @@ void make_data(std::int64_t n, Tensor& x, Tensor& y) {
   y = argmax(matmul(x, w), -1);
 }
 
+// Collectives on (stand-in) device tensors through the world communicator, staged in host
+// memory: what NCCL does for a real GPU, for the CPU stand-in device.
+class HostStagedCommunicator : public dist::Communicator {
+ public:
+  explicit HostStagedCommunicator(dist::Communicator& world) : world_(world) {}
+  int rank() const override { return world_.rank(); }
+  int size() const override { return world_.size(); }
+  std::string backend() const override { return "host-staged"; }
+  void allreduce(Tensor& t, dist::ReduceOp op) override {
+    Tensor host = t.to(Device::cpu());
+    world_.allreduce(host, op);
+    soma::detail::copy_into(host.to(t.device()), t);
+    ++device_collectives;
+  }
+  std::unique_ptr<dist::Work> allreduce_async(Tensor& t, dist::ReduceOp op) override {
+    allreduce(t, op);
+    return std::make_unique<Done>();
+  }
+  void broadcast(Tensor& t, int root) override {
+    Tensor host = t.to(Device::cpu());
+    world_.broadcast(host, root);
+    soma::detail::copy_into(host.to(t.device()), t);
+    ++device_collectives;
+  }
+  void barrier() override { world_.barrier(); }
+  std::chrono::milliseconds timeout() const override { return world_.timeout(); }
+  bool broken() const override { return world_.broken(); }
+  static inline int device_collectives = 0;
+
+ private:
+  struct Done : dist::Work {
+    bool test() override { return true; }
+    void wait() override {}
+  };
+  dist::Communicator& world_;
+};
+
 int run_train(int argc, char** argv) {
   const std::string out = argc > 2 ? argv[2] : "";
   const bool distributed = !flag(argc, argv, "no-dist");
@@ -201,8 +242,19 @@ int run_train(int argc, char** argv) {
   const int epochs = std::stoi(option(argc, argv, "epochs", "2"));
   const std::int64_t bucket = std::stoll(option(argc, argv, "bucket", "4096"));
   const std::string die = option(argc, argv, "rank1", "");  // die | stall | throw
-  const bool cuda = option(argc, argv, "device", "cpu") == "cuda";
-  const Device dev = cuda ? dist::local_device() : Device::cpu();
+  // --device standin: the model and data on the CPU stand-in for cuda:0, its gradients through a
+  // host-staged communicator in NCCL's place: the device path of fit without a GPU.
+  const bool standin = option(argc, argv, "device", "cpu") == "standin";
+  std::optional<soma::testing::EmulatedCuda> standin_device;
+  if (standin) {
+    standin_device.emplace();
+    dist::detail::set_device_communicator_factory(
+        [](dist::Communicator& world, Device) -> dist::CommunicatorRef {
+          return std::make_shared<HostStagedCommunicator>(world);
+        });
+  }
+  const bool cuda = standin || option(argc, argv, "device", "cpu") == "cuda";
+  const Device dev = standin ? Device::cuda(0) : cuda ? dist::local_device() : Device::cpu();
   if (cuda && !dev.is_cuda()) fail("dist_worker", "--device cuda: no usable CUDA device");
   Tensor x, y;
   make_data(samples, x, y);
@@ -247,6 +299,9 @@ int run_train(int argc, char** argv) {
   // Every rank reports its (averaged) logs: they must agree.
   std::printf("rank %d logs: loss=%.9g accuracy=%.9g\n", dist::rank(), h["loss"].back(),
               h["accuracy"].back());
+  if (standin)
+    std::printf("rank %d device collectives: %d\n", dist::rank(),
+                HostStagedCommunicator::device_collectives);
   if (h.contains("val_loss"))
     std::printf("rank %d val: loss=%.9g accuracy=%.9g\n", dist::rank(), h["val_loss"].back(),
                 h["val_accuracy"].back());
