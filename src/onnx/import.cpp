@@ -27,6 +27,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "internal/conv_bias_act.hpp"
 #include "onnx/onnx_attrs.hpp"
 #include "onnx/proto_util.hpp"
 #include "soma/autograd.hpp"
@@ -218,6 +219,7 @@ struct Node {
   const std::vector<Tensor>& in;
   std::int64_t opset;
   bool training;
+  bool relu = false;  // Conv: a Relu that only reads its output is fused in (OnnxModel)
   const Tensor& arg(std::size_t i) const {
     if (i >= in.size() || !in[i].defined()) fail(kWho, what, ": input ", i, " is missing");
     return in[i];
@@ -406,7 +408,14 @@ std::vector<Tensor> conv(const Node& n) {
   const std::int64_t groups = n.attr.i("group");
   Tensor y;
   if (!Transposed) {
-    y = conv2d(x, w, strides, onnx_padding(n), dil, groups);
+    // One op for convolution, bias and ReLU (cuDNN/oneDNN run them as one call plus at most one
+    // elementwise pass, instead of a broadcast add and a ReLU over the output).
+    const Tensor b = n.has(2) ? n.in[2] : Tensor();
+    if (b.defined() && (b.dtype() != x.dtype() || w.dtype() != x.dtype()))
+      fail(kWho, n.what, ": the input, weight and bias dtypes differ (", dtype_name(x.dtype()),
+           ", ", dtype_name(w.dtype()), ", ", dtype_name(b.dtype()), ")");
+    y = soma::detail::conv2d_bias_act(x, w, b, strides, onnx_padding(n), dil, groups, n.relu);
+    return {drop_1d(y, lifted)};
   } else {
     Padding pad = onnx_padding(n);
     if (pad.mode() != Padding::Mode::explicit_)
@@ -2106,6 +2115,8 @@ struct Step {
   const OpDef* def = nullptr;  // a mapped op (run == nullptr)
   Attrs def_attrs;
   std::unique_ptr<NodeAttrs> attrs;
+  bool fused_relu = false;  // a Conv that applies the Relu after it
+  bool fused_away = false;  // that Relu: its output is the Conv's
 };
 
 const std::vector<AttrDef> kNoAttrs;
@@ -2221,7 +2232,9 @@ class OnnxModel : public nn::Model {
 
   void summary(std::ostream& os) const override {
     os << "Model: \"" << name() << "\" (ONNX graph '" << graph().name() << "', opset " << opset_
-       << ", " << graph().node_size() << " nodes)\n";
+       << ", " << graph().node_size() << " nodes";
+    if (fused_) os << "; " << fused_ << " Conv+Relu fused";
+    os << ")\n";
     for (auto& i : inputs_) os << "  input  " << i.name << " " << format_dims(i.shape) << "\n";
     for (auto& o : output_names_) os << "  output " << o << "\n";
     print_totals(os);
@@ -2246,7 +2259,8 @@ class OnnxModel : public nn::Model {
   using Env = std::unordered_map<std::string, Tensor>;
   std::vector<Tensor> run_step(const Step& s, const std::vector<Tensor>& in) const {
     if (s.def) return run_mapped(s, in);
-    const Node node{*s.proto, s.what, *s.attrs, in, opset_, training()};
+    Node node{*s.proto, s.what, *s.attrs, in, opset_, training()};
+    node.relu = s.fused_relu;
     return s.op->run(node);
   }
 
@@ -2257,6 +2271,9 @@ class OnnxModel : public nn::Model {
   std::vector<std::string> output_names_;
   // Puts a node's host inputs where it computes (see the definition).
   void place_inputs(const Step& s, std::vector<Tensor>& in) const;
+  // Marks each Conv whose output only a Relu reads (see the definition).
+  void fuse_conv_relu();
+  std::int64_t fused_ = 0;  // Conv + Relu pairs
 
   std::unordered_map<std::string, Tensor> constants_;  // integer initialisers, Constant nodes
   // Device copies of constants_, made when a node on a device first needs one (Module::to moves
@@ -2271,6 +2288,31 @@ class OnnxModel : public nn::Model {
 // floating ones for a handler (integer ones it reads itself, and moves where it uses them as
 // data, as Gather does). Copies of constants are kept, so a constant crosses once per device.
 // 0-d tensors stay: soma ops take a 0-d host tensor as a value on any device.
+// A Conv whose output is read by one node only, a Relu, and is not a graph output runs as one
+// conv2d_bias_act with the ReLU (one cuDNN/oneDNN call and at most one elementwise pass on the
+// output instead of three passes); the Relu then only names the Conv's result.
+void OnnxModel::fuse_conv_relu() {
+  static const std::set<std::string> kActivationsToFuse{"Relu"};
+  std::unordered_map<std::string, int> readers;
+  for (const Step& s : steps_)
+    for (const auto& name : s.proto->input()) ++readers[name];
+  for (const auto& o : graph().output()) ++readers[o.name()];
+  std::unordered_map<std::string, std::size_t> conv_of;  // output name -> its Conv's step
+  for (std::size_t k = 0; k < steps_.size(); ++k) {
+    const Step& s = steps_[k];
+    if (s.op && s.op->run == &conv<false> && s.proto->output_size() == 1)
+      conv_of[s.proto->output(0)] = k;
+  }
+  for (Step& s : steps_) {
+    if (!kActivationsToFuse.count(s.proto->op_type()) || s.proto->input_size() != 1) continue;
+    auto it = conv_of.find(s.proto->input(0));
+    if (it == conv_of.end() || readers[it->first] != 1) continue;
+    steps_[it->second].fused_relu = true;
+    s.fused_away = true;
+    ++fused_;
+  }
+}
+
 void OnnxModel::place_inputs(const Step& s, std::vector<Tensor>& in) const {
   Device dev = Device::cpu();
   for (const Tensor& t : in)
@@ -2314,6 +2356,7 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
            "' is not supported (soma runs operators of the default ONNX domain)");
     steps_.push_back(resolve(n, i, opset_));
   }
+  fuse_conv_relu();
   // Nodes without inputs (Constant) are evaluated once, here; they are constants, not weights.
   for (auto& s : steps_) {
     if (!s.op || !s.op->at_load) continue;
@@ -2395,6 +2438,10 @@ std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
   for (const Step& s : steps_) {
     if (s.op && s.op->at_load) continue;
     const NodeProto& n = *s.proto;
+    if (s.fused_away) {  // a Relu its Conv applied
+      env[n.output(0)] = env.at(n.input(0));
+      continue;
+    }
     std::vector<Tensor> in;
     for (auto& name : n.input()) {
       if (name.empty()) {

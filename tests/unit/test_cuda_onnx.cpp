@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,34 @@ TEST_P(OnnxOnDevice, FineTuningOnTheDeviceMatchesTheCpu) {
   auto a = cpu->state_dict(), b = dev->state_dict();
   ASSERT_EQ(a.size(), b.size());
   for (auto& [name, t] : a) EXPECT_TRUE(all_close(b.at(name), t, tol_, tol_)) << name;
+}
+
+TEST_P(OnnxOnDevice, ConvThenReluRunsAsOneFusedOp) {
+  // Conv2D(relu) exports as Conv + Relu: the import runs them as one conv2d_bias_act. A Conv whose
+  // output is also read elsewhere (here: a graph output too) is left alone.
+  using namespace nn;
+  auto x = Input({3, 8, 8});
+  auto a = call(Conv2D(4, 3, {.padding = "same", .activation = nn::relu}), x);
+  auto b = call(Conv2D(4, 3, {.padding = "same"}), a);
+  auto y = call(Dense(2), call(Flatten(), call(ReLU(), b)));
+  auto m = std::make_shared<Model>(std::vector<SymbolicTensor>{x},
+                                   std::vector<SymbolicTensor>{y, b});
+  const std::string bytes = onnx::export_to_bytes(*m);
+  auto imported = onnx::load_from_bytes(bytes);
+  std::ostringstream summary;
+  imported->summary(summary);
+  EXPECT_NE(summary.str().find("; 1 Conv+Relu fused)"), std::string::npos) << summary.str();
+  // The fused model gives the original model's outputs (on the CPU), and the device the CPU's.
+  const Tensor in = randf({2, 3, 8, 8}, 9);
+  const auto want = m->call({in});
+  const auto got = imported->call({in});
+  ASSERT_EQ(got.size(), 2u);
+  for (std::size_t k = 0; k < 2; ++k) EXPECT_TRUE(all_close(got[k], want[k], 1e-5, 1e-5)) << k;
+  auto dev = onnx::load_from_bytes(bytes);
+  dev->to(device());
+  const auto on_dev = dev->call({in.to(device())});
+  for (std::size_t k = 0; k < 2; ++k)
+    EXPECT_TRUE(all_close(on_dev[k].to(Device::cpu()), want[k], tol_ + 1e-5, tol_ + 1e-5)) << k;
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, OnnxOnDevice, ::testing::Values(Where::StandIn, Where::Gpu),
