@@ -211,9 +211,15 @@ class HostStagedCommunicator : public dist::Communicator {
     soma::detail::copy_into(host.to(t.device()), t);
     ++device_collectives;
   }
+  // Non-blocking as NCCL's: the host copy's MPI all-reduce is polled (with the deadline), the
+  // result copied back to the device when it has completed.
   std::unique_ptr<dist::Work> allreduce_async(Tensor& t, dist::ReduceOp op) override {
-    allreduce(t, op);
-    return std::make_unique<Done>();
+    auto w = std::make_unique<Staged>();
+    w->host = t.to(Device::cpu());
+    w->dst = t;
+    w->inner = world_.allreduce_async(w->host, op);
+    ++device_collectives;
+    return w;
   }
   void broadcast(Tensor& t, int root) override {
     Tensor host = t.to(Device::cpu());
@@ -227,9 +233,23 @@ class HostStagedCommunicator : public dist::Communicator {
   static inline int device_collectives = 0;
 
  private:
-  struct Done : dist::Work {
-    bool test() override { return true; }
-    void wait() override {}
+  struct Staged : dist::Work {
+    Tensor host, dst;
+    std::unique_ptr<dist::Work> inner;
+    bool done = false;
+    bool test() override {
+      if (!done && inner->test()) finish();
+      return done;
+    }
+    void wait() override {
+      if (done) return;
+      inner->wait();
+      finish();
+    }
+    void finish() {
+      soma::detail::copy_into(host.to(dst.device()), dst);
+      done = true;
+    }
   };
   dist::Communicator& world_;
 };

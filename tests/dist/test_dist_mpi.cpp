@@ -268,6 +268,19 @@ TEST(DistMpi, StalledRankTimesOutWithClearError) {
   EXPECT_NE(r.output.find("another rank has died, hangs"), std::string::npos) << r.output;
 }
 
+TEST(DistMpi, StalledRankOfADeviceModelTimesOutWithClearError) {
+  REQUIRE_MPIRUN();
+  // The same on the device path (the CPU stand-in device, its buckets through the host-staged
+  // communicator in NCCL's place, non-blocking and polled as NCCL's are).
+  Result r = run(mpirun(2, "train '' --samples 6400 --epochs 1 --rank1 stall --device standin", 60,
+                     "SOMA_DIST_TIMEOUT=2"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "hung until the timeout:\n" << r.output;
+  EXPECT_LT(r.seconds, 50.0);
+  EXPECT_NE(r.output.find("rank 0 of 2 waited 2 s for the all-reduce"), std::string::npos)
+      << r.output;
+}
+
 TEST(DistMpi, StalledBlockingCollectiveEndsTheJob) {
   REQUIRE_MPIRUN();
   // Blocking collectives cannot be interrupted: a watchdog ends the waiting rank after 2 s.
