@@ -120,11 +120,11 @@ AttrDef Fs(std::string_view n) { return {n, AP::FLOATS}; }
 AttrDef Ss(std::string_view n) { return {n, AP::STRINGS}; }
 AttrDef T(std::string_view n) { return {n, AP::TENSOR}; }
 
-// A node's attributes, checked at load against the operator's AttrDefs (and, for a mapped op,
-// the mapping's names); read by name with ONNX's default where the node leaves one out.
 // A value the import reads on the host (a scalar attribute given as an input, a shape).
 Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
+// A node's attributes, checked at load against the operator's AttrDefs (and, for a mapped op,
+// the mapping's names); read by name with ONNX's default where the node leaves one out.
 class NodeAttrs {
  public:
   NodeAttrs(const NodeProto& n, const std::vector<AttrDef>& defs, const OnnxMapping* mapping,
@@ -2281,13 +2281,6 @@ class OnnxModel : public nn::Model {
   mutable std::unordered_map<std::string, Tensor> device_constants_;
 };
 
-// A model moved to a device computes there, but constants_ stay in host memory: most are
-// shapes, axes and pads that handlers read on the host (ints_of), and Shape's outputs are made
-// there too. A node whose inputs include a device tensor gets its other host inputs on that
-// device: every one for a mapped op (a soma op, whose kernel needs its inputs on one device);
-// floating ones for a handler (integer ones it reads itself, and moves where it uses them as
-// data, as Gather does). Copies of constants are kept, so a constant crosses once per device.
-// 0-d tensors stay: soma ops take a 0-d host tensor as a value on any device.
 // A Conv whose output is read by one node only, a Relu, and is not a graph output runs as one
 // conv2d_bias_act with the ReLU (one cuDNN/oneDNN call and at most one elementwise pass on the
 // output instead of three passes); the Relu then only names the Conv's result.
@@ -2313,6 +2306,13 @@ void OnnxModel::fuse_conv_relu() {
   }
 }
 
+// A model moved to a device computes there, but constants_ stay in host memory: most are
+// shapes, axes and pads that handlers read on the host (ints_of), and Shape's outputs are made
+// there too. A node whose inputs include a device tensor gets its other host inputs on that
+// device: every one for a mapped op (a soma op, whose kernel needs its inputs on one device);
+// floating ones for a handler (integer ones it reads itself, and moves where it uses them as
+// data, as Gather does). Copies of constants are kept, so a constant crosses once per device.
+// 0-d tensors stay: soma ops take a 0-d host tensor as a value on any device.
 void OnnxModel::place_inputs(const Step& s, std::vector<Tensor>& in) const {
   Device dev = Device::cpu();
   for (const Tensor& t : in)
