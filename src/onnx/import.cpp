@@ -220,6 +220,9 @@ struct Node {
   std::int64_t opset;
   bool training;
   bool relu = false;  // Conv: a Relu that only reads its output is fused in (OnnxModel)
+  // Conv: >= 0 when the BatchNormalization after it is folded in (OnnxModel); its scale, bias,
+  // mean and variance are inputs 3 to 6 (input 2, the Conv's bias, may be undefined).
+  double bn_eps = -1.0;
   const Tensor& arg(std::size_t i) const {
     if (i >= in.size() || !in[i].defined()) fail(kWho, what, ": input ", i, " is missing");
     return in[i];
@@ -410,11 +413,20 @@ std::vector<Tensor> conv(const Node& n) {
   if (!Transposed) {
     // One op for convolution, bias and ReLU (cuDNN/oneDNN run them as one call plus at most one
     // elementwise pass, instead of a broadcast add and a ReLU over the output).
-    const Tensor b = n.has(2) ? n.in[2] : Tensor();
+    Tensor b = n.has(2) ? n.in[2] : Tensor();
     if (b.defined() && (b.dtype() != x.dtype() || w.dtype() != x.dtype()))
       fail(kWho, n.what, ": the input, weight and bias dtypes differ (", dtype_name(x.dtype()),
            ", ", dtype_name(w.dtype()), ", ", dtype_name(b.dtype()), ")");
-    y = soma::detail::conv2d_bias_act(x, w, b, strides, onnx_padding(n), dil, groups, n.relu);
+    Tensor wf = w;
+    if (n.bn_eps >= 0.0) {
+      // The batch norm after it, folded into the kernel and bias: with s = gamma / sqrt(var +
+      // eps), bn(conv(x, w) + b) = conv(x, w * s) + (b - mean) * s + beta (per output channel;
+      // exact up to rounding, and differentiable, so fine-tuning trains the same weights).
+      const Tensor s = n.arg(3) * rsqrt(n.arg(6) + n.bn_eps);
+      wf = w * reshape(s, {-1, 1, 1, 1});
+      b = (b.defined() ? b - n.arg(5) : negative(n.arg(5))) * s + n.arg(4);
+    }
+    y = soma::detail::conv2d_bias_act(x, wf, b, strides, onnx_padding(n), dil, groups, n.relu);
     return {drop_1d(y, lifted)};
   } else {
     Padding pad = onnx_padding(n);
@@ -2116,7 +2128,9 @@ struct Step {
   Attrs def_attrs;
   std::unique_ptr<NodeAttrs> attrs;
   bool fused_relu = false;  // a Conv that applies the Relu after it
-  bool fused_away = false;  // that Relu: its output is the Conv's
+  bool fused_away = false;  // that Relu (or BatchNormalization): its output is the Conv's
+  const Step* folded_bn = nullptr;  // a Conv: the BatchNormalization folded into it
+  double bn_eps = 0.0;
 };
 
 const std::vector<AttrDef> kNoAttrs;
@@ -2233,6 +2247,7 @@ class OnnxModel : public nn::Model {
   void summary(std::ostream& os) const override {
     os << "Model: \"" << name() << "\" (ONNX graph '" << graph().name() << "', opset " << opset_
        << ", " << graph().node_size() << " nodes";
+    if (folded_) os << "; " << folded_ << " BatchNormalization folded into Conv";
     if (fused_) os << "; " << fused_ << " Conv+Relu fused";
     os << ")\n";
     for (auto& i : inputs_) os << "  input  " << i.name << " " << format_dims(i.shape) << "\n";
@@ -2261,6 +2276,7 @@ class OnnxModel : public nn::Model {
     if (s.def) return run_mapped(s, in);
     Node node{*s.proto, s.what, *s.attrs, in, opset_, training()};
     node.relu = s.fused_relu;
+    if (s.folded_bn) node.bn_eps = s.bn_eps;
     return s.op->run(node);
   }
 
@@ -2273,7 +2289,7 @@ class OnnxModel : public nn::Model {
   void place_inputs(const Step& s, std::vector<Tensor>& in) const;
   // Marks each Conv whose output only a Relu reads (see the definition).
   void fuse_conv_relu();
-  std::int64_t fused_ = 0;  // Conv + Relu pairs
+  std::int64_t fused_ = 0, folded_ = 0;  // Conv + Relu pairs, batch norms folded into a Conv
 
   std::unordered_map<std::string, Tensor> constants_;  // integer initialisers, Constant nodes
   // Device copies of constants_, made when a node on a device first needs one (Module::to moves
@@ -2295,6 +2311,26 @@ void OnnxModel::fuse_conv_relu() {
     const Step& s = steps_[k];
     if (s.op && s.op->run == &conv<false> && s.proto->output_size() == 1)
       conv_of[s.proto->output(0)] = k;
+  }
+  // A BatchNormalization (inference form: one output, all five inputs) that alone reads a Conv's
+  // output is folded into it; the Conv's result then goes by the batch norm's output name.
+  for (Step& s : steps_) {
+    if (!s.op || s.op->run != &batch_norm || s.proto->output_size() != 1 ||
+        s.proto->input_size() != 5)
+      continue;
+    auto it = conv_of.find(s.proto->input(0));
+    if (it == conv_of.end() || readers[it->first] != 1) continue;
+    bool all_inputs = true;
+    for (int k = 1; k < 5; ++k) all_inputs = all_inputs && !s.proto->input(k).empty();
+    if (!all_inputs) continue;
+    Step& c = steps_[it->second];
+    c.folded_bn = &s;
+    c.bn_eps = s.attrs->f("epsilon");
+    s.fused_away = true;
+    ++folded_;
+    const std::size_t conv_step = it->second;
+    conv_of.erase(it);
+    conv_of[s.proto->output(0)] = conv_step;
   }
   for (Step& s : steps_) {
     if (!kActivationsToFuse.count(s.proto->op_type()) || s.proto->input_size() != 1) continue;
@@ -2438,7 +2474,7 @@ std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
   for (const Step& s : steps_) {
     if (s.op && s.op->at_load) continue;
     const NodeProto& n = *s.proto;
-    if (s.fused_away) {  // a Relu its Conv applied
+    if (s.fused_away) {  // a Relu or a batch norm its Conv applied
       env[n.output(0)] = env.at(n.input(0));
       continue;
     }
@@ -2456,6 +2492,14 @@ std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
     }
     if (in.empty() || !in[0].defined()) fail(kWho, s.what, ": input 0 is missing");
     place_inputs(s, in);
+    if (s.folded_bn) {  // the batch norm's scale, bias, mean and variance as inputs 3 to 6
+      in.resize(3);
+      for (int k = 1; k < 5; ++k) {
+        Tensor t = env.at(s.folded_bn->proto->input(k));
+        if (t.device() != in[0].device()) t = t.to(in[0].device());
+        in.push_back(t);
+      }
+    }
     std::vector<Tensor> out;
     try {
       out = run_step(s, in);

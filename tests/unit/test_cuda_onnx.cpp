@@ -223,6 +223,40 @@ TEST_P(OnnxOnDevice, ConvThenReluRunsAsOneFusedOp) {
     EXPECT_TRUE(all_close(on_dev[k].to(Device::cpu()), want[k], tol_ + 1e-5, tol_ + 1e-5)) << k;
 }
 
+TEST_P(OnnxOnDevice, BatchNormAfterConvIsFoldedAndTrainsTheSame) {
+  // Conv -> BatchNormalization -> Relu (torchvision's ResNet pattern) runs as one
+  // conv2d_bias_act with the batch norm folded into kernel and bias, on any device; fitting the
+  // imported model on the device gives the CPU's weights (the fold is differentiable).
+  using namespace nn;
+  auto m = std::make_shared<Sequential>(Input({3, 8, 8}), Conv2D(6, 3, {.padding = "same"}),
+                                        BatchNormalization({.axis = 1}), ReLU(),
+                                        Conv2D(4, 3, {.strides = 2, .use_bias = false}),
+                                        BatchNormalization({.axis = 1}), GlobalAveragePooling2D(),
+                                        Dense(3));
+  perturb_batch_norms(*m, 31);
+  const std::string bytes = onnx::export_to_bytes(*m);
+  auto cpu = onnx::load_from_bytes(bytes);
+  std::ostringstream summary;
+  cpu->summary(summary);
+  EXPECT_NE(summary.str().find("; 2 BatchNormalization folded into Conv; 1 Conv+Relu fused)"),
+            std::string::npos)
+      << summary.str();
+  m->eval();
+  cpu->eval();
+  const Tensor in = randf({5, 3, 8, 8}, 12);
+  EXPECT_TRUE(all_close((*cpu)(in), (*m)(in), 1e-5, 1e-5));
+  auto dev = onnx::load_from_bytes(bytes);
+  dev->to(device());
+  EXPECT_TRUE(all_close(dev->predict(in), (*cpu)(in), tol_ + 1e-6, tol_ + 1e-6));
+  for (auto* model : {cpu.get(), dev.get()})
+    model->compile(optim::SGD({.learning_rate = 0.05}), nn::MeanSquaredError());
+  const Tensor y = randf({5, 3}, 13);
+  cpu->fit(in, y, {.epochs = 2, .batch_size = 5, .shuffle = false, .verbose = 0});
+  dev->fit(in, y, {.epochs = 2, .batch_size = 5, .shuffle = false, .verbose = 0});
+  auto a = cpu->state_dict(), b = dev->state_dict();
+  for (auto& [name, t] : a) EXPECT_TRUE(all_close(b.at(name), t, tol_, tol_)) << name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, OnnxOnDevice, ::testing::Values(Where::StandIn, Where::Gpu),
                          [](const auto& info) {
                            return std::string(info.param == Where::StandIn ? "StandIn" : "Gpu");
