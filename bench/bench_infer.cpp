@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "soma/onnx.hpp"
@@ -108,6 +109,12 @@ int main(int argc, char** argv) {
       source = model_arg;
     }
     model->eval();
+    {  // what the import fused (one line, a comment for the scripts)
+      std::ostringstream summary;
+      model->summary(summary);
+      const std::string first = summary.str().substr(0, summary.str().find('\n'));
+      std::printf("# %s\n", first.c_str());
+    }
     model->to(device);
     if (device.is_cuda()) cuda::set_allow_tf32(precision != "f32");
     std::optional<AutocastScope> autocast;

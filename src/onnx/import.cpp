@@ -28,6 +28,7 @@
 #include <unordered_map>
 
 #include "internal/conv_bias_act.hpp"
+#include "internal/fused_inference.hpp"
 #include "onnx/onnx_attrs.hpp"
 #include "onnx/proto_util.hpp"
 #include "soma/autograd.hpp"
@@ -220,9 +221,6 @@ struct Node {
   std::int64_t opset;
   bool training;
   bool relu = false;  // Conv: a Relu that only reads its output is fused in (OnnxModel)
-  // Conv: >= 0 when the BatchNormalization after it is folded in (OnnxModel); its scale, bias,
-  // mean and variance are inputs 3 to 6 (input 2, the Conv's bias, may be undefined).
-  double bn_eps = -1.0;
   const Tensor& arg(std::size_t i) const {
     if (i >= in.size() || !in[i].defined()) fail(kWho, what, ": input ", i, " is missing");
     return in[i];
@@ -413,20 +411,11 @@ std::vector<Tensor> conv(const Node& n) {
   if (!Transposed) {
     // One op for convolution, bias and ReLU (cuDNN/oneDNN run them as one call plus at most one
     // elementwise pass, instead of a broadcast add and a ReLU over the output).
-    Tensor b = n.has(2) ? n.in[2] : Tensor();
+    const Tensor b = n.has(2) ? n.in[2] : Tensor();
     if (b.defined() && (b.dtype() != x.dtype() || w.dtype() != x.dtype()))
       fail(kWho, n.what, ": the input, weight and bias dtypes differ (", dtype_name(x.dtype()),
            ", ", dtype_name(w.dtype()), ", ", dtype_name(b.dtype()), ")");
-    Tensor wf = w;
-    if (n.bn_eps >= 0.0) {
-      // The batch norm after it, folded into the kernel and bias: with s = gamma / sqrt(var +
-      // eps), bn(conv(x, w) + b) = conv(x, w * s) + (b - mean) * s + beta (per output channel;
-      // exact up to rounding, and differentiable, so fine-tuning trains the same weights).
-      const Tensor s = n.arg(3) * rsqrt(n.arg(6) + n.bn_eps);
-      wf = w * reshape(s, {-1, 1, 1, 1});
-      b = (b.defined() ? b - n.arg(5) : negative(n.arg(5))) * s + n.arg(4);
-    }
-    y = soma::detail::conv2d_bias_act(x, wf, b, strides, onnx_padding(n), dil, groups, n.relu);
+    y = soma::detail::conv2d_bias_act(x, w, b, strides, onnx_padding(n), dil, groups, n.relu);
     return {drop_1d(y, lifted)};
   } else {
     Padding pad = onnx_padding(n);
@@ -2131,6 +2120,14 @@ struct Step {
   bool fused_away = false;  // that Relu (or BatchNormalization): its output is the Conv's
   const Step* folded_bn = nullptr;  // a Conv: the BatchNormalization folded into it
   double bn_eps = 0.0;
+  // The folded kernel and bias of the last inference call, and what they were made from (the
+  // tensors, kept alive so that their storage cannot be reused, and their versions).
+  struct FoldCache {
+    std::vector<Tensor> from;
+    std::vector<std::uint64_t> versions;
+    Tensor w, b;
+  };
+  mutable FoldCache fold;
 };
 
 const std::vector<AttrDef> kNoAttrs;
@@ -2276,7 +2273,6 @@ class OnnxModel : public nn::Model {
     if (s.def) return run_mapped(s, in);
     Node node{*s.proto, s.what, *s.attrs, in, opset_, training()};
     node.relu = s.fused_relu;
-    if (s.folded_bn) node.bn_eps = s.bn_eps;
     return s.op->run(node);
   }
 
@@ -2289,6 +2285,8 @@ class OnnxModel : public nn::Model {
   void place_inputs(const Step& s, std::vector<Tensor>& in) const;
   // Marks each Conv whose output only a Relu reads (see the definition).
   void fuse_conv_relu();
+  // A Conv's kernel and bias with its batch norm folded in (see the definition).
+  std::pair<Tensor, Tensor> folded_weights(const Step& s, std::vector<Tensor> from) const;
   std::int64_t fused_ = 0, folded_ = 0;  // Conv + Relu pairs, batch norms folded into a Conv
 
   std::unordered_map<std::string, Tensor> constants_;  // integer initialisers, Constant nodes
@@ -2349,6 +2347,45 @@ void OnnxModel::fuse_conv_relu() {
 // floating ones for a handler (integer ones it reads itself, and moves where it uses them as
 // data, as Gather does). Copies of constants are kept, so a constant crosses once per device.
 // 0-d tensors stay: soma ops take a 0-d host tensor as a value on any device.
+// With s = gamma / sqrt(var + eps), bn(conv(x, w) + b) = conv(x, w * s) + (b - mean) * s + beta
+// per output channel: exact up to rounding, and made of ops, so a tape differentiates through
+// it and fine-tuning trains the file's own weights. `from`: w, b (may be undefined), gamma,
+// beta, mean, var. In plain inference (no tape recording, no graph being built) the result is
+// kept and reused while none of them has been written (storage and version unchanged).
+std::pair<Tensor, Tensor> OnnxModel::folded_weights(const Step& s,
+                                                    std::vector<Tensor> from) const {
+  const bool keep = nn::fusion::fused_op_state_ok() &&
+                    (active_tapes().empty() || grad_recording_disabled());
+  auto version_of = [](const Tensor& t) {
+    return t.defined() ? t.storage()->version.load() : std::uint64_t(0);
+  };
+  Step::FoldCache& c = s.fold;
+  if (keep && c.from.size() == from.size()) {
+    bool same = true;
+    for (std::size_t k = 0; same && k < from.size(); ++k)
+      same = from[k].defined() == c.from[k].defined() &&
+             (!from[k].defined() || (from[k].storage() == c.from[k].storage() &&
+                                     from[k].raw_data() == c.from[k].raw_data() &&
+                                     version_of(from[k]) == c.versions[k]));
+    if (same) return {c.w, c.b};
+  }
+  const Tensor &w = from[0], &b = from[1], &gamma = from[2], &beta = from[3], &mean = from[4],
+               &var = from[5];
+  const Tensor scale = gamma * rsqrt(var + s.bn_eps);
+  Shape per_channel(std::size_t(w.rank()), 1);
+  per_channel[0] = -1;
+  Tensor wf = w * reshape(scale, per_channel);
+  Tensor bf = (b.defined() ? b - mean : negative(mean)) * scale + beta;
+  c = {};
+  if (keep) {
+    for (const Tensor& t : from) c.versions.push_back(version_of(t));
+    c.from = std::move(from);
+    c.w = wf;
+    c.b = bf;
+  }
+  return {wf, bf};
+}
+
 void OnnxModel::place_inputs(const Step& s, std::vector<Tensor>& in) const {
   Device dev = Device::cpu();
   for (const Tensor& t : in)
@@ -2492,13 +2529,18 @@ std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
     }
     if (in.empty() || !in[0].defined()) fail(kWho, s.what, ": input 0 is missing");
     place_inputs(s, in);
-    if (s.folded_bn) {  // the batch norm's scale, bias, mean and variance as inputs 3 to 6
-      in.resize(3);
+    if (s.folded_bn) {  // the Conv runs with the batch norm's weights folded into its own
+      if (in.size() < 2 || !in[1].defined()) fail(kWho, s.what, ": input 1 is missing");
+      std::vector<Tensor> from{in[1], in.size() > 2 ? in[2] : Tensor()};
       for (int k = 1; k < 5; ++k) {
         Tensor t = env.at(s.folded_bn->proto->input(k));
-        if (t.device() != in[0].device()) t = t.to(in[0].device());
-        in.push_back(t);
+        if (t.device() != in[1].device()) t = t.to(in[1].device());
+        from.push_back(t);
       }
+      auto [wf, bf] = folded_weights(s, std::move(from));
+      in.resize(3);
+      in[1] = wf;
+      in[2] = bf;
     }
     std::vector<Tensor> out;
     try {

@@ -255,6 +255,15 @@ TEST_P(OnnxOnDevice, BatchNormAfterConvIsFoldedAndTrainsTheSame) {
   dev->fit(in, y, {.epochs = 2, .batch_size = 5, .shuffle = false, .verbose = 0});
   auto a = cpu->state_dict(), b = dev->state_dict();
   for (auto& [name, t] : a) EXPECT_TRUE(all_close(b.at(name), t, tol_, tol_)) << name;
+  // Inference keeps the folded weights; new weights (load_state_dict writes in place) must not
+  // be served from the old fold.
+  auto fresh = onnx::load_from_bytes(bytes);
+  fresh->to(device());
+  const Tensor before = fresh->predict(in);
+  fresh->load_state_dict(a);
+  const Tensor after = fresh->predict(in);
+  EXPECT_TRUE(all_close(after, cpu->predict(in), tol_ + 1e-6, tol_ + 1e-6));
+  EXPECT_FALSE(all_close(after, before, 1e-4, 1e-4)) << "the fit did not change the outputs";
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, OnnxOnDevice, ::testing::Values(Where::StandIn, Where::Gpu),
