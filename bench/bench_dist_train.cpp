@@ -7,6 +7,10 @@
 // with and without overlap (buckets started during the backward pass vs after it):
 //   bench_dist_loop ranks=2 ... overlap=1 samples_per_s=...
 // (bench/bench_dist.sh runs the whole comparison.)
+// Environment: BENCH_MODEL=mlp (default) or cnn (the CIFAR-shaped CNN of examples/cnn_cifar10:
+// two Conv2D + MaxPool2D, Dense; 32x32x3 inputs); BENCH_DEVICE=cpu (default) or cuda: the model
+// and the data on dist::local_device() (one GPU per rank, gradients over NCCL); without a usable
+// GPU rank 0 prints "# skipped: ..." and the run succeeds.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,9 +31,43 @@ int main(int argc, char** argv) {
     set_num_threads(threads);
     set_seed(1);
     const std::int64_t n = batch * steps;
-    Tensor x = random_normal({n, 784}, 0.0, 1.0, DType::f32, 3);
-    Tensor y = argmax(matmul(x, random_normal({784, 10}, 0.0, 1.0, DType::f32, 4)), -1);
-    nn::Sequential model{nn::Dense(512, nn::relu), nn::Dense(512, nn::relu), nn::Dense(10)};
+    const std::string model_name = std::getenv("BENCH_MODEL") ? std::getenv("BENCH_MODEL") : "mlp";
+    const std::string device_name = std::getenv("BENCH_DEVICE") ? std::getenv("BENCH_DEVICE") : "cpu";
+    const bool cnn = model_name == "cnn";
+    Device device = Device::cpu();
+    if (device_name == "cuda") {
+      device = dist::local_device();
+      if (!device.is_cuda()) {
+        if (dist::is_main())
+          std::printf("# skipped: BENCH_DEVICE=cuda but no usable GPU: %s\n",
+                      cuda::unavailable_reason().c_str());
+        dist::finalize();
+        return 0;
+      }
+    }
+    const Shape sample = cnn ? Shape{3, 32, 32} : Shape{784};
+    Shape xs{n};
+    xs.insert(xs.end(), sample.begin(), sample.end());
+    Tensor x = random_normal(xs, 0.0, 1.0, DType::f32, 3);
+    Tensor y = argmax(matmul(reshape(x, {n, -1}),
+                             random_normal({soma::numel(sample), 10}, 0.0, 1.0, DType::f32, 4)),
+                      -1);
+    auto model_ref =
+        cnn ? std::make_shared<nn::Sequential>(
+                  nn::Conv2D(32, 3, {.padding = "same", .activation = nn::relu}), nn::MaxPool2D(2),
+                  nn::Conv2D(64, 3, {.padding = "same", .activation = nn::relu}), nn::MaxPool2D(2),
+                  nn::Flatten(), nn::Dense(128, nn::relu), nn::Dense(10))
+            : std::make_shared<nn::Sequential>(nn::Dense(512, nn::relu), nn::Dense(512, nn::relu),
+                                               nn::Dense(10));
+    nn::Sequential& model = *model_ref;
+    if (device.is_cuda()) {
+      Shape in{-1};
+      in.insert(in.end(), sample.begin(), sample.end());
+      model.build_for(in);
+      model.to(device);
+      x = x.to(device);  // fit cuts device data on the device (no copy per batch)
+      y = y.to(device);
+    }
     model.compile(optim::SGD({.learning_rate = 0.01}),
                   nn::SparseCategoricalCrossentropy({.from_logits = true}));
     nn::FitOptions o{.epochs = 1, .batch_size = batch, .shuffle = false};
@@ -37,6 +75,11 @@ int main(int argc, char** argv) {
     o.distributed = true;
     o.distributed_bucket_bytes = bucket;
     if (argc > 4 && std::string(argv[4]) == "loop") {
+      if (!device.is_cpu()) {
+        if (dist::is_main()) std::printf("# loop: CPU only\n");
+        dist::finalize();
+        return 0;
+      }
       model.build_for({-1, 784});
       std::vector<Variable> vars = model.trainable_parameters();
       std::vector<Tensor> values;
@@ -83,10 +126,10 @@ int main(int argc, char** argv) {
     dist::world().barrier();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (dist::is_main())
-      std::printf("bench_dist_train ranks=%d threads=%d global_batch=%lld steps=%lld "
-                  "bucket_bytes=%lld seconds=%.3f samples_per_s=%.1f\n",
-                  dist::world_size(), threads, (long long)batch, (long long)steps,
-                  (long long)bucket, s, double(n) / s);
+      std::printf("bench_dist_train ranks=%d threads=%d model=%s device=%s global_batch=%lld "
+                  "steps=%lld bucket_bytes=%lld seconds=%.3f samples_per_s=%.1f\n",
+                  dist::world_size(), threads, model_name.c_str(), device.str().c_str(),
+                  (long long)batch, (long long)steps, (long long)bucket, s, double(n) / s);
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

@@ -1,12 +1,14 @@
 # NCCL for soma::dist (docs/distributed.md, "NCCL"): src/dist/nccl_communicator.cpp runs the
-# collectives on CUDA tensors, one process per GPU. Built when MPI is on (it carries NCCL's unique
-# id and starts the job) and NCCL is found under the CUDA toolkit (nccl.h, libnccl.so); plain C++
+# collectives on CUDA tensors, one process per GPU. Built when NCCL is found under the CUDA
+# toolkit (nccl.h, libnccl.so). Several ranks need MPI too (it starts the job and carries NCCL's
+# unique id); without MPI, NCCL serves one process (a 1-rank communicator: GPU machines whose
+# image has NCCL but no MPI still check it, issue 24); plain C++
 # against the CUDA runtime API, so nvcc is not needed. No GPU is needed to build it: at run time
 # soma asks for NCCL only when tensors are on a GPU. Sets SOMA_HAS_NCCL and defines
 # soma_configure_nccl_target(target).
-option(SOMA_ENABLE_NCCL "Build the NCCL communicator when MPI, the CUDA toolkit and NCCL are found" ON)
+option(SOMA_ENABLE_NCCL "Build the NCCL communicator when the CUDA toolkit and NCCL are found" ON)
 set(SOMA_HAS_NCCL OFF)
-if(SOMA_ENABLE_NCCL AND SOMA_HAS_MPI)
+if(SOMA_ENABLE_NCCL)
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND AND TARGET CUDA::cudart)
     find_path(SOMA_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} $ENV{NCCL_HOME}/include)

@@ -291,7 +291,8 @@ CUDA_TESTS=()
 for f in "$ROOT"/tests/unit/test_cuda*.cpp; do CUDA_TESTS+=("$(basename "$f" .cpp)"); done
 # (and the programs of the `example.*.cuda` and `cli.train_on_cuda` tests)
 TARGETS=(soma soma_cli fashion_mnist cnn_cifar10 test_op_registry "${CUDA_TESTS[@]}"
-         linear_regression perceptron autoencoder_838 mnist_mlp text_lstm gan cli_fixtures)
+         linear_regression perceptron autoencoder_838 mnist_mlp text_lstm gan cli_fixtures
+         test_dist_nccl test_dist_device)  # NCCL with one rank (issue 24)
 if [ "$DO_BUILD" = 1 ]; then
   DEADLINE=$((SECONDS + BUILD_LIMIT))
   gen=(-G Ninja); command -v ninja >/dev/null || gen=(-G "Unix Makefiles")
@@ -361,6 +362,10 @@ run_tests() {  # run_tests NAME LIMIT EXE [ARGS...]
 }
 for t in "${CUDA_TESTS[@]}"; do run_tests "$t" 120 "$t"; done
 run_tests "op registry (*Cuda*)" 180 test_op_registry '--gtest_filter=*Cuda*'
+# NCCL with one rank (issue 24): collectives per dtype and op on device tensors, distributed fit
+# through a 1-rank NCCL communicator equal to plain fit on the GPU; the reducer's device buckets.
+run_tests "nccl 1 rank (test_dist_nccl)" 120 test_dist_nccl
+run_tests "dist device buckets" 60 test_dist_device
 
 # 4b. The examples that train, and the CLI, on the GPU: CTest's `cuda` tests outside the
 #     executables above (example.*.cuda, cli.train_on_cuda). They exit 77 (skipped) without a

@@ -70,6 +70,12 @@ std::shared_ptr<nn::Model> load_model_file(const std::string& path);
 bool warn_invalid_weights(const nn::Model& model, const std::string& path, const std::string& who);
 // The per-sample input shape a loaded model expects, when it knows it.
 std::optional<Shape> model_input_shape(nn::Model& model);
+// ONNX files (MODEL arguments ending in .onnx): imported with soma::onnx::load, in inference mode
+// (NotAvailable in a build without ONNX); the per-sample input shape the file declares, when its
+// dimensions after the batch axis are fixed.
+bool is_onnx_path(const std::string& path);
+std::shared_ptr<nn::Model> load_onnx_file(const std::string& path);
+std::optional<Shape> onnx_input_shape(const std::string& path);
 
 // Throws (exit status 1) unless a file can be written at `path`, given as `option` ("--out"):
 // run before the data is loaded, so a missing, read-only or full directory fails at once.

@@ -28,3 +28,29 @@ int cmd_export(int argc, char** argv) {
 }
 
 }  // namespace soma::cli
+
+namespace soma::cli {
+
+bool is_onnx_path(const std::string& path) {
+  return path.size() > 5 && path.compare(path.size() - 5, 5, ".onnx") == 0;
+}
+
+std::shared_ptr<nn::Model> load_onnx_file(const std::string& path) {
+  if (!onnx::available())
+    throw NotAvailable("'" + path + "' is an ONNX file, but this build of soma has no ONNX "
+                       "support (install libonnx-dev and libprotobuf-dev, then reconfigure)");
+  auto model = onnx::load(path, {.trainable = false});
+  model->eval();
+  return model;
+}
+
+std::optional<Shape> onnx_input_shape(const std::string& path) {
+  const auto shapes = onnx::input_shapes(path);
+  if (shapes.empty() || shapes[0].size() < 2) return std::nullopt;
+  Shape s(shapes[0].begin() + 1, shapes[0].end());
+  for (auto d : s)
+    if (d < 0) return std::nullopt;
+  return s;
+}
+
+}  // namespace soma::cli

@@ -124,25 +124,32 @@ int cmd_predict(int argc, char** argv) {
               "Classifies PNG images with a model file and prints the top classes with their\n"
               "probabilities (the model's outputs when it ends with a softmax or sigmoid, else\n"
               "their softmax). Images of any size and colour are resized to the model's input;\n"
-              "grey models invert light-background photos, as Fashion-MNIST was made.");
-  p.positional("MODEL IMAGE...", "a model file, then one or more PNG files", 2, 1 << 20)
+              "grey models invert light-background photos, as Fashion-MNIST was made. MODEL may\n"
+              "be an ONNX file (*.onnx, imported with soma::onnx::load); images go through it\n"
+              "--batch-size at a time.");
+  p.positional("MODEL IMAGE...", "a model file or an ONNX file, then one or more PNG files", 2,
+               1 << 20)
       .option("top", "K", "how many classes to show per image (default 3)")
       .option("classes", "NAME",
               "class names: fashion-mnist, cifar10, mnist (digits), or a text file with one\n"
               "name per line (default: cifar10 for 3-channel models, else fashion-mnist)")
+      .option("batch-size", "N", "images per forward pass (default 32)")
       .option("device", "DEV", kDeviceHelp);
   Args a;
   if (parse_or_help(p, argc, argv, a)) return 0;
   const std::int64_t top = a.integer("top", 3, 1);
+  const std::int64_t batch_size = a.integer("batch-size", 32, 1);
   const Device device = device_option(a);
 
-  auto model = load_model_file(a.positional[0]);
+  const bool imported = is_onnx_path(a.positional[0]);
+  auto model = imported ? load_onnx_file(a.positional[0]) : load_model_file(a.positional[0]);
   warn_invalid_weights(*model, a.positional[0], "soma predict");
   move_model(*model, device);
   // Outputs that are probabilities already (a softmax or sigmoid last layer) are shown as they
   // are; logits go through a softmax.
   const bool probabilities = nn::outputs_probabilities(*model);
-  auto shape = model_input_shape(*model).value_or(Shape{1, 28, 28});
+  auto shape = (imported ? onnx_input_shape(a.positional[0]) : model_input_shape(*model))
+                   .value_or(Shape{1, 28, 28});
   const bool colour = shape.size() == 3 && shape[0] == 3;
   if (shape.size() < 2)
     throw Error("the model's input " + shape_str(shape) + " is not an image shape");
@@ -160,29 +167,40 @@ int cmd_predict(int argc, char** argv) {
       if (!line.empty()) names.push_back(line);
   }
 
-  for (std::size_t i = 1; i < a.positional.size(); ++i) {
-    const std::string& path = a.positional[i];
-    Tensor x;
+  auto read_image = [&](const std::string& path) {
     if (colour) {
       Tensor img = image::read_png(path, {.channels = 3});
       img = image::resize(image::convert_image_dtype(img, DType::f32), {h, w});
-      x = image::to_chw_f32(img).expand_dims(0);
-    } else {
-      x = image::load_model_input(path, {.height = h, .width = w,
-                                         .channel_axis = shape.size() == 3});
+      return image::to_chw_f32(img).expand_dims(0);
     }
-    const Tensor out = cast(to_host(model->predict(x)), DType::f32);
+    return image::load_model_input(path, {.height = h, .width = w,
+                                          .channel_axis = shape.size() == 3});
+  };
+  // --batch-size images at a time: read on the host, one forward pass (on the device with
+  // --device), the probabilities back in one copy.
+  const std::size_t n_images = a.positional.size() - 1;
+  for (std::size_t first = 0; first < n_images; first += std::size_t(batch_size)) {
+    const std::size_t last = std::min(n_images, first + std::size_t(batch_size));
+    std::vector<Tensor> xs;
+    for (std::size_t i = first; i < last; ++i) xs.push_back(read_image(a.positional[1 + i]));
+    const Tensor x = xs.size() == 1 ? xs[0] : concat(xs, 0);
+    const Tensor out = cast(to_host(model->predict(x, {.batch_size = batch_size})), DType::f32);
     const Tensor probs = probabilities ? out : softmax(out, -1);
-    const auto pv = probs.to_vector<float>();
-    std::vector<std::int64_t> order(pv.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](auto l, auto r) { return pv[l] > pv[r]; });
-    std::printf("%s:\n", path.c_str());
-    for (std::int64_t j = 0; j < std::min<std::int64_t>(top, std::int64_t(order.size())); ++j) {
-      const auto c = order[j];
-      const std::string name =
-          c < std::int64_t(names.size()) ? names[c] : "class " + std::to_string(c);
-      std::printf("  %-12s %6.2f%%  (class %lld)\n", name.c_str(), 100.0 * pv[c], (long long)c);
+    const std::int64_t k = probs.numel() / std::int64_t(xs.size());
+    const auto all = probs.to_vector<float>();
+    for (std::size_t i = first; i < last; ++i) {
+      const std::vector<float> pv(all.begin() + std::int64_t(i - first) * k,
+                                  all.begin() + std::int64_t(i - first + 1) * k);
+      std::vector<std::int64_t> order(pv.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](auto l, auto r) { return pv[l] > pv[r]; });
+      std::printf("%s:\n", a.positional[1 + i].c_str());
+      for (std::int64_t j = 0; j < std::min<std::int64_t>(top, std::int64_t(order.size())); ++j) {
+        const auto c = order[j];
+        const std::string name =
+            c < std::int64_t(names.size()) ? names[c] : "class " + std::to_string(c);
+        std::printf("  %-12s %6.2f%%  (class %lld)\n", name.c_str(), 100.0 * pv[c], (long long)c);
+      }
     }
   }
   return 0;

@@ -49,6 +49,11 @@ struct LoadOptions {
 std::shared_ptr<nn::Model> load(const std::string& path, const LoadOptions& options = {});
 std::shared_ptr<nn::Model> load_from_bytes(const std::string& bytes, const LoadOptions& options = {});
 
+// The shapes a file declares for its graph inputs (initialisers left out), in order: -1 for a
+// symbolic or unknown dimension, an empty shape for an unknown rank. For tools that must make
+// inputs (soma predict).
+std::vector<Shape> input_shapes(const std::string& path);
+
 // Whether this build of soma has ONNX support.
 bool available();
 

@@ -2,11 +2,8 @@
 // single-process communicator used without MPI (or without a launcher).
 #include "soma/dist/dist.hpp"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <string>
 
 #include "dist/backend.hpp"
@@ -31,6 +28,15 @@ void check_collective_tensor(const char* who, const Tensor& t) {
 
 std::string describe(const Tensor& t) {
   return soma::detail::cat(t.numel(), " values of ", dtype_name(t.dtype()));
+}
+
+int rank_sharing_gpu(const std::vector<std::array<std::int64_t, 2>>& ids, int rank) {
+  if (rank < 0 || std::size_t(rank) >= ids.size()) return -1;
+  const auto& mine = ids[std::size_t(rank)];
+  if (mine[0] == 0 && mine[1] == 0) return -1;  // no GPU: said otherwise
+  for (std::size_t r = 0; r < ids.size(); ++r)
+    if (int(r) != rank && ids[r] == mine) return int(r);
+  return -1;
 }
 
 }  // namespace detail
@@ -87,7 +93,8 @@ struct State {
   int nccl_device = -1;
   Backend backend = Backend::Auto;
   std::chrono::milliseconds timeout{0};
-  int local_rank = 0;
+  int local_rank = 0, local_size = 1;
+  detail::DeviceCommunicatorFactory device_factory = nullptr;  // tests only
   bool owns_mpi = false;
   bool uses_mpi = false;
 };
@@ -132,26 +139,40 @@ Backend backend_option(const InitOptions& options) {
   return b;
 }
 
-// From the launcher when it says; else the ranks compare host names over the world (collective).
-int find_local_rank(Communicator& world) {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK"})
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  const int n = world.size();
-  if (n == 1) return 0;
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  Tensor ids = zeros({n}, DType::i64);
-  ids.data<std::int64_t>()[world.rank()] = std::int64_t(std::hash<std::string>{}(host) >> 1);
-  world.allreduce(ids, ReduceOp::Sum);
-  int local = 0;
-  for (int r = 0; r < world.rank(); ++r)
-    local += ids.data<std::int64_t>()[r] == ids.data<std::int64_t>()[world.rank()];
-  return local;
+#ifdef SOMA_HAS_MPI
+// This rank among those on its machine, and their number: from the launcher when it says both
+// (Open MPI, MPICH's hydra, MVAPICH), else from MPI's shared-memory split (collective: every rank
+// asks in init(); the launcher's variables are there on all ranks or on none).
+void find_local_rank(int& local_rank, int& local_size) {
+  struct Names {
+    const char *rank, *size;
+  };
+  for (const Names& n : {Names{"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+                         Names{"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+                         Names{"MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE"}}) {
+    const char* r = std::getenv(n.rank);
+    const char* s = std::getenv(n.size);
+    if (r && s && std::atoi(s) > 0) {
+      local_rank = std::atoi(r);
+      local_size = std::atoi(s);
+      return;
+    }
+  }
+  detail::mpi_local_rank_size(local_rank, local_size);
 }
+#endif
 
 }  // namespace
 
 CommunicatorRef make_local_communicator() { return std::make_shared<LocalCommunicator>(); }
+
+namespace detail {
+void set_device_communicator_factory(DeviceCommunicatorFactory factory) {
+  g_state.device_factory = factory;
+  g_state.nccl.reset();
+  g_state.nccl_device = -1;
+}
+}  // namespace detail
 
 int launcher_world_size() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"})
@@ -179,6 +200,7 @@ bool built_with_nccl() {
 }
 
 int local_rank() { return g_state.world ? g_state.local_rank : 0; }
+int local_size() { return g_state.world ? g_state.local_size : 1; }
 
 Device local_device() {
   if (!cuda::is_available() || cuda::device_count() <= 0) return Device::cpu();
@@ -200,6 +222,11 @@ CommunicatorRef communicator_for(Device device) {
   if (g_state.backend == Backend::Mpi)
     fail(who, "collectives on ", device.str(), " tensors need NCCL, but dist::init was asked for "
          "backend \"mpi\"; use backend \"auto\" or \"nccl\", or move the tensors to the CPU");
+  if (g_state.device_factory) {
+    g_state.nccl = g_state.device_factory(*w, device);
+    g_state.nccl_device = device.index;
+    return g_state.nccl;
+  }
 #ifdef SOMA_HAS_NCCL
   g_state.nccl = detail::nccl_create(*w, device.index, g_state.timeout);
   g_state.nccl_device = device.index;
@@ -232,7 +259,7 @@ void init(const InitOptions& options) {
     static bool registered = false;
     if (!registered) std::atexit(finalize_at_exit);  // MPI wants MPI_Finalize before exit
     registered = true;
-    g_state.local_rank = find_local_rank(*g_state.world);
+    find_local_rank(g_state.local_rank, g_state.local_size);
     if (backend == Backend::Nccl) communicator_for(local_device());
     return;
   }
@@ -246,6 +273,7 @@ void init(const InitOptions& options) {
   (void)started_by_launcher;
   g_state.world = make_local_communicator();
   g_state.local_rank = 0;
+  g_state.local_size = 1;
   if (backend == Backend::Nccl) communicator_for(local_device());
 }
 

@@ -321,6 +321,19 @@ CommunicatorRef mpi_init(std::chrono::milliseconds timeout, bool& owns_mpi) {
   return g_world;
 }
 
+void mpi_local_rank_size(int& local_rank, int& local_size) {
+  // The ranks that share memory with this one are on its machine (MPI-3): a collective over
+  // MPI_COMM_WORLD, which every rank makes in init().
+  MPI_Comm local;
+  int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  if (rc != MPI_SUCCESS)
+    fail("dist.init", "MPI_Comm_split_type (the ranks on this machine) failed: ",
+         mpi_error_string(rc));
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+}
+
 void mpi_finalize(bool owns_mpi) {
   if (g_world) g_world->release();
   g_world.reset();

@@ -20,16 +20,19 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dist/backend.hpp"
 #include "soma/cuda.hpp"
 #include "soma/error.hpp"
+#include "soma/ops.hpp"
 #ifdef SOMA_HAS_CUDA
 #include "backend/cuda/runtime.hpp"  // soma's stream of a device
 #endif
@@ -409,6 +412,27 @@ CommunicatorRef nccl_create(Communicator& world, int device, std::chrono::millis
   const char* who = "dist.nccl";
   const int rank = world.rank(), size = world.size();
   std::string problem = device_problem(device);
+  // One GPU per rank: the ranks compare their GPUs' UUIDs, so that two ranks on one GPU (more
+  // ranks on a machine than GPUs, or CUDA_VISIBLE_DEVICES set alike) are named before NCCL's
+  // setup fails with "duplicate GPU" on some ranks only.
+  {
+    Tensor ids = zeros({size, 2}, DType::i64);
+    if (problem.empty()) {
+      cudaDeviceProp prop{};
+      if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+        std::memcpy(ids.data<std::int64_t>() + 2 * rank, prop.uuid.bytes, 16);
+    }
+    world.allreduce(ids, ReduceOp::Sum);
+    std::vector<std::array<std::int64_t, 2>> all(static_cast<std::size_t>(size));
+    std::memcpy(all.data(), ids.data<std::int64_t>(), all.size() * sizeof(all[0]));
+    const int other = rank_sharing_gpu(all, rank);
+    if (problem.empty() && other >= 0)
+      problem = cat("rank ", other, " uses the same GPU (cuda:", device, " here, ",
+                    soma::cuda::device_count(), " visible); NCCL needs a GPU of its own for every "
+                    "rank: start at most as many ranks per machine as it has GPUs (mpirun "
+                    "--map-by ppr:<GPUs>:node, or slots=<GPUs> in the hostfile), or give each rank "
+                    "its own with CUDA_VISIBLE_DEVICES");
+  }
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (problem.empty() && rank == 0) {

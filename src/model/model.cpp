@@ -654,7 +654,9 @@ std::vector<callbacks::CallbackRef> callbacks_for_rank(
 // rank gets the same verdict, so all throw together).
 void check_same_batch(const std::vector<Tensor>& global_x) {
   double sum = 0.0;
-  for (const Tensor& t : global_x) sum += soma::sum(t.cast(DType::f64)).item<double>();
+  // Device data (a model on a GPU) is summed there; only the sum comes to the host.
+  for (const Tensor& t : global_x)
+    sum += soma::sum(t.cast(DType::f64)).to(Device::cpu()).item<double>();
   Tensor v = Tensor::empty({2}, DType::f64);
   v.data<double>()[0] = sum;
   v.data<double>()[1] = -sum;

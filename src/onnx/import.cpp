@@ -27,6 +27,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "internal/conv_bias_act.hpp"
+#include "internal/fused_inference.hpp"
 #include "onnx/onnx_attrs.hpp"
 #include "onnx/proto_util.hpp"
 #include "soma/autograd.hpp"
@@ -46,6 +48,11 @@ std::shared_ptr<nn::Model> load(const std::string&, const LoadOptions&) {
 }
 std::shared_ptr<nn::Model> load_from_bytes(const std::string&, const LoadOptions&) {
   fail("onnx::load_from_bytes",
+       "soma was built without ONNX support (install libonnx-dev and libprotobuf-dev, then "
+       "reconfigure)");
+}
+std::vector<Shape> input_shapes(const std::string&) {
+  fail("onnx::input_shapes",
        "soma was built without ONNX support (install libonnx-dev and libprotobuf-dev, then "
        "reconfigure)");
 }
@@ -113,6 +120,9 @@ AttrDef Is(std::string_view n) { return {n, AP::INTS}; }
 AttrDef Fs(std::string_view n) { return {n, AP::FLOATS}; }
 AttrDef Ss(std::string_view n) { return {n, AP::STRINGS}; }
 AttrDef T(std::string_view n) { return {n, AP::TENSOR}; }
+
+// A value the import reads on the host (a scalar attribute given as an input, a shape).
+Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
 // A node's attributes, checked at load against the operator's AttrDefs (and, for a mapped op,
 // the mapping's names); read by name with ONNX's default where the node leaves one out.
@@ -210,20 +220,28 @@ struct Node {
   const std::vector<Tensor>& in;
   std::int64_t opset;
   bool training;
+  bool relu = false;  // Conv: a Relu that only reads its output is fused in (OnnxModel)
   const Tensor& arg(std::size_t i) const {
     if (i >= in.size() || !in[i].defined()) fail(kWho, what, ": input ", i, " is missing");
     return in[i];
   }
   bool has(std::size_t i) const { return i < in.size() && in[i].defined(); }
   const Tensor& x() const { return arg(0); }
-  double number(std::size_t i) const { return cast(in[i], DType::f64).item<double>(); }
+  double number(std::size_t i) const { return on_host(cast(in[i], DType::f64)).item<double>(); }
 };
 using Handler = std::vector<Tensor> (*)(const Node&);
 
-// Reads an integer tensor's values (Reshape's shape, Slice's starts, ...).
+// Reads an integer tensor's values (Reshape's shape, Slice's starts, ...). Such values are
+// constants or Shape outputs, kept in host memory (OnnxModel::place_inputs); one computed on a
+// device is copied back.
 std::vector<std::int64_t> ints_of(const Tensor& t) {
   if (!t.defined()) return {};
-  return cast(t, DType::i64).to_vector<std::int64_t>();
+  return on_host(cast(t, DType::i64)).to_vector<std::int64_t>();
+}
+
+// `t` on the device of `like` (integer data such as Gather's indices may be a host constant).
+Tensor on_device_of(const Tensor& like, const Tensor& t) {
+  return t.device() == like.device() ? t : t.to(like.device());
 }
 
 // ---- handlers: operators that need more than one soma op ----------------------------------------
@@ -391,7 +409,14 @@ std::vector<Tensor> conv(const Node& n) {
   const std::int64_t groups = n.attr.i("group");
   Tensor y;
   if (!Transposed) {
-    y = conv2d(x, w, strides, onnx_padding(n), dil, groups);
+    // One op for convolution, bias and ReLU (cuDNN/oneDNN run them as one call plus at most one
+    // elementwise pass, instead of a broadcast add and a ReLU over the output).
+    const Tensor b = n.has(2) ? n.in[2] : Tensor();
+    if (b.defined() && (b.dtype() != x.dtype() || w.dtype() != x.dtype()))
+      fail(kWho, n.what, ": the input, weight and bias dtypes differ (", dtype_name(x.dtype()),
+           ", ", dtype_name(w.dtype()), ", ", dtype_name(b.dtype()), ")");
+    y = soma::detail::conv2d_bias_act(x, w, b, strides, onnx_padding(n), dil, groups, n.relu);
+    return {drop_1d(y, lifted)};
   } else {
     Padding pad = onnx_padding(n);
     if (pad.mode() != Padding::Mode::explicit_)
@@ -751,7 +776,7 @@ std::vector<Tensor> gather_(const Node& n) {
   const Tensor& x = n.x();
   const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
   // soma's gather counts negative indices from the end and checks the range itself.
-  const Tensor& idx = n.arg(1);
+  const Tensor idx = on_device_of(x, n.arg(1));
   if (idx.rank() == 0) {  // a scalar index drops the axis
     return {squeeze(gather(x, reshape(cast(idx, DType::i64), {1}), axis), {axis})};
   }
@@ -971,8 +996,10 @@ std::vector<Tensor> recurrent(const Node& n) {
     // Input projections of every step in one matmul.
     Tensor XW = matmul(X, Wt);
     if (wb.defined()) XW = XW + wb;
-    Tensor H = H0.defined() ? H0[d] : zeros({N, U}, XW.dtype());
-    Tensor C = k == 4 ? (C0.defined() ? C0[d] : zeros({N, U}, XW.dtype())) : Tensor();
+    // Zero states on the input's device (zeros() would make them in host memory).
+    auto zero_state = [&] { return zeros_like(Tensor::empty({N, U}, XW.dtype(), XW.device())); };
+    Tensor H = H0.defined() ? H0[d] : zero_state();
+    Tensor C = k == 4 ? (C0.defined() ? C0[d] : zero_state()) : Tensor();
     std::vector<Tensor> steps(std::size_t(T > 0 ? T : 0));
     for (std::int64_t s = 0; s < T; ++s) {
       const std::int64_t t = reverse ? T - 1 - s : s;
@@ -1995,6 +2022,18 @@ struct Step {
   const OpDef* def = nullptr;  // a mapped op (run == nullptr)
   Attrs def_attrs;
   std::unique_ptr<NodeAttrs> attrs;
+  bool fused_relu = false;  // a Conv that applies the Relu after it
+  bool fused_away = false;  // that Relu (or BatchNormalization): its output is the Conv's
+  const Step* folded_bn = nullptr;  // a Conv: the BatchNormalization folded into it
+  double bn_eps = 0.0;
+  // The folded kernel and bias of the last inference call, and what they were made from (the
+  // tensors, kept alive so that their storage cannot be reused, and their versions).
+  struct FoldCache {
+    std::vector<Tensor> from;
+    std::vector<std::uint64_t> versions;
+    Tensor w, b;
+  };
+  mutable FoldCache fold;
 };
 
 const std::vector<AttrDef> kNoAttrs;
@@ -2110,7 +2149,10 @@ class OnnxModel : public nn::Model {
 
   void summary(std::ostream& os) const override {
     os << "Model: \"" << name() << "\" (ONNX graph '" << graph().name() << "', opset " << opset_
-       << ", " << graph().node_size() << " nodes)\n";
+       << ", " << graph().node_size() << " nodes";
+    if (folded_) os << "; " << folded_ << " BatchNormalization folded into Conv";
+    if (fused_) os << "; " << fused_ << " Conv+Relu fused";
+    os << ")\n";
     for (auto& i : inputs_) os << "  input  " << i.name << " " << format_dims(i.shape) << "\n";
     for (auto& o : output_names_) os << "  output " << o << "\n";
     print_totals(os);
@@ -2135,7 +2177,8 @@ class OnnxModel : public nn::Model {
   using Env = std::unordered_map<std::string, Tensor>;
   std::vector<Tensor> run_step(const Step& s, const std::vector<Tensor>& in) const {
     if (s.def) return run_mapped(s, in);
-    const Node node{*s.proto, s.what, *s.attrs, in, opset_, training()};
+    Node node{*s.proto, s.what, *s.attrs, in, opset_, training()};
+    node.relu = s.fused_relu;
     return s.op->run(node);
   }
 
@@ -2144,8 +2187,133 @@ class OnnxModel : public nn::Model {
   std::vector<Step> steps_;  // one per node, in graph order
   std::vector<Input> inputs_;
   std::vector<std::string> output_names_;
+  // Puts a node's host inputs where it computes (see the definition).
+  void place_inputs(const Step& s, std::vector<Tensor>& in) const;
+  // Marks each Conv whose output only a Relu reads (see the definition).
+  void fuse_conv_relu();
+  // A Conv's kernel and bias with its batch norm folded in (see the definition).
+  std::pair<Tensor, Tensor> folded_weights(const Step& s, std::vector<Tensor> from) const;
+  std::int64_t fused_ = 0, folded_ = 0;  // Conv + Relu pairs, batch norms folded into a Conv
+
   std::unordered_map<std::string, Tensor> constants_;  // integer initialisers, Constant nodes
+  // Device copies of constants_, made when a node on a device first needs one (Module::to moves
+  // the weights only: the constants stay in host memory, where shapes and axes are read).
+  mutable std::unordered_map<std::string, Tensor> device_constants_;
 };
+
+// A Conv whose output is read by one node only, a Relu, and is not a graph output runs as one
+// conv2d_bias_act with the ReLU (one cuDNN/oneDNN call and at most one elementwise pass on the
+// output instead of three passes); the Relu then only names the Conv's result.
+void OnnxModel::fuse_conv_relu() {
+  static const std::set<std::string> kActivationsToFuse{"Relu"};
+  std::unordered_map<std::string, int> readers;
+  for (const Step& s : steps_)
+    for (const auto& name : s.proto->input()) ++readers[name];
+  for (const auto& o : graph().output()) ++readers[o.name()];
+  std::unordered_map<std::string, std::size_t> conv_of;  // output name -> its Conv's step
+  for (std::size_t k = 0; k < steps_.size(); ++k) {
+    const Step& s = steps_[k];
+    if (s.op && s.op->run == &conv<false> && s.proto->output_size() == 1)
+      conv_of[s.proto->output(0)] = k;
+  }
+  // A BatchNormalization (inference form: one output, all five inputs) that alone reads a Conv's
+  // output is folded into it; the Conv's result then goes by the batch norm's output name.
+  for (Step& s : steps_) {
+    if (!s.op || s.op->run != &batch_norm || s.proto->output_size() != 1 ||
+        s.proto->input_size() != 5)
+      continue;
+    auto it = conv_of.find(s.proto->input(0));
+    if (it == conv_of.end() || readers[it->first] != 1) continue;
+    bool all_inputs = true;
+    for (int k = 1; k < 5; ++k) all_inputs = all_inputs && !s.proto->input(k).empty();
+    if (!all_inputs) continue;
+    Step& c = steps_[it->second];
+    c.folded_bn = &s;
+    c.bn_eps = s.attrs->f("epsilon");
+    s.fused_away = true;
+    ++folded_;
+    const std::size_t conv_step = it->second;
+    conv_of.erase(it);
+    conv_of[s.proto->output(0)] = conv_step;
+  }
+  for (Step& s : steps_) {
+    if (!kActivationsToFuse.count(s.proto->op_type()) || s.proto->input_size() != 1) continue;
+    auto it = conv_of.find(s.proto->input(0));
+    if (it == conv_of.end() || readers[it->first] != 1) continue;
+    steps_[it->second].fused_relu = true;
+    s.fused_away = true;
+    ++fused_;
+  }
+}
+
+// A model moved to a device computes there, but constants_ stay in host memory: most are
+// shapes, axes and pads that handlers read on the host (ints_of), and Shape's outputs are made
+// there too. A node whose inputs include a device tensor gets its other host inputs on that
+// device: every one for a mapped op (a soma op, whose kernel needs its inputs on one device);
+// floating ones for a handler (integer ones it reads itself, and moves where it uses them as
+// data, as Gather does). Copies of constants are kept, so a constant crosses once per device.
+// 0-d tensors stay: soma ops take a 0-d host tensor as a value on any device.
+// With s = gamma / sqrt(var + eps), bn(conv(x, w) + b) = conv(x, w * s) + (b - mean) * s + beta
+// per output channel: exact up to rounding, and made of ops, so a tape differentiates through
+// it and fine-tuning trains the file's own weights. `from`: w, b (may be undefined), gamma,
+// beta, mean, var. In plain inference (no tape recording, no graph being built) the result is
+// kept and reused while none of them has been written (storage and version unchanged).
+std::pair<Tensor, Tensor> OnnxModel::folded_weights(const Step& s,
+                                                    std::vector<Tensor> from) const {
+  const bool keep = nn::fusion::fused_op_state_ok() &&
+                    (active_tapes().empty() || grad_recording_disabled());
+  auto version_of = [](const Tensor& t) {
+    return t.defined() ? t.storage()->version.load() : std::uint64_t(0);
+  };
+  Step::FoldCache& c = s.fold;
+  if (keep && c.from.size() == from.size()) {
+    bool same = true;
+    for (std::size_t k = 0; same && k < from.size(); ++k)
+      same = from[k].defined() == c.from[k].defined() &&
+             (!from[k].defined() || (from[k].storage() == c.from[k].storage() &&
+                                     from[k].raw_data() == c.from[k].raw_data() &&
+                                     version_of(from[k]) == c.versions[k]));
+    if (same) return {c.w, c.b};
+  }
+  const Tensor &w = from[0], &b = from[1], &gamma = from[2], &beta = from[3], &mean = from[4],
+               &var = from[5];
+  const Tensor scale = gamma * rsqrt(var + s.bn_eps);
+  Shape per_channel(std::size_t(w.rank()), 1);
+  per_channel[0] = -1;
+  Tensor wf = w * reshape(scale, per_channel);
+  Tensor bf = (b.defined() ? b - mean : negative(mean)) * scale + beta;
+  c = {};
+  if (keep) {
+    for (const Tensor& t : from) c.versions.push_back(version_of(t));
+    c.from = std::move(from);
+    c.w = wf;
+    c.b = bf;
+  }
+  return {wf, bf};
+}
+
+void OnnxModel::place_inputs(const Step& s, std::vector<Tensor>& in) const {
+  Device dev = Device::cpu();
+  for (const Tensor& t : in)
+    if (t.defined() && !t.device().is_cpu()) {
+      dev = t.device();
+      break;
+    }
+  if (dev.is_cpu()) return;
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    Tensor& t = in[k];
+    if (!t.defined() || !t.device().is_cpu() || t.rank() == 0) continue;
+    if (!s.def && !is_floating(t.dtype())) continue;
+    const std::string& name = s.proto->input(int(k));
+    if (!constants_.count(name)) {
+      t = t.to(dev);  // a value computed on the host this call (from Shape, say)
+      continue;
+    }
+    Tensor& cached = device_constants_[name];
+    if (!cached.defined() || cached.device() != dev) cached = constants_.at(name).to(dev);
+    t = cached;
+  }
+}
 
 OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
     : proto_(std::move(proto)) {
@@ -2167,6 +2335,7 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
            "' is not supported (soma runs operators of the default ONNX domain)");
     steps_.push_back(resolve(n, i, opset_));
   }
+  fuse_conv_relu();
   // Nodes without inputs (Constant) are evaluated once, here; they are constants, not weights.
   for (auto& s : steps_) {
     if (!s.op || !s.op->at_load) continue;
@@ -2248,6 +2417,10 @@ std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
   for (const Step& s : steps_) {
     if (s.op && s.op->at_load) continue;
     const NodeProto& n = *s.proto;
+    if (s.fused_away) {  // a Relu or a batch norm its Conv applied
+      env[n.output(0)] = env.at(n.input(0));
+      continue;
+    }
     std::vector<Tensor> in;
     for (auto& name : n.input()) {
       if (name.empty()) {
@@ -2261,6 +2434,20 @@ std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
       in.push_back(it->second);
     }
     if (in.empty() || !in[0].defined()) fail(kWho, s.what, ": input 0 is missing");
+    place_inputs(s, in);
+    if (s.folded_bn) {  // the Conv runs with the batch norm's weights folded into its own
+      if (in.size() < 2 || !in[1].defined()) fail(kWho, s.what, ": input 1 is missing");
+      std::vector<Tensor> from{in[1], in.size() > 2 ? in[2] : Tensor()};
+      for (int k = 1; k < 5; ++k) {
+        Tensor t = env.at(s.folded_bn->proto->input(k));
+        if (t.device() != in[1].device()) t = t.to(in[1].device());
+        from.push_back(t);
+      }
+      auto [wf, bf] = folded_weights(s, std::move(from));
+      in.resize(3);
+      in[1] = wf;
+      in[2] = bf;
+    }
     std::vector<Tensor> out;
     try {
       out = run_step(s, in);
@@ -2307,6 +2494,28 @@ std::shared_ptr<nn::Model> load_from_bytes(const std::string& bytes, const LoadO
   ::onnx::ModelProto m;
   if (!m.ParseFromString(bytes)) fail(kWho, "the data is not an ONNX model (protobuf parse failed)");
   return build(std::move(m), options);
+}
+
+std::vector<Shape> input_shapes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(kWho, "cannot open '", path, "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  ::onnx::ModelProto m;
+  if (!m.ParseFromString(ss.str()))
+    fail(kWho, "'", path, "' is not an ONNX model (protobuf parse failed)");
+  std::set<std::string> inits;
+  for (auto& t : m.graph().initializer()) inits.insert(t.name());
+  std::vector<Shape> out;
+  for (auto& vi : m.graph().input()) {
+    if (inits.count(vi.name())) continue;  // IR < 4 lists initialisers as inputs too
+    Shape s;
+    if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape())
+      for (auto& d : vi.type().tensor_type().shape().dim())
+        s.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    out.push_back(s);
+  }
+  return out;
 }
 
 std::shared_ptr<nn::Model> load(const std::string& path, const LoadOptions& options) {

@@ -318,6 +318,25 @@ case $case_name in
     # The fixture shoe is drawn as class 7.
     sed -n 2p "$out/stdout" | grep -q '(class 7)' || fail "top class is not 7"
     ;;
+  predict_onnx_batched)
+    # An ONNX file as MODEL (soma::onnx::load), three images in batches of 2 (two forward
+    # passes): the same top classes as the model file, one block per image, in order.
+    run export "$dir/mlp.soma" "$out/mlp.onnx"
+    if grep -q 'no ONNX support' "$out/stderr"; then exit 77; fi
+    expect_status 0
+    run predict "$dir/mlp.soma" "$dir/shoe.png" "$dir/shoe.png" "$dir/shoe.png" --classes mnist --top 1
+    expect_status 0
+    grep -o '(class [0-9]*)' "$out/stdout" >"$out/soma_classes"
+    run predict "$out/mlp.onnx" "$dir/shoe.png" "$dir/shoe.png" "$dir/shoe.png" --classes mnist \
+      --top 1 --batch-size 2
+    expect_status 0
+    [ "$(grep -c 'shoe.png:$' "$out/stdout")" -eq 3 ] || fail "expected one block per image"
+    grep -o '(class [0-9]*)' "$out/stdout" | diff - "$out/soma_classes" >/dev/null ||
+      fail "the ONNX file's top classes differ from the model file's"
+    sed -n 2p "$out/stdout" | grep -q '(class 7)' || fail "top class is not 7"
+    run predict "$out/mlp.onnx" "$dir/shoe.png" --batch-size 0
+    expect_status 2
+    ;;
   predict_needs_an_image)
     run predict "$dir/mlp.soma"
     expect_usage_error "soma predict: missing argument MODEL IMAGE... (see soma predict --help)"
@@ -493,6 +512,22 @@ case $case_name in
     run predict "$out/gpu.soma" "$dir/shoe.png" --classes mnist --device cuda:0
     expect_status 0
     [ "$(grep -c '%' "$out/stdout")" -eq 3 ] || fail "expected the top 3 classes"
+    # The same model as an ONNX file, imported and run on the GPU in batches of 2: the CPU's
+    # top classes (issue 24).
+    run export "$out/gpu.soma" "$out/gpu.onnx"
+    if ! grep -q 'no ONNX support' "$out/stderr"; then
+      expect_status 0
+      run predict "$out/gpu.onnx" "$dir/shoe.png" "$dir/shoe.png" "$dir/shoe.png" --classes mnist \
+        --top 1 --batch-size 2
+      expect_status 0
+      grep -o '(class [0-9]*)' "$out/stdout" >"$out/cpu_classes"
+      run predict "$out/gpu.onnx" "$dir/shoe.png" "$dir/shoe.png" "$dir/shoe.png" --classes mnist \
+        --top 1 --batch-size 2 --device cuda
+      expect_status 0
+      [ "$(grep -c 'shoe.png:$' "$out/stdout")" -eq 3 ] || fail "expected one block per image"
+      grep -o '(class [0-9]*)' "$out/stdout" | diff - "$out/cpu_classes" >/dev/null ||
+        fail "the ONNX model's classes on the GPU differ from the CPU's"
+    fi
     ;;
   *)
     fail "unknown test case"

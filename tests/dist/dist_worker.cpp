@@ -19,10 +19,14 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 
+#include "../../src/dist/backend.hpp"
+#include "../../src/internal/copy.hpp"
+#include "emulated_device.hpp"
 #include "soma/dist/data_parallel.hpp"
 #include "soma/dist/dist.hpp"
 #include "soma/soma.hpp"
@@ -193,6 +197,63 @@ void make_data(std::int64_t n, Tensor& x, Tensor& y) {
   y = argmax(matmul(x, w), -1);
 }
 
+// Collectives on (stand-in) device tensors through the world communicator, staged in host
+// memory: what NCCL does for a real GPU, for the CPU stand-in device.
+class HostStagedCommunicator : public dist::Communicator {
+ public:
+  explicit HostStagedCommunicator(dist::Communicator& world) : world_(world) {}
+  int rank() const override { return world_.rank(); }
+  int size() const override { return world_.size(); }
+  std::string backend() const override { return "host-staged"; }
+  void allreduce(Tensor& t, dist::ReduceOp op) override {
+    Tensor host = t.to(Device::cpu());
+    world_.allreduce(host, op);
+    soma::detail::copy_into(host.to(t.device()), t);
+    ++device_collectives;
+  }
+  // Non-blocking as NCCL's: the host copy's MPI all-reduce is polled (with the deadline), the
+  // result copied back to the device when it has completed.
+  std::unique_ptr<dist::Work> allreduce_async(Tensor& t, dist::ReduceOp op) override {
+    auto w = std::make_unique<Staged>();
+    w->host = t.to(Device::cpu());
+    w->dst = t;
+    w->inner = world_.allreduce_async(w->host, op);
+    ++device_collectives;
+    return w;
+  }
+  void broadcast(Tensor& t, int root) override {
+    Tensor host = t.to(Device::cpu());
+    world_.broadcast(host, root);
+    soma::detail::copy_into(host.to(t.device()), t);
+    ++device_collectives;
+  }
+  void barrier() override { world_.barrier(); }
+  std::chrono::milliseconds timeout() const override { return world_.timeout(); }
+  bool broken() const override { return world_.broken(); }
+  static inline int device_collectives = 0;
+
+ private:
+  struct Staged : dist::Work {
+    Tensor host, dst;
+    std::unique_ptr<dist::Work> inner;
+    bool done = false;
+    bool test() override {
+      if (!done && inner->test()) finish();
+      return done;
+    }
+    void wait() override {
+      if (done) return;
+      inner->wait();
+      finish();
+    }
+    void finish() {
+      soma::detail::copy_into(host.to(dst.device()), dst);
+      done = true;
+    }
+  };
+  dist::Communicator& world_;
+};
+
 int run_train(int argc, char** argv) {
   const std::string out = argc > 2 ? argv[2] : "";
   const bool distributed = !flag(argc, argv, "no-dist");
@@ -201,8 +262,19 @@ int run_train(int argc, char** argv) {
   const int epochs = std::stoi(option(argc, argv, "epochs", "2"));
   const std::int64_t bucket = std::stoll(option(argc, argv, "bucket", "4096"));
   const std::string die = option(argc, argv, "rank1", "");  // die | stall | throw
-  const bool cuda = option(argc, argv, "device", "cpu") == "cuda";
-  const Device dev = cuda ? dist::local_device() : Device::cpu();
+  // --device standin: the model and data on the CPU stand-in for cuda:0, its gradients through a
+  // host-staged communicator in NCCL's place: the device path of fit without a GPU.
+  const bool standin = option(argc, argv, "device", "cpu") == "standin";
+  std::optional<soma::testing::EmulatedCuda> standin_device;
+  if (standin) {
+    standin_device.emplace();
+    dist::detail::set_device_communicator_factory(
+        [](dist::Communicator& world, Device) -> dist::CommunicatorRef {
+          return std::make_shared<HostStagedCommunicator>(world);
+        });
+  }
+  const bool cuda = standin || option(argc, argv, "device", "cpu") == "cuda";
+  const Device dev = standin ? Device::cuda(0) : cuda ? dist::local_device() : Device::cpu();
   if (cuda && !dev.is_cuda()) fail("dist_worker", "--device cuda: no usable CUDA device");
   Tensor x, y;
   make_data(samples, x, y);
@@ -247,6 +319,9 @@ int run_train(int argc, char** argv) {
   // Every rank reports its (averaged) logs: they must agree.
   std::printf("rank %d logs: loss=%.9g accuracy=%.9g\n", dist::rank(), h["loss"].back(),
               h["accuracy"].back());
+  if (standin)
+    std::printf("rank %d device collectives: %d\n", dist::rank(),
+                HostStagedCommunicator::device_collectives);
   if (h.contains("val_loss"))
     std::printf("rank %d val: loss=%.9g accuracy=%.9g\n", dist::rank(), h["val_loss"].back(),
                 h["val_accuracy"].back());
@@ -319,6 +394,13 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   try {
     set_num_threads(1);
+    // local-rank-split: without the launcher's local-rank variables, init() finds the ranks on
+    // this machine with MPI_Comm_split_type.
+    if (mode == "local-rank-split")
+      for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                            "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_RANK",
+                            "MV2_COMM_WORLD_LOCAL_SIZE"})
+        unsetenv(v);
     dist::init();
     int rc = 2;
     if (mode == "comm") rc = run_comm();
@@ -331,6 +413,11 @@ int main(int argc, char** argv) {
       rc = 0;
     } else if (mode == "nccl-comm") rc = run_nccl_comm();
     else if (mode == "nccl-stall") rc = run_nccl_stall();
+    else if (mode == "local-rank" || mode == "local-rank-split") {
+      std::printf("rank=%d local_rank=%d local_size=%d device=%s\n", dist::rank(),
+                  dist::local_rank(), dist::local_size(), dist::local_device().str().c_str());
+      rc = 0;
+    }
     else std::fprintf(stderr, "usage: dist_worker comm|train OUT|overlap\n");
     dist::finalize();
     return rc;

@@ -160,6 +160,25 @@ TEST(DistMpi, TwoRanksMatchOneProcessAfter20Steps) {
   EXPECT_NEAR(l1, l2, 1e-5);
 }
 
+// A device model (the CPU stand-in for cuda:0, its gradients through a host-staged communicator
+// in NCCL's place): the device path of fit(.distributed) -- device data cut into each rank's
+// share, the broadcast and the gradient buckets routed to the device communicator -- gives the
+// weights of one process after 20 steps, as on the CPU.
+TEST(DistMpi, TwoRanksOnTheDeviceStandInMatchOneProcessAfter20Steps) {
+  REQUIRE_MPIRUN();
+  Result one, two;
+  const double diff =
+      train_and_compare(2, "--batch 64 --samples 640 --epochs 2 --device standin", one, two);
+  EXPECT_LT(diff, 1e-5) << two.output;
+  // Every parameter broadcast once, then a bucket per step at least: the device communicator
+  // carried them (the world carries only the logs).
+  auto lines = log_lines(two.output, "device collectives: ");
+  ASSERT_EQ(lines.size(), 2u) << two.output;
+  int n = 0;
+  std::sscanf(lines[0].c_str(), "device collectives: %d", &n);
+  EXPECT_GE(n, 6 + 20) << two.output;
+}
+
 TEST(DistMpi, DatasetFitOnTwoRanksMatchesOneProcess) {
   REQUIRE_MPIRUN();
   Result one, two;
@@ -208,6 +227,22 @@ TEST(DistMpi, GradientBucketsOverlapTheBackwardPass) {
   EXPECT_NE(r.output.find("overlap ok"), std::string::npos) << r.output;
 }
 
+// Rank -> GPU mapping: the ranks on one machine get local ranks 0..n-1 (then cuda(local rank %
+// GPUs)), from Open MPI's variables and, without them, from MPI_Comm_split_type.
+TEST(DistMpi, LocalRanksNumberTheRanksOnThisMachine) {
+  REQUIRE_MPIRUN();
+  for (const char* mode : {"local-rank", "local-rank-split"}) {
+    Result r = run(mpirun(3, mode));
+    ASSERT_EQ(r.exit_code, 0) << mode << "\n" << r.output;
+    for (int k = 0; k < 3; ++k) {
+      const std::string line = "rank=" + std::to_string(k) + " local_rank=" + std::to_string(k) +
+                               " local_size=3 device=";
+      EXPECT_NE(r.output.find(line), std::string::npos) << mode << ": no '" << line << "'\n"
+                                                        << r.output;
+    }
+  }
+}
+
 TEST(DistMpi, KilledRankEndsTheJobWithinBoundedTime) {
   REQUIRE_MPIRUN();
   // Rank 1 is SIGKILLed at step 5; the launcher notices and ends rank 0 (no hang).
@@ -231,6 +266,19 @@ TEST(DistMpi, StalledRankTimesOutWithClearError) {
   EXPECT_NE(r.output.find("rank 0 of 2 waited 2 s for the all-reduce"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("another rank has died, hangs"), std::string::npos) << r.output;
+}
+
+TEST(DistMpi, StalledRankOfADeviceModelTimesOutWithClearError) {
+  REQUIRE_MPIRUN();
+  // The same on the device path (the CPU stand-in device, its buckets through the host-staged
+  // communicator in NCCL's place, non-blocking and polled as NCCL's are).
+  Result r = run(mpirun(2, "train '' --samples 6400 --epochs 1 --rank1 stall --device standin", 60,
+                     "SOMA_DIST_TIMEOUT=2"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "hung until the timeout:\n" << r.output;
+  EXPECT_LT(r.seconds, 50.0);
+  EXPECT_NE(r.output.find("rank 0 of 2 waited 2 s for the all-reduce"), std::string::npos)
+      << r.output;
 }
 
 TEST(DistMpi, StalledBlockingCollectiveEndsTheJob) {

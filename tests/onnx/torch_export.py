@@ -9,6 +9,7 @@ Writes, for each model NAME (mlp, cnn, ..., bigru, and issue 25's transformer,
   NAME_x.bin    a reference input, float32 little-endian, row-major (int64 for embed)
   NAME_y.bin    PyTorch's output for that input, float32
   NAME.shape    one line "x d0 d1 ..." and one line "y d0 d1 ..."
+and, when torchvision is importable, resnet18 and mobilenet_v2 (random weights).
 Exit status 77 when torch (or onnx) cannot be imported, so the test can skip.
 """
 import os
@@ -154,7 +155,29 @@ def models():
         "upsample": (upsample, torch.randn(3, 2, 4, 5), 17),
         "convt": (convt, torch.randn(3, 3, 5, 4), 17),
         "groupnorm": (groupnorm, torch.randn(3, 4, 5, 6), 17),
+        **torchvision_models(),
     }
+
+
+def torchvision_models():
+    """Issue 24's imported models, when torchvision is importable (else none: the tests that
+    read them skip): ResNet-18 and MobileNetV2 with random weights and non-default batch-norm
+    statistics, at 224x224."""
+    try:
+        import torchvision
+    except ImportError:
+        return {}
+    out = {}
+    for name, make in (("resnet18", torchvision.models.resnet18),
+                       ("mobilenet_v2", torchvision.models.mobilenet_v2)):
+        model = make()
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.running_mean.uniform_(-0.1, 0.1)
+                    m.running_var.uniform_(0.5, 1.5)
+        out[name] = (model, torch.randn(2, 3, 224, 224), 14)
+    return out
 
 
 def main():

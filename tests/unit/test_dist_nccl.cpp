@@ -54,10 +54,13 @@ class DistNccl : public ::testing::Test {
 
 }  // namespace
 
-TEST_F(DistNccl, NcclNeedsMpiInTheBuild) {
-  if (dist::built_with_nccl()) {
-    EXPECT_TRUE(dist::built_with_mpi());
-  }
+TEST_F(DistNccl, NcclWithoutMpiStillServesOneProcess) {
+  // NCCL is built without MPI too (a GPU image without MPI): one process, a 1-rank communicator.
+  if (!dist::built_with_nccl() || dist::built_with_mpi())
+    GTEST_SKIP() << "this build has MPI, or no NCCL";
+  dist::init();
+  EXPECT_EQ(dist::world_size(), 1);
+  EXPECT_EQ(dist::world().backend(), "local");
 }
 
 TEST_F(DistNccl, UnknownBackendIsRefused) {

@@ -18,6 +18,7 @@
 
 #include "soma/onnx.hpp"
 #include "soma/soma.hpp"
+#include "emulated_device.hpp"
 #include "test_support.hpp"
 
 #ifndef SOMA_ONNX_PYTHON
@@ -190,4 +191,41 @@ TEST_P(TorchIssue25, MatchesPyTorchWithin1e5) {
 INSTANTIATE_TEST_SUITE_P(PyTorch, TorchIssue25,
                          ::testing::Values("transformer", "mha", "gpt2", "embed", "upsample", "convt",
                                            "groupnorm"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// Issue 24: PyTorch's models imported and moved to a device give the CPU's outputs (on the CPU
+// stand-in device here; test_cuda_onnx covers a real GPU), and torchvision's ResNet-18 and
+// MobileNetV2 (exported only when torchvision is importable) match PyTorch.
+class TorchOnDevice : public TorchInterop {
+ protected:
+  void SetUp() override {
+    TorchInterop::SetUp();
+    if (IsSkipped()) return;
+    if (!fs::exists(kDir / (GetParam() + ".onnx")))
+      GTEST_SKIP() << GetParam() << ".onnx was not exported (torchvision is not importable)";
+  }
+};
+
+TEST_P(TorchOnDevice, MatchesPyTorchAndTheCpuOnTheDeviceStandIn) {
+  const std::string name = GetParam();
+  const std::string path = (kDir / (name + ".onnx")).string();
+  auto cpu = onnx::load(path);
+  cpu->eval();
+  Tensor x = read_bin(name, "x");
+  Tensor want = read_bin(name, "y");
+  Tensor on_cpu = (*cpu)(x);
+  EXPECT_TRUE(all_close(on_cpu, want, 1e-4, 1e-4)) << name << ": max abs diff "
+                                                   << max_abs_diff(on_cpu, want);
+  soma::testing::EmulatedCuda gpu;
+  auto dev = onnx::load(path);
+  dev->eval();
+  dev->to(gpu.device());
+  Tensor got = dev->predict(x, {.batch_size = 2});
+  EXPECT_TRUE(all_close(got, on_cpu, 1e-6, 1e-6)) << name << ": max abs diff "
+                                                  << max_abs_diff(got, on_cpu);
+}
+
+INSTANTIATE_TEST_SUITE_P(PyTorch, TorchOnDevice,
+                         ::testing::Values("cnn", "cnn2", "lstm", "bigru", "transformer", "gpt2",
+                                           "resnet18", "mobilenet_v2"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });

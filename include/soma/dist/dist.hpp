@@ -54,8 +54,11 @@ bool built_with_mpi();
 // Whether libsoma was built with the NCCL communicator (SOMA_HAS_NCCL; needs MPI and CUDA).
 bool built_with_nccl();
 // This process's rank among the ranks on its machine (the launcher's OMPI_COMM_WORLD_LOCAL_RANK
-// and friends; else found by comparing host names over the world communicator); 0 before init().
+// and friends; else MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) in init()); 0 before init().
 int local_rank();
+// The number of ranks on this machine (the launcher's OMPI_COMM_WORLD_LOCAL_SIZE and friends, else
+// MPI_Comm_split_type); 1 before init().
+int local_size();
 // The GPU of this rank with one process per GPU: cuda(local_rank() % cuda::device_count()), or
 // the CPU when no CUDA device is usable. Put the model there before a distributed fit.
 Device local_device();
