@@ -405,6 +405,7 @@ case $case_name in
     else
       expect_stdout '^cuda: built; runtime [0-9]+\.[0-9]+, driver ([0-9]+\.[0-9]+|not found)$'
       expect_stdout '^cudnn: ([0-9]+\.[0-9]+\.[0-9]+|not loaded \(.+\))$'
+      expect_stdout '^tf32: (on|off) .+'
       expect_stdout '^cuda devices: (none \(.+\)|[0-9]+)$'
       n=$(sed -n 's/^cuda devices: \([0-9]*\)$/\1/p' "$out/stdout")
       if [ -n "$n" ]; then
