@@ -63,6 +63,22 @@ void move_model(nn::Module& model, Device device) {
 
 Tensor to_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
+const char* const kPrecisionHelp =
+    "f32 (full f32 products), tf32 (f32 with TF32 tensor-core products on a GPU that has them),\n"
+    "bf16 or f16 (autocast: matrix and convolution work in that dtype, f32 master weights; f16\n"
+    "adds dynamic loss scaling). Default: f32 storage with TF32 unless SOMA_ALLOW_TF32=0";
+
+std::string precision_option(const Args& a) {
+  if (!a.has("precision")) return "";
+  const std::string p = a.str("precision");
+  if (p == "f32" || p == "tf32") {
+    cuda::set_allow_tf32(p == "tf32");
+    return "";
+  }
+  if (p == "bf16" || p == "f16") return p;
+  throw UsageError("bad value for --precision: '" + p + "' (expected f32, tf32, bf16 or f16)");
+}
+
 int cmd_info(int argc, char** argv) {
   ArgParser p("soma info", "",
               "Prints this soma's version, CPU threads and build, and the CUDA devices it can\n"
