@@ -19,6 +19,8 @@
 #   FASHION_MNIST_DIR    the four Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
 #   GPU_CHECK_BUDGET     seconds for all steps after the build (default 480)
 #   GPU_CHECK_BUILD_LIMIT  seconds for configure + build (default 420)
+#   GPU_COMPARE_REPS     alternations per row of bench/gpu_compare.sh (default 3)
+#   GPU_COMPARE_LIMIT    seconds for bench/gpu_compare.sh (default 240); GPU_COMPARE=0 skips it
 #   CUDA_HOME            the CUDA toolkit (default /usr/local/cuda)
 #
 # Exit status: 0 every step passed; 1 a step failed (or ran out of time); 2 a usage mistake;
@@ -50,7 +52,7 @@ FETCH_DIR=
 readonly MLP_TOL=0.015 MLP_FLOOR=0.84 CNN_TOL=0.03 CNN_FLOOR=0.9
 readonly CNN_ARGS=(--synthetic 2000 --epochs 2 --seed 1)
 
-usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -337,7 +339,7 @@ if [ -n "$SOMA_BIN" ] && [ -x "$SOMA_BIN" ]; then
   if [ -z "$GPU_REASON" ] && ! grep -Eq '^cuda devices: [1-9]' "$STEP_LOG"; then
     res=FAIL  # the driver shows a GPU that soma cannot use
   fi
-  figures=$(grep -E '^cuda(nn)?:|^cuda devices' "$STEP_LOG" | sed 's/^cuda: built; //' | tr '\n' ' ' | cut -c1-110)
+  figures=$(grep -E '^cuda(nn)?:|^tf32:|^cuda devices' "$STEP_LOG" | sed 's/^cuda: built; //' | tr '\n' ' ' | cut -c1-110)
   add_row "soma info" "$res" "$STEP_SECS" "$figures"
 else
   add_row "soma info" "FAIL" 0 "no soma binary in $B"
@@ -428,6 +430,25 @@ CNN_GPU=$ACC
 train "cnn cifar-shaped (cpu)" cpu 90 cnn_cifar10 "${CNN_ARGS[@]}"
 CNN_CPU=$ACC
 compare "cnn: cuda vs cpu" "$CNN_GPU" "$CNN_CPU" $CNN_TOL $CNN_FLOOR
+
+# 5b. Speed beside PyTorch eager (when python3 imports torch there) and cuBLAS called directly:
+#     bench/gpu_compare.sh (issue 23), its table in the log and in gpu_compare/summary.txt. The
+#     step passes when every soma run gave a number; the targets are reported (MET/MISSED).
+if [ "${GPU_COMPARE:-1}" = 0 ]; then
+  add_row "gpu_compare (speed)" "SKIP" 0 "GPU_COMPARE=0"
+elif [ -n "$GPU_REASON" ]; then
+  add_row "gpu_compare (speed)" "SKIP" 0 "no GPU"
+elif [ -z "$SOMA_BIN" ] || [ ! -x "$SOMA_BIN" ]; then
+  add_row "gpu_compare (speed)" "FAIL" 0 "no soma binary in $B"
+else
+  run_step gpu-compare "${GPU_COMPARE_LIMIT:-240}" "$ROOT/bench/gpu_compare.sh" --device cuda \
+    --reps "${GPU_COMPARE_REPS:-3}" --soma "$SOMA_BIN" --out "$OUT_DIR/gpu_compare"
+  grep '^|' "$STEP_LOG" || true
+  met=$(grep -c '| MET ' "$STEP_LOG"); missed=$(grep -c '| MISSED' "$STEP_LOG")
+  figures="targets met $met, missed $missed; torch: $(sed -n 's/.*torch: \([^;]*\);.*/\1/p' "$STEP_LOG" | head -n1)"
+  [ -n "$(why_not)" ] && figures="$(why_not); $figures"
+  add_row "gpu_compare (speed)" "$(result_of)" "$STEP_SECS" "$figures"
+fi
 
 # 6. compute-sanitizer memcheck on the CUDA test executables (not the op registry: memcheck
 #    makes every kernel launch slow). "Device not supported" (gVisor) is reported, not failed.
