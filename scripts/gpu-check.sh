@@ -21,6 +21,8 @@
 #   GPU_CHECK_BUILD_LIMIT  seconds for configure + build (default 420)
 #   GPU_COMPARE_REPS     alternations per row of bench/gpu_compare.sh (default 3)
 #   GPU_COMPARE_LIMIT    seconds for bench/gpu_compare.sh (default 240); GPU_COMPARE=0 skips it
+#   GPU_CHECK_PRECISIONS opt-in accuracy runs (e.g. "f32 tf32 bf16 f16"): soma train's MLP on
+#                        Fashion-MNIST on the GPU at each precision, each against the first
 #   CUDA_HOME            the CUDA toolkit (default /usr/local/cuda)
 #
 # Exit status: 0 every step passed; 1 a step failed (or ran out of time); 2 a usage mistake;
@@ -430,6 +432,31 @@ CNN_GPU=$ACC
 train "cnn cifar-shaped (cpu)" cpu 90 cnn_cifar10 "${CNN_ARGS[@]}"
 CNN_CPU=$ACC
 compare "cnn: cuda vs cpu" "$CNN_GPU" "$CNN_CPU" $CNN_TOL $CNN_FLOOR
+
+# 5a. Opt-in (GPU_CHECK_PRECISIONS="f32 tf32 bf16 f16"): the same MLP trained by `soma train` on
+#     the GPU at each precision (tf32: TF32 products; bf16/f16: autocast, f16 with loss scaling);
+#     each test accuracy must be within the MLP tolerance of the first precision's and above the
+#     floor (issue 23: mixed precision reaches the f32 accuracy).
+if [ -n "${GPU_CHECK_PRECISIONS:-}" ] && [ -z "$GPU_REASON" ] && [ -d "$DATA_DIR" ]; then
+  REF_ACC= REF_P=
+  for p in $GPU_CHECK_PRECISIONS; do
+    run_step "mlp-$p" 150 env OMP_WAIT_POLICY=PASSIVE "$SOMA_BIN" train --data "fashion-mnist:$DATA_DIR" \
+      --model mlp --epochs 5 --batch-size 32 --seed 1 --device cuda --precision "$p" --verbose 0 \
+      --out "$OUT_DIR/mlp-$p.soma"
+    acc=$(sed -n 's/.*test_accuracy=\([0-9.]*\).*/\1/p' "$STEP_LOG" | tail -n1)
+    res=$(result_of)
+    [ "$res" = PASS ] && [ -z "$acc" ] && res=FAIL
+    if [ -z "$REF_ACC" ]; then
+      REF_ACC=$acc REF_P=$p
+      add_row "mlp --precision $p (cuda)" "$res" "$STEP_SECS" "test accuracy ${acc:-?} (the reference)"
+    else
+      verdict=$(awk -v a="${acc:-0}" -v r="$REF_ACC" -v t="$MLP_TOL" -v f="$MLP_FLOOR" 'BEGIN {
+        d = a - r; if (d < 0) d = -d; printf "%s|test accuracy %.4f, %s %.4f, |diff| %.4f", (d <= t && a >= f) ? "PASS" : "FAIL", a, "ref", r, d }')
+      [ "$res" = PASS ] && res=${verdict%%|*}
+      add_row "mlp --precision $p (cuda)" "$res" "$STEP_SECS" "${verdict#*|} ($REF_P)"
+    fi
+  done
+fi
 
 # 5b. Speed beside PyTorch eager (when python3 imports torch there) and cuBLAS called directly:
 #     bench/gpu_compare.sh (issue 23), its table in the log and in gpu_compare/summary.txt. The
