@@ -7,6 +7,10 @@
 // process CPU time goes to stderr as "cpu workload=..." (see docs/performance.md).
 // --precision bf16 runs the workloads under bf16 autocast (training through compile's
 // mixed_precision, the rest inside an AutocastScope); the line then ends in "precision=bf16".
+// --device cuda runs them on a GPU (issue 23; bench/gpu_compare.sh puts PyTorch beside it): the
+// data is copied to the device once, training runs fit() over it (nothing read back inside an
+// epoch), every timed section ends with cuda::synchronize(), and the line ends in
+// "device=cuda:0". Precision tf32 there is f32 with TF32 products, f32 is full f32 products.
 #include <chrono>
 #include <ctime>
 #include <cmath>
@@ -48,8 +52,16 @@ double timed(F&& f) {
   return g_timed.wall;
 }
 
-// --precision: "f32" or an autocast dtype name (soma/autocast.hpp).
+// --precision: "f32", "tf32" or an autocast dtype name (soma/autocast.hpp).
 std::string g_precision = "f32";
+// --device: where the workloads run (the CPU by default).
+Device g_device = Device::cpu();
+// compile's mixed_precision for g_precision ("" for f32 and tf32).
+std::string mixed_precision() { return g_precision == "f32" || g_precision == "tf32" ? "" : g_precision; }
+// Waits for the device's queued work (the timed sections end with it).
+void sync_device() {
+  if (!g_device.is_cpu()) cuda::synchronize(g_device.index);
+}
 
 struct Workload {
   const char* name;
@@ -90,8 +102,30 @@ nn::Sequential cifar_cnn() {
 // in-memory data `x`, `y` in order, one batch after the other (wrapping around).
 std::pair<double, std::string> train_rate(nn::Sequential model, const Tensor& x, const Tensor& y,
                                           std::int64_t batch, std::int64_t steps) {
+  if (!g_device.is_cpu()) {
+    // On a device: the data goes over once and fit() walks it (no read-back inside an epoch),
+    // as a PyTorch loop over device-resident batches does.
+    model.to(g_device);
+    model.compile(optim::Adam(), nn::SparseCategoricalCrossentropy({.from_logits = true}),
+                  {metrics::Accuracy()}, {.mixed_precision = mixed_precision()});
+    const std::int64_t nb = std::max<std::int64_t>(1, std::min<std::int64_t>(steps, x.shape()[0] / batch));
+    const Tensor xd = slice(x, {Slice{0, nb * batch}}).to(g_device);
+    const Tensor yd = slice(y, {Slice{0, nb * batch}}).to(g_device);
+    const std::int64_t epochs = (steps + nb - 1) / nb;
+    const nn::FitOptions opts{.epochs = 1, .batch_size = batch, .shuffle = false, .verbose = 0};
+    model.fit(slice(xd, {Slice{0, std::min<std::int64_t>(3, nb) * batch}}),
+              slice(yd, {Slice{0, std::min<std::int64_t>(3, nb) * batch}}), opts);  // warm-up
+    sync_device();
+    nn::FitOptions timed_opts = opts;
+    timed_opts.epochs = int(epochs);
+    const double t = timed([&] {
+      model.fit(xd, yd, timed_opts);
+      sync_device();
+    });
+    return {double(epochs * nb * batch) / t, "samples/s"};
+  }
   model.compile(optim::Adam(), nn::SparseCategoricalCrossentropy({.from_logits = true}),
-                {metrics::Accuracy()}, {.mixed_precision = g_precision});
+                {metrics::Accuracy()}, {.mixed_precision = mixed_precision()});
   const std::int64_t nb = std::max<std::int64_t>(1, x.shape()[0] / batch);
   auto step = [&](std::int64_t i) {
     const std::int64_t b = (i % nb) * batch;
@@ -142,10 +176,13 @@ std::pair<double, std::string> infer_rate(nn::Sequential model, const Shape& sam
                                           std::int64_t batch, std::int64_t steps) {
   Shape xs{batch};
   xs.insert(xs.end(), sample.begin(), sample.end());
-  const Tensor x = random_uniform(xs, 0.0, 1.0, DType::f32, 3);
+  if (!g_device.is_cpu()) model.to(g_device);
+  const Tensor x = random_uniform(xs, 0.0, 1.0, DType::f32, 3).to(g_device);
   for (int i = 0; i < 3; ++i) model.predict_on_batch(x);
+  sync_device();
   const double t = timed([&] {
     for (std::int64_t i = 0; i < steps; ++i) model.predict_on_batch(x);
+    sync_device();
   });
   if (batch == 1) return {1e6 * t / double(steps), "us"};
   return {double(steps * batch) / t, "samples/s"};
@@ -174,17 +211,21 @@ std::pair<double, std::string> op_overhead(bool tape, std::int64_t steps) {
   return {1e9 * t / double(blocks * block), "ns"};
 }
 
-// GFLOP/s of an n x n x n f32 matmul (2 n^3 flops), for at least `steps` calls and 0.3 s.
-std::pair<double, std::string> sgemm(std::int64_t n, std::int64_t steps) {
-  const Tensor a = random_uniform({n, n}, -1.0, 1.0, DType::f32, 4);
-  const Tensor b = random_uniform({n, n}, -1.0, 1.0, DType::f32, 5);
+// GFLOP/s of an n x n x n matmul (2 n^3 flops) in `dtype`, for at least `steps` calls and
+// 0.3 s (on a device: calls are queued in blocks of 10 between synchronisations).
+std::pair<double, std::string> gemm(std::int64_t n, std::int64_t steps, DType dtype) {
+  const Tensor a = random_uniform({n, n}, -1.0, 1.0, DType::f32, 4).cast(dtype).to(g_device);
+  const Tensor b = random_uniform({n, n}, -1.0, 1.0, DType::f32, 5).cast(dtype).to(g_device);
   matmul(a, b);
+  sync_device();
+  const std::int64_t block = g_device.is_cpu() ? 1 : 10;
   std::int64_t calls = 0;
   const double t = timed([&] {
     const auto t0 = Clock::now();
     while (calls < steps || seconds_since(t0) < 0.3) {
-      matmul(a, b);
-      ++calls;
+      for (std::int64_t i = 0; i < block; ++i) matmul(a, b);
+      calls += block;
+      sync_device();
     }
   });
   return {2.0 * double(n) * double(n) * double(n) * double(calls) / t / 1e9, "GFLOP/s"};
@@ -220,7 +261,9 @@ std::vector<Workload> workloads() {
       {"op_overhead_tape", {1}, "time per call of a tiny op while a tape records (ns)",
        [](std::int64_t, std::int64_t s) { return op_overhead(true, s ? s : 200000); }},
       {"sgemm", {256, 512, 1024, 2048}, "f32 matmul GFLOP/s; batch is the matrix size N",
-       [](std::int64_t n, std::int64_t s) { return sgemm(n, s ? s : 3); }},
+       [](std::int64_t n, std::int64_t s) { return gemm(n, s ? s : 3, DType::f32); }},
+      {"bf16_gemm", {1024, 4096}, "bf16 matmul GFLOP/s (f32 accumulation); batch is N",
+       [](std::int64_t n, std::int64_t s) { return gemm(n, s ? s : 3, DType::bf16); }},
   };
 }
 
@@ -255,7 +298,9 @@ int cmd_bench(int argc, char** argv) {
       .option("batch", "B[,B...]", "batch sizes (default: each workload's own)")
       .option("steps", "N", "timed steps or calls (default: each workload's own)")
       .option("precision", "P[,P...]",
-              "f32 (default), bf16 or f16: autocast dtype of matrix and convolution work");
+              "f32 (default), tf32, bf16 or f16: tf32 is f32 with TF32 products (cuda);\n"
+              "bf16/f16 the autocast dtype of matrix and convolution work")
+      .option("device", "DEV", "cpu (default), cuda or cuda:N: where the workloads run");
   Args a;
   if (parse_or_help(p, argc, argv, a)) return 0;
   std::vector<std::string> choices;
@@ -265,14 +310,16 @@ int cmd_bench(int argc, char** argv) {
                                         : std::vector<std::int64_t>{get_num_threads()};
   const auto batches = a.has("batch") ? int_list(a, "batch") : std::vector<std::int64_t>{};
   const std::int64_t steps = a.integer("steps", 0, 1);
+  g_device = device_option(a);
   std::vector<std::string> precisions;
   {
     std::stringstream ss(a.has("precision") ? a.str("precision") : std::string("f32"));
     for (std::string item; std::getline(ss, item, ',');) {
       try {
-        parse_autocast_dtype(item, "soma bench");
+        if (item != "tf32") parse_autocast_dtype(item, "soma bench");
       } catch (const Error&) {
-        throw UsageError("bad value for --precision: '" + item + "' (expected f32, bf16 or f16)");
+        throw UsageError("bad value for --precision: '" + item +
+                         "' (expected f32, tf32, bf16 or f16)");
       }
       precisions.push_back(item);
     }
@@ -286,9 +333,13 @@ int cmd_bench(int argc, char** argv) {
       for (auto b : batches.empty() ? w.default_batches : batches)
         for (const auto& prec : precisions) {
           g_precision = prec;
-          const DType dt = parse_autocast_dtype(prec, "soma bench");
-          // f32 lines keep the original format (bench/compare.sh parses them).
-          const std::string tag = dt == DType::f32 ? "" : " precision=" + prec;
+          const DType dt = prec == "tf32" ? DType::f32 : parse_autocast_dtype(prec, "soma bench");
+          // f32 / tf32 on a device: full f32 or TF32 products (cuda::set_allow_tf32).
+          if (!g_device.is_cpu() && (prec == "f32" || prec == "tf32"))
+            cuda::set_allow_tf32(prec == "tf32");
+          // f32 CPU lines keep the original format (bench/compare.sh parses them).
+          std::string tag = prec == "f32" ? "" : " precision=" + prec;
+          if (!g_device.is_cpu()) tag += " device=" + g_device.str();
           const auto [value, unit] = [&] {
             AutocastScope autocast(dt);
             return w.run(b, steps);

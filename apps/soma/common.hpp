@@ -93,6 +93,13 @@ void move_model(nn::Module& model, Device device);
 // The tensor in host memory (a copy when it is on a device).
 Tensor to_host(const Tensor& t);
 
+// --precision f32|tf32|bf16|f16 (kPrecisionHelp): sets cuda::allow_tf32 for f32 and tf32 (full
+// f32 products / TF32 tensor cores) and returns compile's mixed_precision ("" for f32 and tf32,
+// "bf16", "f16"). Unset: TF32 as cuda::allow_tf32() says (on unless SOMA_ALLOW_TF32=0), no
+// autocast. UsageError for any other value.
+extern const char* const kPrecisionHelp;
+std::string precision_option(const Args& a);
+
 // Subcommands: each gets argv after the subcommand name and returns the exit status.
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);

@@ -63,6 +63,22 @@ void move_model(nn::Module& model, Device device) {
 
 Tensor to_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
+const char* const kPrecisionHelp =
+    "f32 (full f32 products), tf32 (f32 with TF32 tensor-core products on a GPU that has them),\n"
+    "bf16 or f16 (autocast: matrix and convolution work in that dtype, f32 master weights; f16\n"
+    "adds dynamic loss scaling). Default: f32 storage with TF32 unless SOMA_ALLOW_TF32=0";
+
+std::string precision_option(const Args& a) {
+  if (!a.has("precision")) return "";
+  const std::string p = a.str("precision");
+  if (p == "f32" || p == "tf32") {
+    cuda::set_allow_tf32(p == "tf32");
+    return "";
+  }
+  if (p == "bf16" || p == "f16") return p;
+  throw UsageError("bad value for --precision: '" + p + "' (expected f32, tf32, bf16 or f16)");
+}
+
 int cmd_info(int argc, char** argv) {
   ArgParser p("soma info", "",
               "Prints this soma's version, CPU threads and build, and the CUDA devices it can\n"
@@ -84,6 +100,12 @@ int cmd_info(int argc, char** argv) {
     std::printf("cudnn: %s\n", cuda::cudnn_version_str(cudnn).c_str());
   else
     std::printf("cudnn: not loaded (%s)\n", cuda::cudnn_load_error().c_str());
+  // TF32 (cuda::allow_tf32, SOMA_ALLOW_TF32): f32 matmul and convolution on tensor cores.
+  if (cuda::allow_tf32())
+    std::printf("tf32: on for f32 matmul/conv on compute capability >= 8.0 "
+                "(SOMA_ALLOW_TF32=0: off)\n");
+  else
+    std::printf("tf32: off (full f32 products: SOMA_ALLOW_TF32=0 or set_allow_tf32(false))\n");
   if (!cuda::is_available()) {
     std::printf("cuda devices: none (%s)\n", cuda::unavailable_reason().c_str());
     return 0;
@@ -93,10 +115,10 @@ int cmd_info(int argc, char** argv) {
   for (int i = 0; i < n; ++i) {
     try {
       const cuda::DeviceProperties d = cuda::device_properties(i);
-      std::printf("  cuda:%d  %s  memory %s (%s free)  compute capability %d.%d  %d SMs\n", i,
-                  d.name.c_str(), detail::memory_size_str(d.total_memory).c_str(),
+      std::printf("  cuda:%d  %s  memory %s (%s free)  compute capability %d.%d  %d SMs  tf32 %s\n",
+                  i, d.name.c_str(), detail::memory_size_str(d.total_memory).c_str(),
                   detail::memory_size_str(d.free_memory).c_str(), d.major, d.minor,
-                  d.multiprocessors);
+                  d.multiprocessors, cuda::tf32_active(i) ? "on" : "off");
     } catch (const std::exception& e) {
       std::printf("  cuda:%d  unusable: %s\n", i, e.what());
     }

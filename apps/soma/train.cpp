@@ -38,8 +38,7 @@ ArgParser train_parser() {
       .option("seed", "N", "seed for the weights and the shuffling (default 42)")
       .option("threads", "N", "CPU threads (default: all cores)")
       .option("device", "DEV", kDeviceHelp)
-      .option("precision", "P",
-              "f32 (default) or bf16 / f16: compile's mixed_precision (soma/autocast.hpp)")
+      .option("precision", "P", kPrecisionHelp)
       .option("out", "PATH", "where to save the model (default model.soma)")
       .option("csv", "PATH", "per-epoch metrics as CSV (default <out>.csv)")
       .option("validation-split", "F",
@@ -92,6 +91,7 @@ int cmd_train(int argc, char** argv) {
   const int verbose = static_cast<int>(a.integer("verbose", 1, 0, 2));
   const bool distributed = a.has("distributed");
   const Device device = device_option(a);
+  const std::string mixed_precision = precision_option(a);  // checked before any data is read
   if (!model_files_available())
     throw NotAvailable("cannot save the trained model: model files are not available yet in "
                        "this build (soma/model/serialization.hpp is missing)");
@@ -117,7 +117,7 @@ int cmd_train(int argc, char** argv) {
   // loss on logits would apply the softmax a second time (nn::outputs_probabilities).
   model->compile(make_optimizer(opt_name, lr),
                  nn::SparseCategoricalCrossentropy({.from_logits = !nn::outputs_probabilities(*model)}),
-                 {metrics::Accuracy()}, {.mixed_precision = a.has("precision") ? a.str("precision") : ""});
+                 {metrics::Accuracy()}, {.mixed_precision = mixed_precision});
   if (verbose > 0 && main_rank) model->summary();
 
   nn::FitOptions fit{.epochs = epochs, .batch_size = batch_size};

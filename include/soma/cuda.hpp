@@ -76,10 +76,14 @@ struct TransferStats {
 TransferStats transfer_stats();
 void reset_transfer_stats();
 
-// f32 matmul on TF32 tensor cores (about 10 mantissa bits in the products, f32 accumulation).
-// On by default; set_allow_tf32(false) forces full f32.
+// f32 matmul and convolution on TF32 tensor cores (about 10 mantissa bits in the products, f32
+// accumulation), as torch.backends.cuda.matmul.allow_tf32. On by default; the environment
+// variable SOMA_ALLOW_TF32=0 (read at start-up) or set_allow_tf32(false) forces full f32.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+// True when f32 matmul/convolution on `device` use TF32: allow_tf32() and the device has TF32
+// tensor cores (compute capability 8.0, Ampere, or later). False without a usable device.
+bool tf32_active(int device = 0);
 
 // A CUDA event on soma's stream of a device, for timing device work:
 //   cuda::Event start, stop; start.record(); ...ops...; stop.record();

@@ -77,6 +77,13 @@ enum OpTag : std::uint32_t {
   kActivation = 1u << 7,         // usable as a layer activation (nn::Activation by name)
   kFloatOnly = 1u << 8,          // floating dtypes only (f32, f64, f16, bf16)
   kNoGraph = 1u << 9,            // not recorded in graph mode (internal helper ops)
+  // Autocast (soma/autocast.hpp) reads these two: an op tagged kAutocastLow runs its f32 work in
+  // the scope's dtype (bf16/f16, f32 accumulation, f32 outputs): matmul, convolutions, dense.
+  // An op tagged kAutocastF32 always runs in f32, whatever the scope (softmax, losses,
+  // reductions, norms: sums and exponentials lose too much in 8 mantissa bits). Untagged ops run
+  // in their inputs' dtype. autocast_policy() below is the one reader.
+  kAutocastLow = 1u << 10,
+  kAutocastF32 = 1u << 11,
 };
 constexpr std::uint32_t operator|(OpTag a, OpTag b) { return std::uint32_t(a) | std::uint32_t(b); }
 
@@ -140,6 +147,18 @@ struct OpDef {
   OpTestSpec test{};
   bool has(OpTag t) const { return (tags & t) != 0; }
 };
+
+// What an op does under autocast, from its tags (kAutocastLow / kAutocastF32).
+enum class AutocastPolicy { kFollow, kLow, kF32 };
+inline AutocastPolicy autocast_policy(const OpDef& def) {
+  if (def.has(kAutocastF32)) return AutocastPolicy::kF32;
+  if (def.has(kAutocastLow)) return AutocastPolicy::kLow;
+  return AutocastPolicy::kFollow;
+}
+// The dtype an op's f32 work runs in under an autocast scope of `scope` (f32: off).
+inline DType autocast_dtype_for(const OpDef& def, DType scope) {
+  return autocast_policy(def) == AutocastPolicy::kLow ? scope : DType::f32;
+}
 
 // Adds an op definition; throws if the name is taken.
 void register_op(OpDef def);

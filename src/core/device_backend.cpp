@@ -8,6 +8,7 @@
 #include <new>
 #include <unordered_set>
 
+#include "core/tf32_env.hpp"
 #include "internal/copy.hpp"
 #include "soma/cuda.hpp"
 
@@ -216,10 +217,11 @@ MemoryStats memory_stats(int) { return {}; }
 void reset_peak_memory_stats(int) {}
 void empty_cache() {}
 namespace {
-bool g_allow_tf32 = true;
+bool g_allow_tf32 = detail::allow_tf32_from_env(std::getenv("SOMA_ALLOW_TF32"));
 }
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
+bool tf32_active(int) { return false; }
 Event::~Event() = default;
 Event& Event::operator=(Event&& o) noexcept {
   std::swap(event_, o.event_);

@@ -42,7 +42,22 @@ struct DeviceBackend {
   void (*record_event)(void* event, int index) = nullptr;
   void (*wait_event)(void* event, int index) = nullptr;
   void (*destroy_event)(void* event, int index) = nullptr;  // never throws
+  // Optional (null: not offered), all four together: graph capture of the work queued on the
+  // device's stream (FitOptions::cuda_graph, model/step_graph.hpp). begin_capture starts it and
+  // sends the device's allocations to a pool private to the coming graph (its addresses stay
+  // reserved while the graph lives, so a replay writes nowhere else); end_capture ends it and
+  // returns the executable graph, or null with `why` set (the captured work did not run: launch
+  // the graph once to run it); launch_graph queues a replay on the stream; destroy_graph frees the
+  // graph, its pool's blocks going back to the allocator as their tensors are freed.
+  void (*begin_capture)(int index) = nullptr;
+  void* (*end_capture)(int index, std::string* why) = nullptr;
+  void (*launch_graph)(void* graph, int index) = nullptr;
+  void (*destroy_graph)(void* graph, int index) = nullptr;  // never throws
 };
+// Whether a backend can capture and replay graphs.
+inline bool has_graph_capture(const DeviceBackend* b) {
+  return b && b->begin_capture && b->end_capture && b->launch_graph && b->destroy_graph;
+}
 
 // Whether a backend offers pinned host memory, async copies and events (all of them).
 inline bool has_async_copies(const DeviceBackend* b) {

@@ -19,7 +19,9 @@
 #include "soma/model/progress.hpp"
 #include "soma/model/tensorboard.hpp"
 #include "internal/tensor_vector_pool.hpp"
+#include "core/device_backend.hpp"
 #include "model/batch_stager.hpp"
+#include "model/step_graph.hpp"
 #include "model/summary_table.hpp"
 #include "nn/host_twins.hpp"
 #include "model/topo_order.hpp"
@@ -736,6 +738,39 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
   return fit(std::vector<Tensor>{x}, std::vector<Tensor>{y}, options);
 }
 
+namespace {
+// FitOptions::cuda_graph: why the steps of a model on `dev` cannot be captured ("" when they
+// can). fit's steps are not replayed yet on a GPU either: the loss and metric sums are new
+// tensors every step (a replay would add into the captured ones) and Adam's bias corrections are
+// per-step op attributes; the capture, its memory pool and the decision are in place for it.
+std::string step_graph_unavailable(Device dev) {
+  if (dev.is_cpu()) return "cuda_graph: the model is on the cpu (CUDA graphs need a CUDA device)";
+  if (!soma::detail::has_graph_capture(soma::detail::device_backend(dev.kind)))
+    return "cuda_graph: " + dev.str() +
+           "'s backend cannot capture (the CPU stand-in device of the tests, or no GPU)";
+  return "cuda_graph: fit does not replay captured steps yet (docs/cuda.md, CUDA graphs)";
+}
+
+// What a captured step would be valid for: the batch's shapes and dtypes, the device, and the
+// optimiser's learning rate (a value baked into the update kernels).
+capture::StepSignature step_signature(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                                      const Tensor& sw, Device dev, const optim::Optimizer& opt) {
+  capture::StepSignature s;
+  for (const auto* part : {&x, &y})
+    for (const Tensor& t : *part) {
+      s.shapes.push_back(t.shape());
+      s.dtypes.push_back(t.dtype());
+    }
+  if (sw.defined()) {
+    s.shapes.push_back(sw.shape());
+    s.dtypes.push_back(sw.dtype());
+  }
+  s.device = dev;
+  s.optimizer_key = capture::hash_values({opt.learning_rate()});
+  return s;
+}
+}  // namespace
+
 History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& y_all,
                    const FitOptions& o) {
   check_compiled("fit");
@@ -792,6 +827,19 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
   stop_training = false;
   ModeGuard mode(*this, true);
   Logs logs;
+  // FitOptions::cuda_graph: the decision per step (model/step_graph.hpp), its counts kept in
+  // step_graph_stats().
+  step_graph_stats_ = {};
+  std::optional<capture::StepGraphPolicy> graph_policy;
+  if (o.cuda_graph) graph_policy.emplace(step_graph_unavailable(device()));
+  auto graph_step = [&](const std::vector<Tensor>& xb, const std::vector<Tensor>& yb,
+                        const Tensor& swb) {
+    if (!graph_policy) return;
+    if (graph_policy->next(step_signature(xb, yb, swb, device(), optimizer())) ==
+        capture::StepAction::kCapture)
+      graph_policy->captured(false, "fit does not capture its steps yet");
+    step_graph_stats_ = graph_policy->stats();
+  };
   // On a device, batches go through pinned buffers, copied while the previous step computes
   // (null on the CPU, distributed (per-rank shards), or without a backend's async copies).
   std::unique_ptr<soma::detail::BatchStager> stager;
@@ -835,6 +883,7 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
         all.on_train_batch_begin(step, batch_logs);
         {
           soma::detail::HostTwinScope twins(b.y, y_host);
+          graph_step(b.x, b.y, b.sw);
           train_step(b.x, b.y, b.sw, "fit");
         }
         // The next batch's gather and copy while the device runs this step's kernels.
@@ -861,6 +910,7 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
       }
       Logs batch_logs;
       all.on_train_batch_begin(step, batch_logs);
+      graph_step(xb, yb, swb);
       train_step(xb, yb, swb, "fit");
       // Read only when a callback looks (on a device a read waits for the step); a distributed
       // fit always reads, since collecting is a collective every rank must join.

@@ -143,7 +143,7 @@ const Attrs& dense_attrs(bool relu) {
 
 void register_layer_ops() {
   OpDef d{.name = "dense_bias_act", .num_inputs = -1, .infer = dense_infer, .grad = dense_grad,
-          .attrs = {{"activation", std::string("linear")}},
+          .tags = kAutocastLow, .attrs = {{"activation", std::string("linear")}},
           .test = {.shapes = {{2, 3, 4}, {4, 5}, {5}},
                    .attrs = {{"activation", std::string("linear")}},
                    .reference = dense_reference}};

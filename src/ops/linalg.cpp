@@ -128,7 +128,7 @@ std::vector<std::int64_t> iota(std::int64_t n) {
 namespace detail {
 void register_linalg_ops() {
   register_op({.name = "matmul", .num_inputs = 2, .infer = matmul_infer, .grad = matmul_grad,
-               .onnx = {.op_type = "MatMul"},
+               .tags = kAutocastLow, .onnx = {.op_type = "MatMul"},
                .test = {.shapes = {{2, 3, 4}, {4, 5}}, .reference = ref::matmul}});
   register_view({.name = "diagonal", .num_inputs = 1, .infer = diagonal_infer,
                  .grad = diagonal_grad, .view = true, .kernels = {diagonal_kernel},

@@ -420,22 +420,22 @@ void register_nn_ops() {
   const Attrs pool = {{"pool", Ints{3, 2}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 0, 1}}};
   const Shape px{2, 3, 5, 5}, py{2, 3, 3, 3};
   register_op({.name = "conv2d", .num_inputs = 2, .infer = conv2d_infer, .grad = conv2d_grad,
-               .tags = kFloatOnly,
+               .tags = kFloatOnly | kAutocastLow,
                .test = {.shapes = {cx, cw}, .attrs = conv, .reference = ref::conv2d}});
   // (x, w[, bias]): the bias is optional (Conv2D without use_bias).
   register_op({.name = "conv2d_bias_act", .num_inputs = -1, .infer = conv2d_bias_act_infer,
-               .grad = conv2d_bias_act_grad, .tags = kFloatOnly,
+               .grad = conv2d_bias_act_grad, .tags = kFloatOnly | kAutocastLow,
                .test = {.shapes = {{2, 2, 4, 4}, {3, 2, 3, 3}, {3}},
                         .attrs = {{"strides", Ints{1, 1}}, {"pads", Ints{1, 1, 1, 1}},
                                   {"dilation", Ints{1, 1}}, {"groups", std::int64_t(1)},
                                   {"relu", std::int64_t(1)}},
                         .reference = ref::conv2d_bias_act}});
   register_op({.name = "conv2d_backprop_input", .num_inputs = 2, .infer = backprop_input_infer,
-               .grad = backprop_input_grad, .tags = kFloatOnly,
+               .grad = backprop_input_grad, .tags = kFloatOnly | kAutocastLow,
                .test = {.shapes = {cy, cw}, .attrs = Attrs(conv).set("input_shape", Ints(cx)),
                         .reference = ref::conv2d_backprop_input}});
   register_op({.name = "conv2d_backprop_filter", .num_inputs = 2, .infer = backprop_filter_infer,
-               .grad = backprop_filter_grad, .tags = kFloatOnly,
+               .grad = backprop_filter_grad, .tags = kFloatOnly | kAutocastLow,
                .test = {.shapes = {cx, cy}, .attrs = Attrs(conv).set("filter_shape", Ints(cw)),
                         .reference = ref::conv2d_backprop_filter}});
   register_op({.name = "max_pool2d", .num_inputs = 1, .infer = max_pool_infer,

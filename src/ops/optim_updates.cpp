@@ -162,7 +162,7 @@ namespace {
 
 // The composite kernel on every device; the CPU's is replaced by the fused one.
 void register_update(OpDef d, KernelFn composite) {
-  d.tags = kInplace | kFloatOnly | kNoGraph;
+  d.tags = kInplace | kFloatOnly | kNoGraph | kAutocastF32;  // f32 master weights
   for (int k = 0; k < kNumDeviceKinds; ++k) d.kernels[k] = composite;
   // .test stays empty: the registry-driven suite calls an op on fresh inputs and compares its
   // outputs; an update has none (it writes its inputs). tests/unit/test_optim.cpp checks each

@@ -206,34 +206,34 @@ void register_reduction_ops() {
   using Ints = std::vector<std::int64_t>;
   const DType boolean = DType::boolean;
   register_op({.name = "sum", .num_inputs = 1, .infer = reduce_infer<sum_name, Kind::Numeric, false>,
-               .grad = sum_grad, .tags = kReduction,
+               .grad = sum_grad, .tags = kReduction | kAutocastF32,
                .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axes", Ints{0, 2}}, {"keepdims", false}},
                         .reference = ref::sum}});
   register_op({.name = "mean", .num_inputs = 1,
                .infer = reduce_infer<mean_name, Kind::Floating, false>, .grad = mean_grad,
-               .tags = kReduction | kFloatOnly,
+               .tags = kReduction | kAutocastF32 | kFloatOnly,
                .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axes", Ints{0, 2}}, {"keepdims", true}},
                         .reference = ref::mean}});
   register_op({.name = "prod", .num_inputs = 1,
                .infer = reduce_infer<prod_name, Kind::Numeric, false>, .grad = prod_grad,
-               .tags = kReduction,
+               .tags = kReduction | kAutocastF32,
                .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axes", Ints{1}}, {"keepdims", false}},
                         .reference = ref::prod}});
   register_op({.name = "max", .num_inputs = 1, .infer = reduce_infer<max_name, Kind::Numeric, true>,
-               .grad = extreme_grad, .tags = kReduction,
+               .grad = extreme_grad, .tags = kReduction | kAutocastF32,
                .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axes", Ints{2}}, {"keepdims", false}},
                         .reference = ref::max}});
   register_op({.name = "min", .num_inputs = 1, .infer = reduce_infer<min_name, Kind::Numeric, true>,
-               .grad = extreme_grad, .tags = kReduction,
+               .grad = extreme_grad, .tags = kReduction | kAutocastF32,
                .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axes", Ints{0, 1}}, {"keepdims", true}},
                         .reference = ref::min}});
   register_op({.name = "all", .num_inputs = 1, .infer = reduce_infer<all_name, Kind::Bool, false>,
-               .grad = nullptr, .tags = kReduction,
+               .grad = nullptr, .tags = kReduction | kAutocastF32,
                .test = {.shapes = {{3, 4}}, .attrs = {{"axes", Ints{1}}, {"keepdims", false}},
                         .reference = ref::all, .gradcheck = false,
                         .fixed_inputs = {{0, boolean, -1, 6}}}});  // mostly true: some rows all true
   register_op({.name = "any", .num_inputs = 1, .infer = reduce_infer<any_name, Kind::Bool, false>,
-               .grad = nullptr, .tags = kReduction,
+               .grad = nullptr, .tags = kReduction | kAutocastF32,
                .test = {.shapes = {{3, 4}}, .attrs = {{"axes", Ints{0}}, {"keepdims", true}},
                         .reference = ref::any, .gradcheck = false,
                         .fixed_inputs = {{0, boolean, -3, 1}}}});  // mostly false
@@ -244,12 +244,12 @@ void register_reduction_ops() {
                .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axis", std::int64_t(2)}, {"keepdims", true}},
                         .reference = ref::argmin, .gradcheck = false}});
   register_op({.name = "softmax", .num_inputs = 1, .infer = softmax_infer<softmax_name>,
-               .grad = softmax_grad, .tags = kFloatOnly,
+               .grad = softmax_grad, .tags = kFloatOnly | kAutocastF32,
                .onnx = {.op_type = "Softmax", .min_opset = 13, .attrs = {{"axis", "axis"}}},
                .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axis", std::int64_t(1)}},
                         .reference = ref::softmax}});
   register_op({.name = "log_softmax", .num_inputs = 1, .infer = softmax_infer<log_softmax_name>,
-               .grad = log_softmax_grad, .tags = kFloatOnly,
+               .grad = log_softmax_grad, .tags = kFloatOnly | kAutocastF32,
                .onnx = {.op_type = "LogSoftmax", .min_opset = 13, .attrs = {{"axis", "axis"}}},
                .test = {.shapes = {{2, 3, 4}}, .attrs = {{"axis", std::int64_t(2)}},
                         .reference = ref::log_softmax}});

@@ -7,6 +7,7 @@
 #include "internal/runtime_checks.hpp"
 #include "internal/tensor_alloc.hpp"
 #include "ops/dispatch_hooks.hpp"
+#include "soma/autocast.hpp"
 #include "soma/op.hpp"
 
 namespace soma {
@@ -195,6 +196,53 @@ namespace {
 }  // namespace
 
 namespace {
+// Autocast on a device (soma/autocast.hpp; the CPU kernels round inside themselves instead): an
+// op whose definition says kAutocastLow, with f32 floating inputs, runs its own kernel on copies
+// of them cast to the scope's dtype, and its low-precision outputs are cast back into the f32
+// outputs the infer rule made. So weights stay f32 (master weights), everything downstream sees
+// f32, and ops tagged kAutocastF32 or untagged run as without autocast. The casts call the cast
+// kernel directly: they are not ops on the tape (the op is recorded with its f32 inputs and
+// outputs; its gradient is written with ops that autocast in turn). Returns false (nothing done)
+// when the op's floating inputs are not all f32 (f64 work is never lowered).
+bool run_autocast(const OpDef& def, KernelFn kernel, const std::vector<Tensor>& inputs,
+                  std::vector<Tensor>& outputs, const Attrs& attrs, DType low, Device dev) {
+  bool any_f32 = false;
+  for (const Tensor& t : inputs) {
+    if (t.dtype() == DType::f32) any_f32 = true;
+    else if (is_floating(t.dtype())) return false;
+  }
+  if (!any_f32 || def.view || !def.infer) return false;
+  static const OpDef& cast_def = get_op("cast");
+  const KernelFn cast_kernel = cast_def.kernels[int(dev.kind)];
+  if (!cast_kernel) return false;
+  auto cast_into = [&](const Tensor& from, Tensor& to) {
+    std::vector<Tensor> in{from}, out{to};
+    cast_kernel(in, out, Attrs{{"dtype", to.dtype()}});
+  };
+  std::vector<Tensor> low_in;
+  std::vector<TensorSpec> specs;
+  low_in.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    if (t.dtype() == DType::f32) {
+      Tensor c = detail::empty_tensor(Shape(t.shape()), low, dev);
+      cast_into(t, c);
+      low_in.push_back(std::move(c));
+    } else {
+      low_in.push_back(t);
+    }
+    specs.push_back({low_in.back().shape(), low_in.back().dtype()});
+  }
+  std::vector<Tensor> low_out;
+  for (auto& s : def.infer(specs, attrs))
+    low_out.push_back(detail::empty_tensor(std::move(s.shape), s.dtype, dev));
+  kernel(low_in, low_out, attrs);
+  if (low_out.size() != outputs.size())
+    fail(def.name, "autocast: ", low_out.size(), " outputs in ", dtype_name(low), ", ",
+         outputs.size(), " in f32");
+  for (std::size_t i = 0; i < outputs.size(); ++i) cast_into(low_out[i], outputs[i]);
+  return true;
+}
+
 // Runs an op eagerly into `outputs` (empty on entry); call_op and call_op1 wrap it.
 void run_op(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& attrs,
             std::vector<Tensor>& outputs) {
@@ -261,7 +309,12 @@ void run_op(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& at
         outputs.push_back(detail::empty_tensor(std::move(s.shape), s.dtype, dev));
     }
   }
-  kernel(inputs, outputs, attrs);
+  // Autocast (soma/autocast.hpp), read from the definition's tags: one bit test per call when
+  // the op has no kAutocastLow tag.
+  const bool lowered = (def.tags & kAutocastLow) && dev.kind != DeviceKind::CPU &&
+                       autocast_dtype() != DType::f32 &&
+                       run_autocast(def, kernel, inputs, outputs, attrs, autocast_dtype(), dev);
+  if (!lowered) kernel(inputs, outputs, attrs);
   // set_check_numerics(true): name the first op whose output holds inf/nan (one relaxed load
   // when off).
   if (detail::check_numerics_on()) [[unlikely]] detail::check_op_numerics(def, inputs, outputs);

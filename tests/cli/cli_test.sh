@@ -451,6 +451,7 @@ case $case_name in
     else
       expect_stdout '^cuda: built; runtime [0-9]+\.[0-9]+, driver ([0-9]+\.[0-9]+|not found)$'
       expect_stdout '^cudnn: ([0-9]+\.[0-9]+\.[0-9]+|not loaded \(.+\))$'
+      expect_stdout '^tf32: (on|off) .+'
       expect_stdout '^cuda devices: (none \(.+\)|[0-9]+)$'
       n=$(sed -n 's/^cuda devices: \([0-9]*\)$/\1/p' "$out/stdout")
       if [ -n "$n" ]; then
@@ -472,6 +473,9 @@ case $case_name in
       run $c --device cuda:x
       expect_status 2
     done
+    # --precision: f32, tf32, bf16 or f16, checked before any data is read.
+    run train --precision int8 --data idx:"$out/nowhere"
+    expect_usage_error "soma train: bad value for --precision: 'int8' (expected f32, tf32, bf16 or f16) (see soma train --help)"
     # --device cpu is the default, said out loud.
     run eval "$dir/mlp.soma" --data idx:"$dir" --device cpu
     expect_status 0

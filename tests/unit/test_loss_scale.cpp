@@ -324,8 +324,10 @@ TEST(LossScale, F16FitOnADeviceGivesTheCpuWeights) {
   EXPECT_EQ(ls.scale(), 32768.0);
   const auto pc = cpu.trainable_parameters(), pd = dev.trainable_parameters();
   ASSERT_EQ(pc.size(), pd.size());
+  // On a device autocast really computes in f16 (the dispatcher lowers matmul's operands, issue
+  // 23); the CPU has no f16 kernels and stays f32: the weights agree to f16's rounding.
   for (std::size_t i = 0; i < pc.size(); ++i)
-    EXPECT_TRUE(soma::testing::all_close(pd[i].value().to(Device::cpu()), pc[i].value(), 1e-5, 1e-5)) << i;
+    EXPECT_TRUE(soma::testing::all_close(pd[i].value().to(Device::cpu()), pc[i].value(), 2e-3, 2e-3)) << i;
 }
 
 // ---- compile(..., {.mixed_precision = "f16"}) ----

@@ -139,6 +139,11 @@ struct FitOptions {
   // (ModelCheckpoint, CSVLogger, TensorBoard). With one process it trains as without the option.
   bool distributed = false;
   std::int64_t distributed_bucket_bytes = 1 << 20;
+  // Replay the training step as a CUDA graph once its shapes are fixed (docs/cuda.md, "CUDA
+  // graphs"): off by default. Only on a CUDA device with a GPU present; everything else (the
+  // CPU, the test stand-in, a step that cannot be captured) trains eagerly as without it, and
+  // the reason is in Model::step_graph_stats().
+  bool cuda_graph = false;
 };
 
 struct EvaluateOptions {
@@ -156,6 +161,15 @@ struct PredictOptions {
   std::vector<callbacks::CallbackRef> callbacks;
   std::ostream* output = nullptr;
   std::optional<bool> is_terminal;
+};
+
+// What FitOptions::cuda_graph did in the last fit (docs/cuda.md, "CUDA graphs").
+struct StepGraphStats {
+  std::int64_t eager_steps = 0;    // steps run eagerly (warm-up, or no capture possible)
+  std::int64_t captures = 0;       // graphs captured
+  std::int64_t replays = 0;        // steps replayed from a captured graph
+  std::int64_t invalidations = 0;  // graphs dropped (shapes, dtypes or optimiser changed)
+  std::string reason;              // why the last step was not replayed ("" when it was)
 };
 
 class Model : public Module {
@@ -210,6 +224,9 @@ class Model : public Module {
   Logs test_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight = Tensor());
   Tensor predict_on_batch(const Tensor& x);  // eval mode, no tape
   std::vector<Tensor> predict_on_batch(const std::vector<Tensor>& x);
+
+  // FitOptions::cuda_graph's counters for the last fit.
+  const StepGraphStats& step_graph_stats() const { return step_graph_stats_; }
 
   // Set by a callback (EarlyStopping, TerminateOnNaN) to end fit() after the current batch.
   bool stop_training = false;
@@ -281,6 +298,7 @@ class Model : public Module {
   std::vector<SymbolicTensor> inputs_, outputs_;
   std::shared_ptr<Compiled> compiled_;
   optim::OptimizerRef optimizer_;
+  StepGraphStats step_graph_stats_;
 };
 
 }  // namespace soma::model

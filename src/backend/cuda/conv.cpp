@@ -23,6 +23,7 @@
 #include "backend/cuda/conv_pool_launch.hpp"
 #include "backend/cuda/cudnn_loader.hpp"
 #include "backend/cuda/host_util.hpp"
+#include "backend/cuda/math_policy.hpp"
 #include "backend/cuda/runtime.hpp"
 #include "internal/copy.hpp"
 #include "soma/cuda.hpp"
@@ -125,11 +126,14 @@ std::string describe(const ConvPlan& p, DType t) {
          ", dilation " + shape_str({p.dh, p.dw}) + ", groups " + std::to_string(p.groups);
 }
 
-// Tensor cores where soma allows them: f16/bf16 always, f32 as TF32 when cuda::allow_tf32()
-// (set_allow_tf32(false) restricts cuDNN to FMA kernels: full f32 products).
-cudnnMathType_t requested_math(DType t) {
-  if (t == DType::f16 || t == DType::bf16) return CUDNN_TENSOR_OP_MATH;
-  if (t == DType::f32) return cuda::allow_tf32() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+// Tensor cores where soma allows them (math_policy.hpp): f16/bf16 always, f32 as TF32 when
+// cuda::allow_tf32() on Ampere or later (otherwise FMA kernels only: full f32 products).
+cudnnMathType_t requested_math(DType t, int device) {
+  switch (conv_math(t, cuda::allow_tf32(), compute_major(device))) {
+    case ConvMath::kTensorOp: return CUDNN_TENSOR_OP_MATH;
+    case ConvMath::kFma: return CUDNN_FMA_MATH;
+    case ConvMath::kDefault: break;
+  }
   return CUDNN_DEFAULT_MATH;
 }
 
@@ -383,7 +387,7 @@ void conv_forward(const char* op, const std::vector<Tensor>& in, const Tensor& o
       zero(y, op, dev);  // an empty sum
     } else {
       check_int_range(op, p, t);
-      const Call c{op, p, t, dev, cudnn_api(op), requested_math(t)};
+      const Call c{op, p, t, dev, cudnn_api(op), requested_math(t, dev)};
       const cudnnHandle_t h = cudnn_handle(c);
       const Tensor xp = padded_input(c, x);
       const TensorDesc xd(c, cudnn_type(t), p.n, p.c, p.hp, p.wp);
@@ -445,7 +449,7 @@ void backprop_input_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& o
     if (dx.numel() == 0) return;
     if (g.numel() == 0 || w.numel() == 0) return zero(dx, op, dev);
     check_int_range(op, p, t);
-    const Call c{op, p, t, dev, cudnn_api(op), requested_math(t)};
+    const Call c{op, p, t, dev, cudnn_api(op), requested_math(t, dev)};
     const cudnnHandle_t h = cudnn_handle(c);
     // The gradient of the padded input, cropped afterwards; dx itself without explicit padding.
     const Tensor dxp = p.explicit_padding()
@@ -495,7 +499,7 @@ void backprop_filter_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
     if (dw.numel() == 0) return;
     if (x.numel() == 0 || g.numel() == 0) return zero(dw, op, dev);
     check_int_range(op, p, t);
-    const Call c{op, p, t, dev, cudnn_api(op), requested_math(t)};
+    const Call c{op, p, t, dev, cudnn_api(op), requested_math(t, dev)};
     const cudnnHandle_t h = cudnn_handle(c);
     const Tensor xp = padded_input(c, x);
     const TensorDesc xd(c, cudnn_type(t), p.n, p.c, p.hp, p.wp);

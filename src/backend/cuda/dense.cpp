@@ -1,7 +1,7 @@
 // dense_bias_act's CUDA kernel (the op: src/ops/dense.cpp): act(x W + b) as one cuBLASLt matmul
 // whose epilogue adds the bias and applies the ReLU (CUBLASLT_EPILOGUE_BIAS / RELU_BIAS), instead
 // of the composite's GEMM, bias pass and ReLU pass. f32 (TF32 tensor cores when
-// cuda::allow_tf32()), f16 and bf16 (f32 accumulation); f64 and shapes cuBLASLt declines run the
+// cuda::tf32_active()), f16 and bf16 (f32 accumulation); f64 and shapes cuBLASLt declines run the
 // composite (matmul + add + relu). Only the forward: the op's gradient is written with ops.
 //
 // Row-major y[m, n] = x[m, k] W[k, n] is column-major y^T = W^T x^T (the layouts: dense_plan.hpp,
@@ -109,7 +109,7 @@ Plan make_plan(const PlanKey& key, const void* bias_ptr) {
   const cudaDataType_t type = data_type(key.dtype);
   const cublasComputeType_t compute = key.dtype == DType::f32 && key.tf32
                                           ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                          : CUBLAS_COMPUTE_32F;
+                                          : CUBLAS_COMPUTE_32F;  // key.tf32: cuda::tf32_active
   try {
     ok(api.matmul_desc_create(&p.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
     const std::int32_t op_a = key.g.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -208,7 +208,7 @@ void dense_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
   void* pw = first_element(w);
   void* py = first_element(dst);
   const void* pb = has_bias ? first_element(b) : nullptr;
-  const PlanKey key{dev,  t,    m,        n,    k,  g, has_bias, relu, cuda::allow_tf32(),
+  const PlanKey key{dev,  t,    m,        n,    k,  g, has_bias, relu, cuda::tf32_active(dev),
                     alignment_of(pw), alignment_of(px), alignment_of(py),
                     has_bias ? alignment_of(pb) : 256u};
   bool ran = false;

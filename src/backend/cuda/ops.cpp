@@ -282,7 +282,7 @@ void matmul_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
   switch (a.dtype()) {
     case DType::f32:
       type = CUDA_R_32F;
-      compute = cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      compute = gemm_compute_type(DType::f32, c.device().index);  // TF32 unless switched off or pre-Ampere
       break;
     case DType::f64:
       type = CUDA_R_64F;
@@ -371,6 +371,10 @@ const DeviceBackend* cuda_device_backend() {
       .record_event = cuda_detail::record_event,
       .wait_event = cuda_detail::wait_event,
       .destroy_event = [](void* e, int i) { cuda_detail::destroy_event(e, i); },
+      .begin_capture = cuda_detail::begin_capture,
+      .end_capture = cuda_detail::end_capture,
+      .launch_graph = cuda_detail::launch_graph,
+      .destroy_graph = [](void* g, int i) { cuda_detail::destroy_graph(g, i); },
   };
   return &table;
 }

@@ -4,6 +4,8 @@
 
 #include "backend/cuda/cublas_loader.hpp"
 #include "backend/cuda/cudnn_loader.hpp"
+#include "backend/cuda/math_policy.hpp"
+#include "core/tf32_env.hpp"
 
 #include <atomic>
 #include <cstdlib>
@@ -19,15 +21,30 @@ namespace {
 
 constexpr int kMaxDevices = 64;
 
+// A CUDA graph replays its kernels at the addresses they had when it was captured, so memory
+// allocated during a capture comes from a pool private to that graph: its blocks are handed only
+// to allocations of that same capture (a block freed during the capture may be reused by the
+// capture: the graph keeps the stream's order), never to other allocations while the graph
+// lives, so a replay cannot overwrite another tensor. When the graph is destroyed the pool is
+// orphaned: its free blocks go to the device's cache at once, the rest as their tensors go.
+struct GraphPool {
+  std::unordered_map<std::size_t, std::vector<void*>> free_blocks;  // by bucket size
+  bool orphaned = false;
+  std::size_t live = 0;  // blocks of the pool held by tensors
+};
+
 struct DeviceCache {
   std::mutex mutex;
   std::unordered_map<std::size_t, std::vector<void*>> free_blocks;  // by bucket size
   std::size_t cached_bytes = 0;
   cuda::MemoryStats stats;
+  GraphPool* capturing = nullptr;                   // the pool of the capture under way
+  std::unordered_map<void*, GraphPool*> pool_of;    // every block that belongs to a pool
 };
 
 struct DeviceState {
-  std::once_flag stream_once, blas_once;
+  std::once_flag stream_once, blas_once, cc_once;
+  int cc_major = 0;  // compute capability (major), read once
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   std::atomic<bool> used{false};  // a stream exists: synchronize() visits it
@@ -90,7 +107,7 @@ void release_cache(int device) {
   c.cached_bytes = 0;
 }
 
-std::atomic<bool> g_allow_tf32{true};
+std::atomic<bool> g_allow_tf32{detail::allow_tf32_from_env(std::getenv("SOMA_ALLOW_TF32"))};
 
 }  // namespace
 
@@ -152,10 +169,24 @@ void* allocate(std::size_t nbytes, int device) {
   const Runtime& rt = runtime();
   DeviceCache& c = state(device).cache;
   const std::size_t size = bucket_size(nbytes);
+  GraphPool* pool = nullptr;
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     ++c.stats.num_allocs;
-    if (rt.cache_enabled) {
+    pool = c.capturing;
+    if (pool) {  // during a capture: the graph's own blocks only
+      auto it = pool->free_blocks.find(size);
+      if (it != pool->free_blocks.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        ++pool->live;
+        ++c.stats.num_cache_hits;
+        c.stats.allocated_bytes += size;
+        if (c.stats.allocated_bytes > c.stats.peak_allocated_bytes)
+          c.stats.peak_allocated_bytes = c.stats.allocated_bytes;
+        return p;
+      }
+    } else if (rt.cache_enabled) {
       auto it = c.free_blocks.find(size);
       if (it != c.free_blocks.end() && !it->second.empty()) {
         void* p = it->second.back();
@@ -190,6 +221,10 @@ void* allocate(std::size_t nbytes, int device) {
     check(st, "allocate", "cudaMalloc", device);
   }
   std::lock_guard<std::mutex> lock(c.mutex);
+  if (pool) {
+    c.pool_of[p] = pool;
+    ++pool->live;
+  }
   ++c.stats.num_device_mallocs;
   c.stats.reserved_bytes += size;
   c.stats.allocated_bytes += size;
@@ -205,6 +240,19 @@ void deallocate(void* p, std::size_t nbytes, int device) noexcept {
   const std::size_t size = bucket_size(nbytes);
   std::lock_guard<std::mutex> lock(c.mutex);
   c.stats.allocated_bytes -= size;
+  if (!c.pool_of.empty()) {
+    auto it = c.pool_of.find(p);
+    if (it != c.pool_of.end()) {
+      GraphPool* pool = it->second;
+      --pool->live;
+      if (!pool->orphaned) {  // reserved for its graph
+        pool->free_blocks[size].push_back(p);
+        return;
+      }
+      c.pool_of.erase(it);  // the graph is gone: an ordinary block again
+      if (pool->live == 0) delete pool;
+    }
+  }
   if (rt.cache_enabled) {
     c.free_blocks[size].push_back(p);
     c.cached_bytes += size;
@@ -310,6 +358,125 @@ void destroy_event(void* event, int) noexcept {
   if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
+namespace {
+struct CapturedGraph {
+  cudaGraphExec_t exec = nullptr;
+  GraphPool* pool = nullptr;
+};
+
+// Ends a pool's reservation (c.mutex held): its free blocks go to the device's cache (or back to
+// the driver without caching); blocks still held follow when freed (deallocate).
+void orphan_pool(DeviceCache& c, GraphPool* pool, int device) {
+  pool->orphaned = true;
+  for (auto& [size, blocks] : pool->free_blocks)
+    for (void* p : blocks) {
+      c.pool_of.erase(p);
+      if (runtime().cache_enabled) {
+        c.free_blocks[size].push_back(p);
+        c.cached_bytes += size;
+      } else {
+        cudaSetDevice(device);
+        cudaFree(p);
+        cudaGetLastError();
+        c.stats.reserved_bytes -= size;
+      }
+    }
+  pool->free_blocks.clear();
+  if (pool->live == 0) delete pool;
+}
+}  // namespace
+
+void begin_capture(int device) {
+  use_device(device, "cuda_graph");
+  cudaStream_t s = stream(device);
+  DeviceCache& c = state(device).cache;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (c.capturing) fail("cuda_graph", "a capture is already under way on cuda:", device);
+    c.capturing = new GraphPool;
+  }
+  // Relaxed: the capture's own cudaMalloc calls (new pool blocks) are allowed.
+  const cudaError_t st = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed);
+  if (st != cudaSuccess) {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    orphan_pool(c, c.capturing, device);
+    c.capturing = nullptr;
+    check(st, "cuda_graph", "cudaStreamBeginCapture", device);
+  }
+}
+
+void* end_capture(int device, std::string* why) {
+  use_device(device, "cuda_graph");
+  DeviceCache& c = state(device).cache;
+  GraphPool* pool = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    pool = c.capturing;
+    c.capturing = nullptr;
+  }
+  cudaGraph_t graph = nullptr;
+  cudaError_t st = cudaStreamEndCapture(stream(device), &graph);
+  const char* what = "cudaStreamEndCapture";
+  cudaGraphExec_t exec = nullptr;
+  if (st == cudaSuccess) {
+    st = cudaGraphInstantiate(&exec, graph, 0);
+    what = "cudaGraphInstantiate";
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (st != cudaSuccess) {
+    if (why)
+      *why = std::string(what) + ": " + cudaGetErrorName(st) + " (" + cudaGetErrorString(st) + ")";
+    cudaGetLastError();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (pool) orphan_pool(c, pool, device);
+    return nullptr;
+  }
+  return new CapturedGraph{exec, pool};
+}
+
+void launch_graph(void* graph, int device) {
+  use_device(device, "cuda_graph");
+  auto* g = static_cast<CapturedGraph*>(graph);
+  check(cudaGraphLaunch(g->exec, stream(device)), "cuda_graph", "cudaGraphLaunch", device);
+}
+
+void destroy_graph(void* graph, int device) noexcept {
+  auto* g = static_cast<CapturedGraph*>(graph);
+  if (!g) return;
+  cudaSetDevice(device);
+  // The stream may still run a replay: the pool's blocks are reused only in stream order after it.
+  if (g->exec) cudaGraphExecDestroy(g->exec);
+  cudaGetLastError();
+  if (g->pool) {
+    DeviceCache& c = state(device).cache;
+    std::lock_guard<std::mutex> lock(c.mutex);
+    orphan_pool(c, g->pool, device);
+  }
+  delete g;
+}
+
+int compute_major(int device) {
+  DeviceState& s = state(device);
+  std::call_once(s.cc_once, [&] {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaGetLastError();
+      major = 0;  // unknown: no TF32 asked for
+    }
+    s.cc_major = major;
+  });
+  return s.cc_major;
+}
+
+cublasComputeType_t gemm_compute_type(DType t, int device) {
+  switch (gemm_compute(t, g_allow_tf32, compute_major(device))) {
+    case GemmCompute::k32FFastTF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case GemmCompute::k64F: return CUBLAS_COMPUTE_64F;
+    case GemmCompute::k32F: break;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
 }  // namespace soma::cuda_detail
 
 // ---- public API --------------------------------------------------------------------------------
@@ -398,6 +565,10 @@ void empty_cache() {
 
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
+bool tf32_active(int device) {
+  if (device < 0 || device >= runtime().count) return false;
+  return uses_tf32(DType::f32, g_allow_tf32, compute_major(device));
+}
 
 Event::~Event() {
   if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));

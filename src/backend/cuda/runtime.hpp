@@ -7,6 +7,7 @@
 #include <string>
 
 #include "soma/device.hpp"
+#include "soma/dtype.hpp"
 
 namespace soma::cuda_detail {
 
@@ -21,6 +22,12 @@ int use_device(int device, const char* op);
 cudaStream_t stream(int device);
 // The cuBLAS handle of a device, bound to its stream.
 cublasHandle_t cublas(int device);
+// The device's compute capability (major; read once; 0 when unknown). TF32 needs 8 or more
+// (math_policy.hpp).
+int compute_major(int device);
+// The cuBLAS / cuBLASLt compute type of a GEMM with operands of dtype `t` on `device`
+// (math_policy.hpp's gemm_compute with cuda::allow_tf32() and the device's capability).
+cublasComputeType_t gemm_compute_type(DType t, int device);
 
 }  // namespace soma::cuda_detail
 
@@ -44,4 +51,10 @@ void* create_event(int device);
 void record_event(void* event, int device);
 void wait_event(void* event, int device);
 void destroy_event(void* event, int device) noexcept;
+// CUDA graph capture on a device's stream, with a private memory pool per graph
+// (core/device_backend.hpp: begin_capture ... destroy_graph).
+void begin_capture(int device);
+void* end_capture(int device, std::string* why);
+void launch_graph(void* graph, int device);
+void destroy_graph(void* graph, int device) noexcept;
 }  // namespace soma::cuda_detail
