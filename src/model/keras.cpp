@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "model/keras_internal.hpp"
@@ -41,10 +44,13 @@ T required(const json& cfg, const char* key, const std::string& where) {
 
 // Keras' other names for soma's layer types.
 std::string canonical_type(const std::string& t) {
-  if (t == "MaxPooling2D") return "MaxPool2D";
-  if (t == "AveragePooling2D") return "AvgPool2D";
-  if (t == "GlobalAvgPool2D") return "GlobalAveragePooling2D";
-  return t;
+  static const std::map<std::string, std::string> aliases = {
+      {"MaxPooling2D", "MaxPool2D"},
+      {"AveragePooling2D", "AvgPool2D"},
+      {"GlobalAvgPool2D", "GlobalAveragePooling2D"},
+  };
+  auto it = aliases.find(t);
+  return it == aliases.end() ? t : it->second;
 }
 
 std::string joined(const std::vector<std::string>& names) {
@@ -56,8 +62,9 @@ std::string joined(const std::vector<std::string>& names) {
 // The layer types an entry may name: every layer with a config but the model kinds.
 std::vector<std::string> layer_types() {
   std::vector<std::string> r;
+  static const std::set<std::string> models = {"Sequential", "Functional"};
   for (auto& t : serialization::registered_layers())
-    if (t != "Sequential" && t != "Functional") r.push_back(t);
+    if (!models.count(t)) r.push_back(t);
   return r;
 }
 
@@ -91,74 +98,104 @@ json soma_regularizer(const std::string& key, const json& v, const std::string& 
   if (v.is_null()) return v;
   const std::string cls = v.is_object() ? v.value("class_name", std::string()) : std::string();
   const json c = v.is_object() ? v.value("config", json::object()) : json::object();
-  if (cls == "L1" || cls == "L2" || cls == "L1L2")
+  static const std::set<std::string> known = {"L1", "L2", "L1L2"};
+  if (known.count(cls))
     return json{{"l1", c.value("l1", 0.0)}, {"l2", c.value("l2", 0.0)}};
   bad(where, "field \"" + key + "\": regularizer " + limits::json_excerpt(v) +
                  " is not supported (soma has L1, L2 and L1L2)");
+}
+
+// Keras fields that soma's layers lack, accepted with the neutral value Keras writes for them.
+const std::map<std::string, json>& neutral_fields() {
+  static const std::map<std::string, json> table = {
+      {"synchronized", false},            // BatchNormalization across devices
+      {"sparse", false},                  // InputLayer
+      {"ragged", false},                  // InputLayer
+      {"noise_shape", nullptr},           // Dropout
+      {"activity_regularizer", nullptr},  // Conv2D and others
+  };
+  return table;
+}
+
+// The Keras fields with a rule of their own: each maps its value in place (or adds soma's
+// fields to `added`) and returns false when the field is to be dropped; errors name layer and
+// field.
+struct KerasField {
+  std::string type;    // the soma layer type
+  const json& fields;  // its full default config
+  const std::string& where;
+  [[noreturn]] void unsupported(const std::string& k, const json& v, const std::string& why) const {
+    bad(where, "field \"" + k + "\": " + limits::json_excerpt(v) + " is not supported" + why);
+  }
+};
+using FieldRule = bool (*)(const KerasField&, const std::string& key, json& value, json& added);
+
+const std::map<std::string, FieldRule>& field_rules() {
+  static const std::map<std::string, FieldRule> table = {
+      {"dtype",
+       [](const KerasField& f, const std::string& k, json& v, json&) {
+         auto d = soma_dtype(v, f.where);
+         // A layer without weights runs in its input's dtype whatever the policy.
+         if (!f.fields.contains(k)) return false;
+         if (!d)
+           f.unsupported(k, v, " (soma's layers take float32, float64, float16 or bfloat16; for "
+                               "mixed precision use compile's mixed_precision)");
+         v = *d;
+         return true;
+       }},
+      {"data_format",
+       [](const KerasField& f, const std::string& k, json& v, json&) {
+         if (f.fields.contains(k)) return true;
+         // Flatten's data_format keeps the (h, w, c) order of channels_last, soma's plain
+         // reshape; another layer without the field runs in channels_first only.
+         const std::string ok = f.type == "Flatten" ? "channels_last" : "channels_first";
+         if (!v.is_null() && v != json(ok)) f.unsupported(k, v, " for " + f.type + " (only " + ok + ")");
+         return false;
+       }},
+      {"negative_slope",  // Keras 3's LeakyReLU; Keras 2 and soma: alpha
+       [](const KerasField& f, const std::string& k, json& v, json& added) {
+         if (f.fields.contains(k) || !f.fields.contains("alpha")) return true;
+         added["alpha"] = v;
+         return false;
+       }},
+  };
+  return table;
 }
 
 // A Keras entry's config as soma's layer reads it: Keras 3's objects become soma's values, the
 // fields Keras writes with a neutral value are dropped, and those soma cannot honour are errors
 // naming layer and field. `fields` is the soma layer's full default config.
 void map_keras_fields(const std::string& type, json& cfg, const json& fields, const std::string& where) {
+  const KerasField f{type, fields, where};
   std::vector<std::string> drop;
+  json added = json::object();
   for (auto& [k, v] : cfg.items()) {
-    if (k == "dtype") {
-      auto d = soma_dtype(v, where);
-      if (!fields.contains("dtype")) {
-        // A layer without weights: any floating policy runs as its input's dtype.
-        drop.push_back(k);
-      } else if (!d) {
-        bad(where, "field \"dtype\": Keras' policy " + limits::json_excerpt(v) +
-                       " is not supported (soma's layers take float32, float64, float16 or bfloat16; "
-                       "for mixed precision use compile's mixed_precision)");
-      } else {
-        v = *d;
-      }
+    if (auto rule = field_rules().find(k); rule != field_rules().end()) {
+      if (!rule->second(f, k, v, added)) drop.push_back(k);
+    } else if (auto n = neutral_fields().find(k); n != neutral_fields().end() && !fields.contains(k)) {
+      if (v != n->second) f.unsupported(k, v, "");
+      drop.push_back(k);
     } else if (ends_with(k, "_initializer") && v.is_object()) {
       const std::string name = internal::keras_snake_case(v.value("class_name", std::string()));
-      if (!serialization::internal::known_initializer(name))
-        bad(where, "field \"" + k + "\": initializer " + limits::json_excerpt(v) + " is not supported");
+      if (!serialization::internal::known_initializer(name)) f.unsupported(k, v, " (an unknown initializer)");
       v = json{{"class_name", name}};
     } else if (ends_with(k, "_regularizer")) {
-      if (k == "activity_regularizer" && !fields.contains(k)) {
-        if (!v.is_null()) bad(where, "field \"activity_regularizer\" is not supported (got " + limits::json_excerpt(v) + ")");
-        drop.push_back(k);
-      } else {
-        v = soma_regularizer(k, v, where);
-      }
+      v = soma_regularizer(k, v, where);
     } else if (ends_with(k, "_constraint")) {
-      if (!v.is_null()) bad(where, "field \"" + k + "\": constraints are not supported (got " + limits::json_excerpt(v) + ")");
-      drop.push_back(k);
-    } else if (k == "data_format" && !fields.contains(k)) {
-      // Flatten's data_format keeps the (h, w, c) order of channels_last, soma's plain reshape;
-      // another layer without the field is one soma runs in channels_first only.
-      const std::string f = v.is_string() ? v.get<std::string>() : "";
-      const std::string ok = type == "Flatten" ? "channels_last" : "channels_first";
-      if (!v.is_null() && f != ok)
-        bad(where, "field \"data_format\": " + limits::json_excerpt(v) + " is not supported for " +
-                       type + " (only " + ok + ")");
-      drop.push_back(k);
-    } else if ((k == "synchronized" || k == "sparse" || k == "ragged") && !fields.contains(k)) {
-      if (!v.is_boolean() || v.get<bool>()) bad(where, "field \"" + k + "\": " + limits::json_excerpt(v) + " is not supported");
-      drop.push_back(k);
-    } else if (k == "noise_shape" && !fields.contains(k)) {
-      if (!v.is_null()) bad(where, "field \"noise_shape\" is not supported (got " + limits::json_excerpt(v) + ")");
-      drop.push_back(k);
-    } else if (k == "negative_slope" && fields.contains("alpha") && !fields.contains(k)) {
-      cfg["alpha"] = v;  // Keras 3's LeakyReLU; Keras 2 wrote alpha
+      if (!v.is_null()) f.unsupported(k, v, " (soma has no constraints)");
       drop.push_back(k);
     }
   }
   for (auto& k : drop) cfg.erase(k);
+  for (auto& [k, v] : added.items()) cfg[k] = v;
 }
 
 // The top-level keys of a Keras entry besides class_name and config.
 void check_keras_entry_keys(const json& entry, const std::string& type, const std::string& where) {
+  static const std::set<std::string> ignored = {"class_name", "config", "module", "build_config",
+                                                "name", "inbound_nodes"};
   for (auto& [k, v] : entry.items()) {
-    if (k == "class_name" || k == "config" || k == "module" || k == "build_config" || k == "name" ||
-        k == "inbound_nodes")
-      continue;
+    if (ignored.count(k)) continue;
     if (k == "registered_name") {
       // Keras' own layers write null or their class name; anything else is a custom object.
       if (v.is_null() || (v.is_string() && canonical_type(v.get<std::string>()) == type)) continue;
@@ -284,59 +321,59 @@ nn::ModuleRef layer_from_entry(const std::string& entry_json, const std::string&
   return entry_to_layer(j, where);
 }
 
-std::shared_ptr<Model> from_keras_json(const std::string& text) {
-  const std::string W = "from_keras_json";
-  limits::check_json_text(text, W);
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    bad(W, std::string("not valid JSON: ") + limits::excerpt(e.what(), limits::kMaxDetailChars));
-  }
-  if (!doc.is_object() || !doc.contains("class_name") || !doc["class_name"].is_string() ||
-      !doc.contains("config") || !doc["config"].is_object())
-    bad(W, "expected Keras' model.to_json() form {\"class_name\": \"Sequential\", \"config\": {...}}");
-  const std::string kind = doc["class_name"].get<std::string>();
-  if (kind != "Sequential")
-    bad(W, "model class \"" + kind + "\" is not supported (soma reads Keras' Sequential models)");
-  const json& root = doc["config"];
-  if (!root.contains("layers") || !root["layers"].is_array())
-    bad(W, "the Sequential config has no \"layers\" array");
-  const json& layers = root["layers"];
-  if (layers.size() > limits::kMaxLayersFromFile)
-    bad(W, "the model lists " + std::to_string(layers.size()) + " layers, more than the limit of " +
-               std::to_string(limits::kMaxLayersFromFile));
-  for (auto& [k, v] : root.items())
-    if (k != "name" && k != "trainable" && k != "dtype" && k != "layers" && k != "build_input_shape")
-      bad(W, "unknown key \"" + k + "\" in the Sequential config");
+namespace {
 
+// "from_keras_json: layers[3] 'dense'": where an entry's messages start.
+std::string entry_where(const std::string& W, std::size_t i, const json& e) {
+  std::string where = W + ": layers[" + std::to_string(i) + "]";
+  if (e.is_object() && e.contains("config") && e["config"].is_object() &&
+      e["config"].contains("name") && e["config"]["name"].is_string())
+    where += " '" + e["config"]["name"].get<std::string>() + "'";
+  if (!e.is_object()) bad(where, "expected an object");
+  return where;
+}
+
+bool is_input_layer(const json& e) { return e.value("class_name", json()) == "InputLayer"; }
+
+// An InputLayer's per-sample shape: batch_shape (Keras 3) or batch_input_shape (Keras 2).
+std::optional<Shape> input_layer_shape(const json& c, const std::string& at) {
+  const std::string where = at + " (InputLayer)";
+  if (!c.is_object()) bad(where, "\"config\" must be an object");
+  std::optional<Shape> input;
+  for (auto& [k, v] : c.items()) {
+    if (k == "batch_shape" || k == "batch_input_shape") {
+      if (!v.is_array()) bad(where, "\"" + k + "\" must be a list");
+      input = input_shape_of(v, where);
+    } else if (k == "dtype") {
+      if (soma_dtype(v, where) != std::string("f32"))
+        bad(where, "field \"dtype\": only float32 inputs are supported, got " + limits::json_excerpt(v));
+    } else if (auto n = neutral_fields().find(k); n != neutral_fields().end()) {
+      if (v != n->second) bad(where, "field \"" + k + "\": " + limits::json_excerpt(v) + " is not supported");
+    } else if (k != "name" && k != "input_shape") {
+      bad(where, "unknown key \"" + k + "\"");
+    }
+  }
+  return input;
+}
+
+void check_model_keys(const json& root, const std::set<std::string>& keys, const std::string& W) {
+  for (auto& [k, v] : root.items())
+    if (!keys.count(k)) bad(W, "unknown key \"" + k + "\" in the model's config");
+}
+
+std::shared_ptr<Model> sequential_from_keras(const json& root, const std::string& W) {
+  check_model_keys(root, {"name", "trainable", "dtype", "layers", "build_input_shape"}, W);
+  const json& layers = root["layers"];
   // The input shape: InputLayer's batch_shape (Keras 3) or batch_input_shape (Keras 2), a first
   // layer's batch_input_shape (Keras 2), or the model's build_input_shape.
   std::optional<Shape> input;
   std::vector<std::pair<json, std::string>> entries;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     json e = layers[i];
-    std::string where = W + ": layers[" + std::to_string(i) + "]";
-    if (e.is_object() && e.contains("config") && e["config"].is_object() &&
-        e["config"].contains("name") && e["config"]["name"].is_string())
-      where += " '" + e["config"]["name"].get<std::string>() + "'";
-    if (!e.is_object()) bad(where, "expected an object");
+    const std::string where = entry_where(W, i, e);
     json& c = e["config"];
-    if (e.value("class_name", json()) == "InputLayer") {
-      if (!c.is_object()) bad(where + " (InputLayer)", "\"config\" must be an object");
-      for (auto& [k, v] : c.items()) {
-        if (k == "batch_shape" || k == "batch_input_shape") {
-          if (!v.is_array()) bad(where + " (InputLayer)", "\"" + k + "\" must be a list");
-          input = input_shape_of(v, where + " (InputLayer)");
-        } else if (k == "dtype") {
-          if (soma_dtype(v, where) != std::string("f32"))
-            bad(where + " (InputLayer)", "field \"dtype\": only float32 inputs are supported, got " + limits::json_excerpt(v));
-        } else if (k == "sparse" || k == "ragged") {
-          if (!v.is_boolean() || v.get<bool>()) bad(where + " (InputLayer)", "field \"" + k + "\" is not supported");
-        } else if (k != "name" && k != "input_shape") {
-          bad(where + " (InputLayer)", "unknown key \"" + k + "\"");
-        }
-      }
+    if (is_input_layer(e)) {
+      if (auto s = input_layer_shape(c, where)) input = s;
       continue;
     }
     if (c.is_object()) {
@@ -360,6 +397,109 @@ std::shared_ptr<Model> from_keras_json(const std::string& text) {
   limits::FileModelScope scope(W);  // layers are built as they are added: refuse absurd weights
   for (auto& [e, where] : entries) m->add(entry_to_layer(e, where));
   return m;
+}
+
+// A functional model: every layer called, in the file's order, on the outputs its inbound nodes
+// name ([layer, node, tensor]: Keras 3's keras_history, or Keras 2's lists); a layer with several
+// nodes is shared.
+std::shared_ptr<Model> functional_from_keras(const json& root, const std::string& W) {
+  check_model_keys(root, {"name", "trainable", "layers", "input_layers", "output_layers"}, W);
+  std::map<std::string, std::vector<std::vector<SymbolicTensor>>> outputs;  // per layer, per node
+  auto tensor_at = [&](const json& ref, const std::string& where) -> SymbolicTensor {
+    if (!ref.is_array() || ref.size() < 3 || !ref[0].is_string())
+      bad(where, "bad tensor reference " + limits::json_excerpt(ref) + " (expected [layer, node, tensor])");
+    const std::string name = ref[0].get<std::string>();
+    const auto node = serialization::internal::int_of(ref[1]), index = serialization::internal::int_of(ref[2]);
+    auto it = outputs.find(name);
+    if (it == outputs.end() || node < 0 || std::size_t(node) >= it->second.size() || index < 0 ||
+        std::size_t(index) >= it->second[std::size_t(node)].size())
+      bad(where, "tensor " + limits::json_excerpt(ref) + " names no earlier layer's output");
+    return it->second[std::size_t(node)][std::size_t(index)];
+  };
+  // Keras 3: the __keras_tensor__ objects anywhere in a node's args, in order.
+  std::function<void(const json&, std::vector<SymbolicTensor>&, const std::string&)> collect =
+      [&](const json& j, std::vector<SymbolicTensor>& xs, const std::string& where) {
+        if (j.is_object() && j.value("class_name", json()) == "__keras_tensor__") {
+          xs.push_back(tensor_at(j.at("config").at("keras_history"), where));
+        } else if (j.is_array()) {
+          for (auto& x : j) collect(x, xs, where);
+        }
+      };
+  limits::FileModelScope scope(W);
+  const json& layers = root["layers"];
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const json& e = layers[i];
+    const std::string where = entry_where(W, i, e);
+    const std::string name = e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>()
+                                                                         : e.at("config").value("name", std::string());
+    if (is_input_layer(e)) {
+      auto shape = input_layer_shape(e.value("config", json::object()), where);
+      if (!shape) bad(where, "the InputLayer has no batch_shape");
+      outputs[name] = {{nn::Input(*shape, {.name = name})}};
+      continue;
+    }
+    nn::ModuleRef layer = entry_to_layer(e, where);
+    const json nodes = e.value("inbound_nodes", json::array());
+    if (!nodes.is_array() || nodes.empty()) bad(where, "the layer has no inbound_nodes");
+    for (auto& node : nodes) {
+      std::vector<SymbolicTensor> xs;
+      if (node.is_object()) {  // Keras 3: {"args": [...], "kwargs": {...}}
+        if (node.contains("kwargs") && !node["kwargs"].empty())
+          bad(where, "call arguments " + limits::json_excerpt(node["kwargs"]) + " are not supported");
+        collect(node.value("args", json::array()), xs, where);
+      } else if (node.is_array()) {  // Keras 2: [[layer, node, tensor, kwargs], ...]
+        for (auto& ref : node) xs.push_back(tensor_at(ref, where));
+      }
+      if (xs.empty()) bad(where, "an inbound node names no input tensor");
+      outputs[name].push_back(call(layer, xs));
+    }
+  }
+  auto refs = [&](const char* key) {
+    std::vector<SymbolicTensor> r;
+    const json list = root.value(key, json::array());
+    // One tensor may be written as [name, node, tensor] instead of a list of them.
+    if (list.is_array() && !list.empty() && list[0].is_string()) r.push_back(tensor_at(list, W + ": " + key));
+    else
+      for (auto& ref : list) r.push_back(tensor_at(ref, W + ": " + key));
+    if (r.empty()) bad(W, std::string("the model has no ") + key);
+    return r;
+  };
+  auto m = std::make_shared<Model>(refs("input_layers"), refs("output_layers"));
+  if (root.contains("name") && root["name"].is_string()) m->set_name(root["name"].get<std::string>());
+  return m;
+}
+
+}  // namespace
+
+std::shared_ptr<Model> from_keras_json(const std::string& text) {
+  const std::string W = "from_keras_json";
+  limits::check_json_text(text, W);
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::exception& e) {
+    bad(W, std::string("not valid JSON: ") + limits::excerpt(e.what(), limits::kMaxDetailChars));
+  }
+  if (!doc.is_object() || !doc.contains("class_name") || !doc["class_name"].is_string() ||
+      !doc.contains("config") || !doc["config"].is_object())
+    bad(W, "expected Keras' model.to_json() form {\"class_name\": \"Sequential\", \"config\": {...}}");
+  const std::string kind = doc["class_name"].get<std::string>();
+  const json& root = doc["config"];
+  if (!root.contains("layers") || !root["layers"].is_array())
+    bad(W, "the model's config has no \"layers\" array");
+  if (root["layers"].size() > limits::kMaxLayersFromFile)
+    bad(W, "the model lists " + std::to_string(root["layers"].size()) +
+               " layers, more than the limit of " + std::to_string(limits::kMaxLayersFromFile));
+  using Reader = std::shared_ptr<Model> (*)(const json&, const std::string&);
+  static const std::map<std::string, Reader> readers = {
+      {"Sequential", sequential_from_keras},
+      {"Functional", functional_from_keras},
+      {"Model", functional_from_keras},  // Keras 2's name for a functional model
+  };
+  auto it = readers.find(kind);
+  if (it == readers.end())
+    bad(W, "model class \"" + kind + "\" is not supported (soma reads Keras' Sequential and Functional models)");
+  return it->second(root, W);
 }
 
 std::shared_ptr<Model> Model::from_keras_json(const std::string& json) { return model::from_keras_json(json); }

@@ -98,6 +98,16 @@ def main():
     )
     x = rng.uniform(-1, 1, size=(3, 6, 5, 3)).astype(np.float32)
     save("gap", gap, x, rng)
+    # A functional model: two branches merged by Add and Concatenate.
+    inp = keras.Input(shape=(4,), name="features")
+    a = layers.Dense(6, activation="relu")(inp)
+    b = layers.Dense(6, activation="sigmoid")(inp)
+    s = layers.Add()([a, b])
+    c = layers.Concatenate()([s, inp])
+    out = layers.Dense(2)(c)
+    fn = keras.Model(inp, out, name="functional")
+    x = rng.uniform(-1, 1, size=(5, 4)).astype(np.float32)
+    save("functional", fn, x, rng)
     print("wrote fixtures to", HERE, "with keras", keras.__version__, file=sys.stderr)
 
 

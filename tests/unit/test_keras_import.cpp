@@ -84,6 +84,7 @@ TEST(KerasImport, OutputsMatchKeras) {
   expect_keras_outputs("mlp", "mlp.weights.h5");
   expect_keras_outputs("cnn", "cnn.weights.h5");
   expect_keras_outputs("gap", "gap.weights.h5");
+  expect_keras_outputs("functional", "functional.weights.h5");
   // Keras 2's HDF5 layout (/model_weights, layer_names, weight_names).
   expect_keras_outputs("cnn", "cnn_legacy.h5");
 }
@@ -138,8 +139,8 @@ TEST(KerasImport, UnsupportedFieldsAreErrorsNamingLayerAndField) {
   EXPECT_NE(m.find("custom Keras object"), std::string::npos) << m;
   m = error_with([&](json& j) { j["config"]["layers"][7]["config"]["data_format"] = "channels_first"; });
   EXPECT_NE(m.find("(Flatten)"), std::string::npos) << m;
-  m = error_with([&](json& j) { j["class_name"] = "Functional"; });
-  EXPECT_NE(m.find("\"Functional\" is not supported"), std::string::npos) << m;
+  m = error_with([&](json& j) { j["class_name"] = "MySubclassedModel"; });
+  EXPECT_NE(m.find("\"MySubclassedModel\" is not supported"), std::string::npos) << m;
   m = error_with([&](json& j) { j["config"]["layers"][0]["config"]["batch_shape"] = {nullptr, nullptr, 8, 2}; });
   EXPECT_NE(m.find("unknown extent"), std::string::npos) << m;
   // Regularisers map to soma's: L2 becomes {l1: 0, l2: x}.
