@@ -86,6 +86,7 @@ void Conv2DTranspose::visit_config(ConfigVisitor& v) {
   v.field("padding", opt_.padding);
   v.field("output_padding", opt_.output_padding);
   conv_common(v, opt_);
+  data_format_field(v, opt_.data_format);
 }
 
 void MaxPool2D::visit_config(ConfigVisitor& v) {

@@ -130,8 +130,10 @@ Conv2DTranspose::Conv2DTranspose(std::int64_t filters, Size2 kernel_size,
   if (!is_floating(opt_.dtype)) fail(L, "dtype must be floating, got ", opt_.dtype);
 }
 
-Shape Conv2DTranspose::output_shape(const Shape& s) {
-  check_input("Conv2DTranspose", name(), s, kernel_.defined() ? kernel_.shape()[0] : -1);
+Shape Conv2DTranspose::output_shape(const Shape& given) {
+  check_input("Conv2DTranspose", name(), given, kernel_.defined() ? kernel_.shape()[0] : -1,
+              opt_.data_format);
+  const Shape s = nchw_shape(given, opt_.data_format);
   if (s[1] % opt_.groups != 0)
     fail("Conv2DTranspose", "layer '", name(), "': groups=", opt_.groups,
          " does not divide the input's ", s[1], " channels (input ", shape_str(s), ")");
@@ -142,11 +144,12 @@ Shape Conv2DTranspose::output_shape(const Shape& s) {
                                opt_.dilation_rate, opt_.groups)
                   .shape();
   out[0] = s[0];
-  return out;
+  return from_nchw_shape(out, opt_.data_format);
 }
 
-void Conv2DTranspose::build(const Shape& s) {
-  output_shape(s);
+void Conv2DTranspose::build(const Shape& given) {
+  output_shape(given);
+  const Shape s = nchw_shape(given, opt_.data_format);
   const Shape ks{s[1], filters_ / opt_.groups, kernel_size_.h, kernel_size_.w};
   // Keras computes the fans of a transposed kernel as a conv kernel's; here in and out swap
   // places in the layout, so fan_in = filters/groups*kh*kw, fan_out = in*kh*kw.
@@ -158,12 +161,13 @@ void Conv2DTranspose::build(const Shape& s) {
   }
 }
 
-Tensor Conv2DTranspose::forward(const Tensor& x) {
-  check_input("Conv2DTranspose", name(), x.shape(), kernel_.shape()[0]);
+Tensor Conv2DTranspose::forward(const Tensor& given) {
+  check_input("Conv2DTranspose", name(), given.shape(), kernel_.shape()[0], opt_.data_format);
+  const Tensor x = to_nchw(given, opt_.data_format);
   Tensor y = conv2d_transpose(to_layer_dtype(x, opt_.dtype), kernel_.value(), opt_.strides,
                               opt_.padding, opt_.output_padding, opt_.dilation_rate, opt_.groups);
   if (opt_.use_bias) y = add_bias(y, bias_);
-  return opt_.activation(y);
+  return from_nchw(opt_.activation(y), opt_.data_format);
 }
 
 // ---- pooling --------------------------------------------------------------------------------

@@ -215,11 +215,15 @@ Values Conv2D::lower(Lowering& l, const Values& in) {
 }
 
 Values Conv2DTranspose::lower(Lowering& l, const Values& in) {
-  const auto& x = one_input(l, *this, in);
-  need_hw(l, *this, x.shape);
+  const auto& given = one_input(l, *this, in);
   const auto& o = options();
+  const LoweredValue x = lowered_nchw(l, given, o.data_format);
+  need_hw(l, *this, x.shape);
   auto ks = kernel_size();
-  const Shape out_shape = output_shape(x.shape);
+  const Shape given_out = output_shape(given.shape);
+  const Shape out_shape = o.data_format == DataFormat::channels_last
+                              ? Shape{given_out[0], given_out[3], given_out[1], given_out[2]}
+                              : given_out;
   const std::int64_t ho = out_shape[2], wo = out_shape[3];
   // The layer pads the forward convolution (output -> input) that it transposes; the same
   // geometry as pads + output_padding: out = s (in - 1) + output_padding + k_eff - pads.
@@ -238,7 +242,7 @@ Values Conv2DTranspose::lower(Lowering& l, const Values& in) {
                     {"pads", Ints{p[0], p[1], p[2], p[3]}},
                     {"groups", o.groups},
                     {"output_padding", Ints{oph, opw}}});
-  return {{lower_activation(l, o.activation, y), out_shape}};
+  return {{lowered_from_nchw(l, lower_activation(l, o.activation, y), o.data_format), given_out}};
 }
 
 namespace {

@@ -85,11 +85,12 @@ def main():
     # The same weights in the Keras 2 HDF5 layout (/model_weights, layer_names, weight_names).
     cnn.save(os.path.join(HERE, "cnn_legacy.h5"))
 
-    # Global average pooling after a batch norm without scale (fewer weights in the file).
+    # A transposed convolution, then global average pooling after a batch norm without scale.
     gap = keras.Sequential(
         [
             keras.Input(shape=(6, 5, 3)),
             layers.Conv2D(4, 3, activation="relu"),
+            layers.Conv2DTranspose(3, (3, 2), strides=2, padding="same"),
             layers.BatchNormalization(scale=False),
             layers.GlobalAveragePooling2D(),
             layers.Dense(2),

@@ -93,6 +93,23 @@ TEST(DataFormat, ChannelsLastLayersGiveNhwcShapes) {
   EXPECT_NE(msg2.find("[batch, height, width, channels] (channels_last)"), std::string::npos) << msg2;
 }
 
+TEST(DataFormat, Conv2DTransposeChannelsLastEqualsChannelsFirst) {
+  nn::Conv2DTranspose cf(3, {3, 2}, {.strides = 2, .padding = "same", .activation = nn::tanh});
+  nn::Conv2DTranspose cl(3, {3, 2}, {.strides = 2, .padding = "same", .activation = nn::tanh,
+                                     .data_format = DataFormat::channels_last});
+  Tensor x = rand_tensor({2, 4, 5, 3}, 21, -1.0, 1.0, DType::f32);
+  (void)cf(x);
+  (void)cl(nhwc(x));
+  auto w = cf.state_dict();
+  w["bias"] = rand_tensor({3}, 22, -1.0, 1.0, DType::f32);
+  cf.load_state_dict(w);
+  cl.load_state_dict(w);
+  Tensor y = cl(nhwc(x));
+  EXPECT_EQ(y.shape(), (Shape{2, 10, 6, 3}));
+  EXPECT_EQ(cl.output_shape({-1, 5, 3, 4}), (Shape{-1, 10, 6, 3}));
+  EXPECT_TRUE(all_close(y, nhwc(cf(x)), 1e-6, 1e-6));
+}
+
 TEST(DataFormat, ChannelsLastEqualsChannelsFirstOnTransposedInputs) {
   auto p = make_pair_of_models();
   Tensor y_cf = p.cf->predict(p.x_cf), y_cl = p.cl->predict(p.x_cl);

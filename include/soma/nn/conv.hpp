@@ -3,7 +3,7 @@
 // data_format = channels_last takes and gives NHWC, Keras' default, so a Keras model ports
 // without edits (the forward transposes to NCHW around the same ops; weights keep one layout).
 //   Conv2D(32, 3, {.padding = "same", .activation = nn::relu})
-//   Conv2D(32, 3, {.data_format = nn::DataFormat::channels_last})
+//   Conv2D(32, 3, {.data_format = nn::DataFormat::channels_last})  // NHWC in and out
 //   Conv2DTranspose(16, {4, 4}, {.strides = 2, .padding = "same"})
 //   MaxPool2D(2), AvgPool2D({3, 3}, 2, "same"), GlobalAveragePooling2D()
 // Kernels are OIHW: Conv2D [filters, in/groups, kh, kw]; Conv2DTranspose [in, filters/groups,
@@ -77,6 +77,7 @@ struct Conv2DTransposeOptions {
   Regularizer kernel_regularizer{};
   Regularizer bias_regularizer{};
   DType dtype = DType::f32;
+  DataFormat data_format = DataFormat::channels_first;  // of inputs and outputs
 };
 
 // y = activation(conv2d_transpose(x, kernel) + bias): kernel [in, filters/groups, kh, kw].
