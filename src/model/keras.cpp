@@ -86,8 +86,10 @@ std::optional<std::string> soma_dtype(const json& v, const std::string& where) {
   } else {
     bad(where, "bad value for \"dtype\": " + limits::json_excerpt(v));
   }
+  // soma's own names too: layer_config() writes the Keras form with them.
   static const std::pair<const char*, const char*> names[] = {
-      {"float32", "f32"}, {"float64", "f64"}, {"float16", "f16"}, {"bfloat16", "bf16"}};
+      {"float32", "f32"}, {"float64", "f64"}, {"float16", "f16"}, {"bfloat16", "bf16"},
+      {"f32", "f32"},     {"f64", "f64"},     {"f16", "f16"},     {"bf16", "bf16"}};
   for (auto& [k, s] : names)
     if (name == k) return std::string(s);
   return std::nullopt;
@@ -96,6 +98,7 @@ std::optional<std::string> soma_dtype(const json& v, const std::string& where) {
 // {"class_name": "L2", "config": {"l2": 0.01}} -> soma's {"l1": 0, "l2": 0.01}.
 json soma_regularizer(const std::string& key, const json& v, const std::string& where) {
   if (v.is_null()) return v;
+  if (v.is_object() && !v.contains("class_name")) return v;  // soma's own {"l1", "l2"}
   const std::string cls = v.is_object() ? v.value("class_name", std::string()) : std::string();
   const json c = v.is_object() ? v.value("config", json::object()) : json::object();
   static const std::set<std::string> known = {"L1", "L2", "L1L2"};

@@ -138,6 +138,10 @@ TEST(CliConfig, KerasThreeEntriesAndChannelsLast) {
                 .find("'data_format' is 'NHWC', not one of channels_first, channels_last"),
             std::string::npos)
       << error_of(R"({"type": "Conv2D", "filters": 2, "kernel_size": 3, "data_format": "NHWC"})");
+  // soma's own layer_config() output is Keras' form with soma's values: it reads back as is.
+  soma::nn::Dense dense(3, {.kernel_regularizer = {0.0, 0.5}, .dtype = soma::DType::f64});
+  auto again = layer_from_cli_config(ser::layer_config(dense), "t");
+  EXPECT_EQ(config_of(*again), config_of(dense));
   EXPECT_NE(error_of(R"({"class_name": "Dense", "config": {"units": 2, "kernel_constraint": {"class_name": "NonNeg"}}})")
                 .find("kernel_constraint"),
             std::string::npos);
