@@ -321,7 +321,11 @@ nn::ModuleRef layer_from_entry(const std::string& entry_json, const std::string&
   } catch (const json::exception& e) {
     bad(where, std::string("not valid JSON: ") + limits::excerpt(e.what(), limits::kMaxDetailChars));
   }
-  return entry_to_layer(j, where);
+  try {
+    return entry_to_layer(j, where);
+  } catch (const json::exception& e) {
+    bad(where, "malformed entry: " + limits::excerpt(e.what(), limits::kMaxDetailChars));
+  }
 }
 
 namespace {
@@ -502,7 +506,11 @@ std::shared_ptr<Model> from_keras_json(const std::string& text) {
   auto it = readers.find(kind);
   if (it == readers.end())
     bad(W, "model class \"" + kind + "\" is not supported (soma reads Keras' Sequential and Functional models)");
-  return it->second(root, W);
+  try {
+    return it->second(root, W);
+  } catch (const json::exception& e) {  // a value of an unexpected JSON type somewhere
+    bad(W, "malformed model: " + limits::excerpt(e.what(), limits::kMaxDetailChars));
+  }
 }
 
 std::shared_ptr<Model> Model::from_keras_json(const std::string& json) { return model::from_keras_json(json); }

@@ -152,6 +152,26 @@ TEST(KerasImport, UnsupportedFieldsAreErrorsNamingLayerAndField) {
   EXPECT_NE(cfg.find("\"kernel_regularizer\":{\"l1\":0.0,\"l2\":0.25}"), std::string::npos) << cfg;
 }
 
+TEST(KerasImport, MalformedModelsAreSomaErrors) {
+  // Values of unexpected JSON types anywhere: soma::Error, never a JSON library exception.
+  for (const char* text : {
+           R"({"class_name": "Functional", "config": {"layers": [{"class_name": "Dense"}]}})",
+           R"({"class_name": "Functional", "config": {"layers": [{"class_name": "InputLayer", "name": "x",
+               "config": {"batch_shape": [null, 2]}}, {"class_name": "Dense", "name": "d",
+               "config": {"units": 2}, "inbound_nodes": [{"args": [{"class_name": "__keras_tensor__",
+               "config": {"keras_history": ["x", "zero", 0]}}], "kwargs": {}}]}],
+               "input_layers": [["x", 0, 0]], "output_layers": [["d", 0, 0]]}})",
+           R"({"class_name": "Sequential", "config": {"layers": [{"class_name": "InputLayer",
+               "config": {"batch_shape": [null, 2]}}, {"class_name": "Dense", "config": {"units": 2,
+               "kernel_regularizer": {"class_name": "L2", "config": {"l2": "much"}}}}]}})",
+           R"({"class_name": "Sequential", "config": {"layers": 3}})",
+           R"([1, 2])"}) {
+    SCOPED_TRACE(text);
+    const std::string m = error_of([&] { (void)model::from_keras_json(text); });
+    EXPECT_NE(m.find("from_keras_json"), std::string::npos) << m;
+  }
+}
+
 TEST(KerasImport, Keras2StyleFirstLayerInputShape) {
   // Keras 2 wrote the input shape on the first layer (batch_input_shape), without an InputLayer.
   const std::string text = R"({"class_name": "Sequential", "config": {"name": "s", "layers": [
