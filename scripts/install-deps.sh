@@ -22,6 +22,8 @@ PACKAGES=(
   zlib1g-dev
   libpng-dev
   nlohmann-json3-dev
+  # Keras .weights.h5 / .h5 weight files (optional at build time; docs/keras.md)
+  libhdf5-dev
   dataset-fashion-mnist
   # ONNX export/import (libonnx-dev); its tests run the ONNX checker and PyTorch's exporter
   # with Debian's Python modules (they skip without them)

@@ -14,8 +14,8 @@
 #include "soma/model/input_limits.hpp"
 #define SOMA_CLI_HAVE_JSON 1
 #endif
-#if __has_include(<soma/model/serialization.hpp>)
-#include <soma/model/serialization.hpp>
+#if __has_include(<soma/model/keras.hpp>)
+#include <soma/model/keras.hpp>
 #define SOMA_CLI_HAVE_LAYER_CONFIGS 1
 #endif
 
@@ -96,121 +96,17 @@ namespace {
 
 using json = nlohmann::json;
 
-template <class T>
-T get(const json& cfg, const char* key, T fallback, const std::string& where) {
-  if (!cfg.contains(key) || cfg[key].is_null()) return fallback;
-  try {
-    return cfg[key].get<T>();
-  } catch (const json::exception&) {
-    throw Error(where + ": bad value for \"" + key + "\": " + limits::json_excerpt(cfg[key]));
-  }
-}
-
-template <class T>
-T required(const json& cfg, const char* key, const std::string& where) {
-  if (!cfg.contains(key)) throw Error(where + ": missing \"" + key + "\"");
-  return get<T>(cfg, key, T{}, where);
-}
-
-// Keras' other names for soma's layer types.
-std::string canonical_type(const std::string& t) {
-  if (t == "MaxPooling2D") return "MaxPool2D";
-  if (t == "AveragePooling2D") return "AvgPool2D";
-  if (t == "GlobalAvgPool2D") return "GlobalAveragePooling2D";
-  return t;
-}
-
-std::string joined(const std::vector<std::string>& names) {
-  std::string r;
-  for (const auto& n : names) r += (r.empty() ? "" : ", ") + n;
-  return r;
-}
-
-// The layer types a config may name: every layer with a config but the model kinds.
-std::vector<std::string> layer_types() {
-  std::vector<std::string> r;
-  for (auto& t : serialization::registered_layers())
-    if (t != "Sequential" && t != "Functional") r.push_back(t);
-  return r;
-}
-
-// One entry of "layers", built through the layer's own field list (serialization::layer_fields:
-// the same schema model files, layer_config and layer_from_config read), so every layer with a
-// config is available here with no code of its own. Absent fields take the layer's defaults, as
-// Keras' from_config; the constructor's required fields must be given; unknown keys are errors.
+// One entry of "layers": the library's layer reader (soma/model/keras.hpp), shared with
+// model::from_keras_json, builds it through the layer's own field list (the schema model files,
+// layer_config and layer_from_config read), so every layer with a config is available here.
 nn::ModuleRef layer_from_entry(const json& entry, const std::string& at) {
-  if (!entry.is_object()) throw Error(at + ": expected an object");
-  // {"type": "Dense", ...options} or Keras' {"class_name": "Dense", "config": {...}}.
-  const bool keras_form = entry.contains("class_name");
-  const std::string type =
-      canonical_type(keras_form ? required<std::string>(entry, "class_name", at)
-                                : required<std::string>(entry, "type", at));
-  const std::string where = at + " (" + type + ")";
-  json cfg = keras_form ? entry.value("config", json::object()) : entry;
-  if (!cfg.is_object()) throw Error(where + ": \"config\" must be an object");
-  if (!keras_form) cfg.erase("type");
-  const auto types = layer_types();
-  if (std::find(types.begin(), types.end(), type) == types.end())
-    throw Error(where + ": unknown layer type \"" + type + "\" (known: " + joined(types) + ")");
-  auto fields = serialization::layer_fields(type);
-  nn::ModuleRef layer;
-  if (!fields) {
-    // A registered custom layer: its own from_config reads the config as given.
-    try {
-      layer = serialization::layer_from_config(json{{"class_name", type}, {"config", cfg}}.dump());
-    } catch (const std::exception& e) {
-      throw Error(where + ": " + e.what());
-    }
-  } else {
-    json full = json::parse(fields->defaults);
-    std::vector<std::string> allowed;
-    for (auto& [k, v] : full.items()) allowed.push_back(k);
-    allowed.push_back("name");
-    allowed.push_back("trainable");
-    const std::string allowed_list = " (allowed keys: " + joined(allowed) + ")";
-    for (auto& [k, v] : cfg.items()) {
-      if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
-      // Keras' get_config() writes null for what it does not use (constraints, regularisers).
-      if (keras_form && v.is_null()) continue;
-      throw Error(where + ": unknown key \"" + k + "\"" + allowed_list);
-    }
-    for (const auto& k : fields->required)
-      if (!cfg.contains(k)) throw Error(where + ": missing \"" + k + "\"");
-    // Pooling strides default to the pool size (Keras' strides=None), whatever size is given.
-    if (full.contains("pool_size") && full.contains("strides") && cfg.contains("pool_size") &&
-        (!cfg.contains("strides") || cfg["strides"].is_null()))
-      cfg["strides"] = cfg["pool_size"];
-    for (auto& [k, v] : cfg.items())
-      if (k != "trainable" && (full.contains(k) || k == "name")) full[k] = v;
-    try {
-      layer = serialization::layer_from_config(json{{"class_name", type}, {"config", full}}.dump());
-    } catch (const std::exception& e) {
-      // The field reader names the field ("field 'units' is wrong: ..."): say which key it was.
-      const std::string what = e.what();
-      const std::string wrong = "' is wrong: ";
-      for (auto& [k, v] : cfg.items())
-        if (auto at = what.find("field '" + k + wrong); at != std::string::npos) {
-          std::string detail = what.substr(at + 7 + k.size() + wrong.size());
-          if (detail.find("got ") == std::string::npos) detail += ", got " + limits::json_excerpt(v);
-          throw Error(where + ": bad value for \"" + k + "\": " + detail + allowed_list);
-        }
-      throw Error(where + ": " + what + allowed_list);
-    }
-  }
-  if (cfg.contains("trainable")) layer->set_trainable(get<bool>(cfg, "trainable", true, where));
-  return layer;
+  return model::layer_from_entry(entry.dump(), at);
 }
 
 }  // namespace
 
 nn::ModuleRef layer_from_cli_config(const std::string& entry, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(entry);
-  } catch (const json::exception& e) {
-    throw Error(where + ": not valid JSON: " + limits::excerpt(e.what(), limits::kMaxDetailChars));
-  }
-  return layer_from_entry(j, where);
+  return model::layer_from_entry(entry, where);
 }
 
 std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,

@@ -1,6 +1,7 @@
 // JSON model configs: the library's (serialization::model_from_config, Keras' get_config form,
 // as model files hold it) and the CLI's `soma train --config` reader (apps/soma/models.cpp, its
-// short {"type": "Dense", ...} form as well). A model that builds runs once on a small input.
+// short {"type": "Dense", ...} form as well), and Keras' to_json() reader. A model that builds
+// runs once on a small input.
 #include <optional>
 
 #include "../../apps/soma/common.hpp"
@@ -26,6 +27,13 @@ void model_config(const std::uint8_t* data, std::size_t size) {
     }
   } catch (const Error& e) {
     lib_error = e;
+  }
+  // Keras' to_json() reader (model::from_keras_json, docs/keras.md): a soma::Error is an ordinary
+  // refusal; anything else escaping it is a finding.
+  try {
+    auto k = model::from_keras_json(text);
+    (void)k->count_params();
+  } catch (const Error&) {
   }
   // The CLI reads a file and fixes the input shape from the data set ([C, H, W] per sample).
   try {

@@ -111,6 +111,8 @@ struct ModelInputOptions {
   bool keep_aspect_ratio = true;
   // true: [1, 1, H, W] (for Conv2D models with channels first); false: [1, H, W].
   bool channel_axis = true;
+  // With channel_axis: [1, H, W, 1] instead, for channels_last models (Keras' layout).
+  bool channels_last = false;
 };
 
 // A decoded image of any size and colour -> f32 grayscale in [0, 1]. Transparent pixels are

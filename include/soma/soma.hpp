@@ -49,6 +49,7 @@
 #include "soma/model/callbacks.hpp"
 #include "soma/model/functional.hpp"
 #include "soma/model/history.hpp"
+#include "soma/model/keras.hpp"
 #include "soma/model/merge.hpp"
 #include "soma/model/model.hpp"
 #include "soma/model/output_activation.hpp"

@@ -53,7 +53,7 @@ Cifar10Batch read_cifar10_batch(const std::string& path) {
   return b;
 }
 
-TrainTestData load_cifar10(const std::string& dir) {
+TrainTestData load_cifar10(const std::string& dir, bool channels_last) {
   namespace fs = std::filesystem;
   const std::vector<std::string> train_names = {"data_batch_1.bin", "data_batch_2.bin",
                                                 "data_batch_3.bin", "data_batch_4.bin",
@@ -86,7 +86,12 @@ TrainTestData load_cifar10(const std::string& dir) {
     ys.push_back(b.y);
   }
   Cifar10Batch test = read_cifar10_batch((base / test_name).string());
-  return {concat(xs, 0), concat(ys, 0), test.x, test.y};
+  Tensor x_train = concat(xs, 0), x_test = test.x;
+  if (channels_last) {
+    x_train = contiguous(transpose(x_train, {0, 2, 3, 1}));
+    x_test = contiguous(transpose(x_test, {0, 2, 3, 1}));
+  }
+  return {x_train, concat(ys, 0), x_test, test.y};
 }
 
 }  // namespace soma::data

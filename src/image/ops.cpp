@@ -324,6 +324,7 @@ Tensor to_model_input(const Tensor& image, const ModelInputOptions& o) {
   g = pad(g, {.top = top, .bottom = o.height - nh - top, .left = left,
               .right = o.width - nw - left});
   g = clip(g, 0.0, 1.0);
+  if (o.channel_axis && o.channels_last) return reshape(g, {1, o.height, o.width, 1});
   if (o.channel_axis) return reshape(g, {1, 1, o.height, o.width});
   return reshape(g, {1, o.height, o.width});
 }

@@ -113,15 +113,15 @@ std::map<std::string, LayerCodec> builtin_codecs() {
                                               nn::Conv2DTranspose(p.filters(), p.kernel_size(), p.options()));
                                         }, {"filters", "kernel_size"}));
   add("MaxPool2D", schema_codec<nn::MaxPool2D>("MaxPool2D", [] { return nn::MaxPool2D(); }, [](const nn::MaxPool2D& p) {
-        return nn::ModuleRef(nn::MaxPool2D(p.pool_size(), p.strides(), p.padding()));
+        return nn::ModuleRef(nn::MaxPool2D(p.pool_size(), p.strides(), p.padding(), p.data_format()));
       }));
   add("AvgPool2D", schema_codec<nn::AvgPool2D>("AvgPool2D", [] { return nn::AvgPool2D(); }, [](const nn::AvgPool2D& p) {
-        return nn::ModuleRef(nn::AvgPool2D(p.pool_size(), p.strides(), p.padding()));
+        return nn::ModuleRef(nn::AvgPool2D(p.pool_size(), p.strides(), p.padding(), p.data_format()));
       }));
   add("GlobalAveragePooling2D",
       schema_codec<nn::GlobalAveragePooling2D>(
           "GlobalAveragePooling2D", [] { return nn::GlobalAveragePooling2D(); },
-          [](const nn::GlobalAveragePooling2D& p) { return nn::ModuleRef(nn::GlobalAveragePooling2D(p.keepdims())); }));
+          [](const nn::GlobalAveragePooling2D& p) { return nn::ModuleRef(nn::GlobalAveragePooling2D(p.keepdims(), p.data_format())); }));
   add("Flatten", plain_codec<nn::Flatten>("Flatten"));
   add("Reshape", schema_codec<nn::Reshape>("Reshape", [] { return nn::Reshape(Shape{}); }, [](const nn::Reshape& p) {
         return nn::ModuleRef(nn::Reshape(p.target_shape()));

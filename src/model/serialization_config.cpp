@@ -35,6 +35,12 @@ const std::map<std::string, nn::Initializer (*)()>& initializers() {
   return table;
 }
 
+}  // namespace
+
+bool known_initializer(const std::string& name) { return initializers().count(name) != 0; }
+
+namespace {
+
 json size2_json(Size2 s) { return json::array({s.h, s.w}); }
 Size2 size2_from(const json& j) {
   if (j.is_number_integer()) return Size2(int_of(j));

@@ -48,6 +48,10 @@ I int_of(const json& j) {
                                  &j);
 }
 
+// serialization_config.cpp: whether a config may name this initialiser (an unknown one reads as
+// zeros, for custom initialisers in soma's own files; Keras' import refuses it instead).
+bool known_initializer(const std::string& name);
+
 // serialization_config.cpp: a config's fields (soma/nn/config.hpp) as a JSON object, and back.
 // The writer only reads the fields it visits.
 class JsonWriter final : public nn::ConfigVisitor {

@@ -49,6 +49,12 @@ void Concatenate::visit_config(ConfigVisitor& v) { v.field("axis", axis_, {.opti
 
 // ---- convolution and pooling -----------------------------------------------------------------
 namespace {
+// Keras' names; absent in files and configs written before the field existed: channels_first.
+constexpr const char* kDataFormatNames[] = {"channels_first", "channels_last"};
+void data_format_field(ConfigVisitor& v, DataFormat& f) {
+  v.field("data_format", f, EnumNames{kDataFormatNames}, {.optional = true});
+}
+
 // What Conv2D and Conv2DTranspose share after their own leading fields.
 template <class O>
 void conv_common(ConfigVisitor& v, O& o) {
@@ -70,6 +76,7 @@ void Conv2D::visit_config(ConfigVisitor& v) {
   v.field("strides", opt_.strides);
   v.field("padding", opt_.padding);
   conv_common(v, opt_);
+  data_format_field(v, opt_.data_format);
 }
 
 void Conv1D::visit_config(ConfigVisitor& v) {
@@ -87,21 +94,27 @@ void Conv2DTranspose::visit_config(ConfigVisitor& v) {
   v.field("padding", opt_.padding);
   v.field("output_padding", opt_.output_padding);
   conv_common(v, opt_);
+  data_format_field(v, opt_.data_format);
 }
 
 void MaxPool2D::visit_config(ConfigVisitor& v) {
   v.field("pool_size", pool_);
   v.field("strides", strides_);
   v.field("padding", padding_);
+  data_format_field(v, data_format_);
 }
 
 void AvgPool2D::visit_config(ConfigVisitor& v) {
   v.field("pool_size", pool_);
   v.field("strides", strides_);
   v.field("padding", padding_);
+  data_format_field(v, data_format_);
 }
 
-void GlobalAveragePooling2D::visit_config(ConfigVisitor& v) { v.field("keepdims", keepdims_, {.optional = true}); }
+void GlobalAveragePooling2D::visit_config(ConfigVisitor& v) {
+  v.field("keepdims", keepdims_, {.optional = true});
+  data_format_field(v, data_format_);
+}
 
 // ---- normalisation ---------------------------------------------------------------------------
 void BatchNormalization::visit_config(ConfigVisitor& v) {

@@ -49,6 +49,17 @@ void need_hw(Lowering& l, const Module& m, const Shape& s) {
     l.fail(describe(m) + ": needs an input [N, C, H, W] with known H and W, got " + keras_shape(s));
 }
 
+// channels_last layers: Transpose nodes around the NCHW node, as the forward does.
+LoweredValue lowered_nchw(Lowering& l, const LoweredValue& x, DataFormat f) {
+  if (f != DataFormat::channels_last || x.shape.size() != 4) return x;
+  const Shape& s = x.shape;
+  return {l.emit1("transpose", {x.name}, {{"perm", Ints{0, 3, 1, 2}}}), Shape{s[0], s[3], s[1], s[2]}};
+}
+std::string lowered_from_nchw(Lowering& l, const std::string& y, DataFormat f) {
+  if (f != DataFormat::channels_last) return y;
+  return l.emit1("transpose", {y}, {{"perm", Ints{0, 2, 3, 1}}});
+}
+
 // ---- activations ----------------------------------------------------------------------------
 
 std::string gelu(Lowering& l, const std::string& x, const Attrs& a) {
@@ -185,9 +196,10 @@ Values Embedding::lower(Lowering& l, const Values& in) {
 // ---- convolution and pooling ----------------------------------------------------------------
 
 Values Conv2D::lower(Lowering& l, const Values& in) {
-  const auto& x = one_input(l, *this, in);
-  need_hw(l, *this, x.shape);
+  const auto& given = one_input(l, *this, in);
   const auto& o = options();
+  const LoweredValue x = lowered_nchw(l, given, o.data_format);
+  need_hw(l, *this, x.shape);
   auto ks = kernel_size();
   auto p = resolve_padding(o.padding, x.shape[2], x.shape[3], ks, o.strides, o.dilation_rate);
   std::vector<std::string> args{x.name, l.weight("kernel", kernel().value())};
@@ -198,7 +210,8 @@ Values Conv2D::lower(Lowering& l, const Values& in) {
                     {"dilation", Ints{o.dilation_rate.h, o.dilation_rate.w}},
                     {"pads", Ints{p[0], p[1], p[2], p[3]}},
                     {"groups", o.groups}});
-  return {{lower_activation(l, o.activation, y), output_shape(x.shape)}};
+  return {{lowered_from_nchw(l, lower_activation(l, o.activation, y), o.data_format),
+           output_shape(given.shape)}};
 }
 
 // ONNX Conv with a 1-d kernel (the weight stays [filters, in/groups, k]).
@@ -224,11 +237,15 @@ Values Conv1D::lower(Lowering& l, const Values& in) {
 }
 
 Values Conv2DTranspose::lower(Lowering& l, const Values& in) {
-  const auto& x = one_input(l, *this, in);
-  need_hw(l, *this, x.shape);
+  const auto& given = one_input(l, *this, in);
   const auto& o = options();
+  const LoweredValue x = lowered_nchw(l, given, o.data_format);
+  need_hw(l, *this, x.shape);
   auto ks = kernel_size();
-  const Shape out_shape = output_shape(x.shape);
+  const Shape given_out = output_shape(given.shape);
+  const Shape out_shape = o.data_format == DataFormat::channels_last
+                              ? Shape{given_out[0], given_out[3], given_out[1], given_out[2]}
+                              : given_out;
   const std::int64_t ho = out_shape[2], wo = out_shape[3];
   // The layer pads the forward convolution (output -> input) that it transposes; the same
   // geometry as pads + output_padding: out = s (in - 1) + output_padding + k_eff - pads.
@@ -247,34 +264,37 @@ Values Conv2DTranspose::lower(Lowering& l, const Values& in) {
                     {"pads", Ints{p[0], p[1], p[2], p[3]}},
                     {"groups", o.groups},
                     {"output_padding", Ints{oph, opw}}});
-  return {{lower_activation(l, o.activation, y), out_shape}};
+  return {{lowered_from_nchw(l, lower_activation(l, o.activation, y), o.data_format), given_out}};
 }
 
 namespace {
 Values lower_pool(Lowering& l, Module& m, const Values& in, const char* op, Size2 ps, Size2 st,
-                  const Padding& pad) {
-  const auto& x = one_input(l, m, in);
+                  const Padding& pad, DataFormat f) {
+  const auto& given = one_input(l, m, in);
+  const LoweredValue x = lowered_nchw(l, given, f);
   need_hw(l, m, x.shape);
   auto p = resolve_padding(pad, x.shape[2], x.shape[3], ps, st);
   auto y = l.emit1(op, {x.name},
                    {{"pool", Ints{ps.h, ps.w}},
                     {"strides", Ints{st.h, st.w}},
                     {"pads", Ints{p[0], p[1], p[2], p[3]}}});
-  return {{y, m.output_shape(x.shape)}};
+  return {{lowered_from_nchw(l, y, f), m.output_shape(given.shape)}};
 }
 }  // namespace
 
 Values MaxPool2D::lower(Lowering& l, const Values& in) {
-  return lower_pool(l, *this, in, "max_pool2d", pool_size(), strides(), padding());
+  return lower_pool(l, *this, in, "max_pool2d", pool_size(), strides(), padding(), data_format());
 }
 Values AvgPool2D::lower(Lowering& l, const Values& in) {
-  return lower_pool(l, *this, in, "avg_pool2d", pool_size(), strides(), padding());
+  return lower_pool(l, *this, in, "avg_pool2d", pool_size(), strides(), padding(), data_format());
 }
 Values GlobalAveragePooling2D::lower(Lowering& l, const Values& in) {
-  const auto& x = one_input(l, *this, in);
+  const auto& given = one_input(l, *this, in);
+  const LoweredValue x = lowered_nchw(l, given, data_format());
   auto y = l.emit1("global_avg_pool2d", {x.name});
   if (!keepdims()) y = l.emit1("squeeze", {y}, {{"axes", Ints{2, 3}}});
-  return {{y, output_shape(x.shape)}};
+  else y = lowered_from_nchw(l, y, data_format());
+  return {{y, output_shape(given.shape)}};
 }
 
 // ---- normalisation --------------------------------------------------------------------------

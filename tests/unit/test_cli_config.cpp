@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../apps/soma/models.cpp"  // the CLI is an executable: its config reader, compiled in
+#include "soma/model/serialization.hpp"
 
 namespace {
 
@@ -103,6 +104,46 @@ TEST(CliConfig, DefaultsAreTheLayersOwn) {
   EXPECT_NO_THROW(layer_from_cli_config(
       R"({"class_name": "Dense", "config": {"units": 4, "kernel_constraint": null}})", "t"));
   EXPECT_NE(error_of(R"({"type": "Dense", "units": 4, "kernel_constraint": null})").find("unknown key"),
+            std::string::npos);
+}
+
+TEST(CliConfig, KerasThreeEntriesAndChannelsLast) {
+  // Keras 3's to_json() entry as is: module, registered_name, build_config, a dtype policy and
+  // initializer objects, data_format channels_last (the library's reader, shared with
+  // model::from_keras_json).
+  auto conv = std::dynamic_pointer_cast<soma::nn::Conv2D>((layer_from_cli_config(R"({
+      "module": "keras.layers", "class_name": "Conv2D", "registered_name": null,
+      "build_config": {"input_shape": [null, 8, 8, 2]},
+      "config": {"name": "c", "trainable": true, "filters": 4, "kernel_size": [3, 3],
+        "strides": [1, 1], "padding": "same", "data_format": "channels_last",
+        "dilation_rate": [1, 1], "groups": 1, "activation": "relu", "use_bias": true,
+        "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"},
+                  "registered_name": null},
+        "kernel_initializer": {"module": "keras.initializers", "class_name": "HeNormal",
+                               "config": {"seed": null}, "registered_name": null},
+        "bias_initializer": {"module": "keras.initializers", "class_name": "Zeros",
+                             "config": {}, "registered_name": null},
+        "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null,
+        "kernel_constraint": null, "bias_constraint": null}})", "t")).ptr());
+  ASSERT_TRUE(conv);
+  EXPECT_EQ(conv->options().data_format, soma::nn::DataFormat::channels_last);
+  EXPECT_EQ(conv->options().kernel_initializer.name, "he_normal");
+  EXPECT_EQ((*conv)(soma::zeros({1, 8, 8, 2})).shape(), (soma::Shape{1, 8, 8, 4}));
+  // soma's short form takes the field too.
+  auto pool = std::dynamic_pointer_cast<soma::nn::MaxPool2D>((
+      layer_from_cli_config(R"({"type": "MaxPooling2D", "data_format": "channels_last"})", "t")).ptr());
+  ASSERT_TRUE(pool);
+  EXPECT_EQ(pool->data_format(), soma::nn::DataFormat::channels_last);
+  EXPECT_NE(error_of(R"({"type": "Conv2D", "filters": 2, "kernel_size": 3, "data_format": "NHWC"})")
+                .find("'data_format' is 'NHWC', not one of channels_first, channels_last"),
+            std::string::npos)
+      << error_of(R"({"type": "Conv2D", "filters": 2, "kernel_size": 3, "data_format": "NHWC"})");
+  // soma's own layer_config() output is Keras' form with soma's values: it reads back as is.
+  soma::nn::Dense dense(3, {.kernel_regularizer = {0.0, 0.5}, .dtype = soma::DType::f64});
+  auto again = layer_from_cli_config(ser::layer_config(dense), "t");
+  EXPECT_EQ(config_of(*again), config_of(dense));
+  EXPECT_NE(error_of(R"({"class_name": "Dense", "config": {"units": 2, "kernel_constraint": {"class_name": "NonNeg"}}})")
+                .find("kernel_constraint"),
             std::string::npos);
 }
 

@@ -560,6 +560,12 @@ TEST_F(DataReaders, LoadCifar10ConcatenatesTheFiveTrainingBatches) {
     EXPECT_EQ(y_test.to_vector<int>(), (std::vector<int>{8}));
     EXPECT_EQ(x_test.at<int>({0, 1, 2, 3}), cifar_pixel(50, 1, 2, 3));
   }
+  // channels_last (Keras' layout): the same pixels as [N, H, W, C].
+  auto nhwc = load_cifar10(dir_.string(), /*channels_last=*/true);
+  EXPECT_EQ(nhwc.x_train.shape(), (Shape{10, 32, 32, 3}));
+  EXPECT_EQ(nhwc.x_train.at<int>({7, 3, 4, 2}), cifar_pixel(7, 2, 3, 4));
+  EXPECT_EQ(nhwc.x_test.shape(), (Shape{1, 32, 32, 3}));
+  EXPECT_EQ(nhwc.x_test.at<int>({0, 2, 3, 1}), cifar_pixel(50, 1, 2, 3));
 }
 
 TEST_F(DataReaders, LoadCifar10NamesMissingFilesAndTheDownload) {

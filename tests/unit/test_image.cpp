@@ -499,6 +499,10 @@ TEST(ImageModelInput, BrightObjectOnBlackIsKept) {
   ASSERT_EQ(x.shape(), (Shape{1, 28, 28}));
   EXPECT_NEAR(x.at<float>({0, 14, 14}), 1.0f, 1e-6);
   EXPECT_NEAR(x.at<float>({0, 0, 0}), 0.0f, 1e-6);
+  // channels_last models (Keras' layout) take [1, H, W, 1].
+  Tensor nhwc = img::to_model_input(a, {.channels_last = true});
+  ASSERT_EQ(nhwc.shape(), (Shape{1, 28, 28, 1}));
+  EXPECT_NEAR(nhwc.at<float>({0, 14, 14, 0}), 1.0f, 1e-6);
 }
 
 TEST(ImageModelInput, KeepsAspectRatioAndCentres) {

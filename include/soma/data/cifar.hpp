@@ -19,7 +19,8 @@ Cifar10Batch read_cifar10_batch(const std::string& path);
 
 // Loads the five training batches (x_train [50000, 3, 32, 32]) and the test batch
 // (x_test [10000, 3, 32, 32]) from `dir`, or from `dir`/cifar-10-batches-bin where the archive
-// was unpacked as is. Missing files give an error naming them.
-TrainTestData load_cifar10(const std::string& dir);
+// was unpacked as is. Missing files give an error naming them. channels_last: x_train
+// [50000, 32, 32, 3] and x_test [10000, 32, 32, 3] instead (Keras' layout).
+TrainTestData load_cifar10(const std::string& dir, bool channels_last = false);
 
 }  // namespace soma::data

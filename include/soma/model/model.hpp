@@ -244,6 +244,11 @@ class Model : public Module {
   // soma::load_model (soma/model/serialization.hpp) rebuilds the model. Sequential and
   // functional models; a subclassed model needs serialization::register_model (else it throws).
   void save(const std::string& path) const;
+  // Keras' files (soma/model/keras.hpp, docs/keras.md): the built model that a Keras
+  // model.to_json() describes, and the weights of a Keras .weights.h5 (or Keras 2 .h5) file
+  // loaded into such a model (layers matched by name; needs soma built with HDF5).
+  static std::shared_ptr<Model> from_keras_json(const std::string& json);
+  void load_keras_weights(const std::string& path);
 
   // What compile() was given (empty before compile()).
   std::vector<LossRef> compiled_losses() const;

@@ -1,7 +1,10 @@
 #pragma once
-// Convolution and pooling layers, NCHW throughout (inputs [batch, channels, height, width]).
+// Convolution and pooling layers. Inputs are NCHW ([batch, channels, height, width]) by default;
+// data_format = channels_last takes and gives NHWC, Keras' default, so a Keras model ports
+// without edits (the forward transposes to NCHW around the same ops; weights keep one layout).
 //   Conv2D(32, 3, {.padding = "same", .activation = nn::relu})
 //   Conv1D(16, 5, {.padding = "same"})   (inputs [batch, channels, width])
+//   Conv2D(32, 3, {.data_format = nn::DataFormat::channels_last})  // NHWC in and out
 //   Conv2DTranspose(16, {4, 4}, {.strides = 2, .padding = "same"})
 //   MaxPool2D(2), AvgPool2D({3, 3}, 2, "same"), GlobalAveragePooling2D()
 // Kernels are OIHW: Conv2D [filters, in/groups, kh, kw]; Conv2DTranspose [in, filters/groups,
@@ -17,6 +20,9 @@
 
 namespace soma::nn {
 
+// Where the channels of a 4-d image batch are: NCHW (soma's default) or NHWC (Keras' default).
+enum class DataFormat { channels_first, channels_last };
+
 struct Conv2DOptions {
   Size2 strides = {1, 1};
   Padding padding = "valid";
@@ -29,6 +35,7 @@ struct Conv2DOptions {
   Regularizer kernel_regularizer{};
   Regularizer bias_regularizer{};
   DType dtype = DType::f32;  // of the weights
+  DataFormat data_format = DataFormat::channels_first;  // of inputs and outputs
 };
 
 // y = activation(conv2d(x, kernel) + bias): kernel [filters, in/groups, kh, kw], bias [filters].
@@ -113,6 +120,7 @@ struct Conv2DTransposeOptions {
   Regularizer kernel_regularizer{};
   Regularizer bias_regularizer{};
   DType dtype = DType::f32;
+  DataFormat data_format = DataFormat::channels_first;  // of inputs and outputs
 };
 
 // y = activation(conv2d_transpose(x, kernel) + bias): kernel [in, filters/groups, kh, kw].
@@ -147,13 +155,15 @@ class Conv2DTranspose : public Module {
 class MaxPool2D : public Module {
  public:
   explicit MaxPool2D(Size2 pool_size = {2, 2}, std::optional<Size2> strides = std::nullopt,
-                     Padding padding = "valid");
+                     Padding padding = "valid",
+                     DataFormat data_format = DataFormat::channels_first);
   std::string type_name() const override { return "MaxPool2D"; }
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
   Size2 pool_size() const { return pool_; }
   Size2 strides() const { return strides_; }
   const Padding& padding() const { return padding_; }
+  DataFormat data_format() const { return data_format_; }
   void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
@@ -162,18 +172,21 @@ class MaxPool2D : public Module {
  private:
   Size2 pool_, strides_;
   Padding padding_;
+  DataFormat data_format_;
 };
 
 class AvgPool2D : public Module {
  public:
   explicit AvgPool2D(Size2 pool_size = {2, 2}, std::optional<Size2> strides = std::nullopt,
-                     Padding padding = "valid");
+                     Padding padding = "valid",
+                     DataFormat data_format = DataFormat::channels_first);
   std::string type_name() const override { return "AvgPool2D"; }
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override;
   Size2 pool_size() const { return pool_; }
   Size2 strides() const { return strides_; }
   const Padding& padding() const { return padding_; }
+  DataFormat data_format() const { return data_format_; }
   void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
 
  protected:
@@ -182,15 +195,20 @@ class AvgPool2D : public Module {
  private:
   Size2 pool_, strides_;
   Padding padding_;
+  DataFormat data_format_;
 };
 
-// Mean over H and W: [N, C, H, W] -> [N, C] ([N, C, 1, 1] with keepdims).
+// Mean over H and W: [N, C, H, W] -> [N, C] ([N, C, 1, 1] with keepdims); channels_last:
+// [N, H, W, C] -> [N, C] ([N, 1, 1, C]).
 class GlobalAveragePooling2D : public Module {
  public:
-  explicit GlobalAveragePooling2D(bool keepdims = false) : keepdims_(keepdims) {}
+  explicit GlobalAveragePooling2D(bool keepdims = false,
+                                  DataFormat data_format = DataFormat::channels_first)
+      : keepdims_(keepdims), data_format_(data_format) {}
   std::string type_name() const override { return "GlobalAveragePooling2D"; }
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   bool keepdims() const { return keepdims_; }
+  DataFormat data_format() const { return data_format_; }
   void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
   Shape output_shape(const Shape& input_shape) override;
 
@@ -199,6 +217,7 @@ class GlobalAveragePooling2D : public Module {
 
  private:
   bool keepdims_;
+  DataFormat data_format_;
 };
 
 }  // namespace soma::nn
