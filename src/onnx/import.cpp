@@ -596,6 +596,59 @@ std::vector<Tensor> size_(const Node& n) {
 }
 std::vector<Tensor> where_(const Node& n) { return {where(n.x(), n.arg(1), n.arg(2))}; }
 std::vector<Tensor> cast_like(const Node& n) { return {cast(n.x(), n.arg(1).dtype())}; }
+
+// ---- quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
+// QLinearMatMul): u8 and i8, per tensor or per axis; check_quantize refuses the rest at load.
+// A missing zero point is 0 in the output_dtype attribute's type (u8 by default); one given
+// with as many values as the scale takes its shape.
+Tensor zero_point_of(const Node& n, std::size_t i, const Tensor& scale, DType dtype) {
+  if (!n.has(i)) return zeros(scale.shape(), dtype);
+  const Tensor& z = n.arg(i);
+  return z.shape() != scale.shape() && z.numel() == scale.numel() ? reshape(z, scale.shape()) : z;
+}
+std::vector<Tensor> quantize_linear_(const Node& n) {
+  const Tensor& x = n.x();
+  const auto to = n.attr.i("output_dtype");
+  const DType q = to ? soma_dtype(int(to), n.what + " attribute 'output_dtype'") : DType::u8;
+  Tensor scale = n.arg(1);
+  if (scale.dtype() != x.dtype()) scale = cast(scale, x.dtype());
+  return {quantize_linear(x, scale, zero_point_of(n, 2, scale, q), n.attr.i("axis"))};
+}
+std::vector<Tensor> dequantize_linear_(const Node& n) {
+  const Tensor& x = n.x();
+  const Tensor& scale = n.arg(1);
+  Tensor y = dequantize_linear(x, scale, zero_point_of(n, 2, scale, x.dtype()), n.attr.i("axis"));
+  const auto to = n.attr.i("output_dtype");
+  if (to) y = cast(y, soma_dtype(int(to), n.what + " attribute 'output_dtype'"));
+  return {y};
+}
+// ONNX's reference arithmetic, in f32: the range [min(x, 0), max(x, 0)] onto [0, 255].
+std::vector<Tensor> dynamic_quantize_linear(const Node& n) {
+  const Tensor x = cast(n.x(), DType::f32);
+  const Tensor zero = zeros({}, DType::f32);
+  const Tensor hi = maximum(max(x), zero), lo = minimum(min(x), zero);
+  const Tensor scale = where(equal(hi, lo), ones({}, DType::f32), hi - lo) / 255.0;
+  const Tensor zp = cast(round(clip(zero - lo / scale, 0.0, 255.0)), DType::u8);
+  return {quantize_linear(x, scale, zp), cast(scale, n.x().dtype()), zp};
+}
+// A per-row parameter of a ([M]) applies along a's rows: [M, 1].
+Tensor per_row(const Tensor& t) { return t.rank() == 1 && t.numel() > 1 ? reshape(t, {t.numel(), 1}) : t; }
+std::vector<Tensor> matmul_integer_(const Node& n) {
+  const Tensor &a = n.x(), &b = n.arg(1);
+  const Tensor az = n.has(2) ? n.arg(2) : zeros({}, a.dtype());
+  const Tensor bz = n.has(3) ? n.arg(3) : zeros({}, b.dtype());
+  return {matmul_integer(a, b, az, bz)};
+}
+// (a - a_zp) @ (b - b_zp) in i32, scaled by a_scale * b_scale / y_scale (in the scales' dtype)
+// and requantized in f64, as ONNX's reference computes it.
+std::vector<Tensor> qlinear_matmul(const Node& n) {
+  const Tensor &a = n.x(), &b = n.arg(3), &yz = n.arg(7);
+  const Tensor acc = matmul_integer(a, b, n.arg(2), n.arg(5));
+  const Tensor scale = per_row(n.arg(1)) * n.arg(4) / n.arg(6);
+  const bool is_signed = yz.dtype() == DType::i8;
+  const Tensor d = cast(acc, DType::f64) * cast(scale, DType::f64) + cast(yz, DType::f64);
+  return {cast(round(clip(d, is_signed ? -128.0 : 0.0, is_signed ? 127.0 : 255.0)), yz.dtype())};
+}
 std::vector<Tensor> xor_(const Node& n) { return {not_equal(n.x(), n.arg(1))}; }
 
 // Trilu: keeps the elements on and above (upper) or below the k-th diagonal of the last two axes.
@@ -1837,6 +1890,23 @@ void check_grid_sample(const LoadCheck& c) {
   if (x.elem && !floating_elem(x.elem))
     fail(kWho, c.what, ": element type ", elem_type_name(x.elem), " is not supported");
 }
+// Quantized values soma holds: u8 and i8 (i32 for DequantizeLinear's input); per tensor or per
+// axis (blocked quantization is refused).
+void check_quantize(const LoadCheck& c) {
+  using TP = ::onnx::TensorProto;
+  const bool quantize = c.proto.op_type() == "QuantizeLinear";
+  if (c.attr.i("block_size")) fail(kWho, c.what, ": blocked quantization (block_size ", c.attr.i("block_size"), ") is not supported");
+  if (c.attr.i("precision")) fail(kWho, c.what, ": attribute 'precision' is not supported");
+  auto ok = [&](int e) { return e == TP::UINT8 || e == TP::INT8 || (!quantize && e == TP::INT32); };
+  const int q = quantize ? (c.input(2).elem ? c.input(2).elem : int(c.attr.i("output_dtype")))
+                         : c.input(0).elem;
+  if (q && !ok(q))
+    fail(kWho, c.what, ": quantized element type ", elem_type_name(q), " is not supported (soma ",
+         "quantizes to UINT8 and INT8", quantize ? "" : "; dequantizes UINT8, INT8 and INT32", ")");
+  if (quantize && c.input(0).elem && !floating_elem(c.input(0).elem))
+    fail(kWho, c.what, ": input 0 has element type ", elem_type_name(c.input(0).elem),
+         ", expected a floating type");
+}
 void check_resize(const LoadCheck& c) {
   if (c.opset < 11)
     fail(kWho, c.what, ": Resize before opset 11 is not supported (the model imports opset ",
@@ -1958,6 +2028,14 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Size", {size_}},
       {"Where", {where_}},
       {"CastLike", {cast_like, {I("saturate", 1)}}},
+      {"QuantizeLinear", {quantize_linear_, {I("axis", 1), I("saturate", 1), I("block_size"),
+                                             I("output_dtype"), I("precision")},
+                          {}, false, check_quantize}},
+      {"DequantizeLinear", {dequantize_linear_, {I("axis", 1), I("block_size"), I("output_dtype")},
+                            {}, false, check_quantize}},
+      {"DynamicQuantizeLinear", {dynamic_quantize_linear}},
+      {"MatMulInteger", {matmul_integer_}},
+      {"QLinearMatMul", {qlinear_matmul}},
       {"Xor", {xor_, {I("broadcast"), I("axis")}}},
       {"Trilu", {trilu, {I("upper", 1)}}},
       {"Range", {range_}},

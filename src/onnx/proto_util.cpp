@@ -20,6 +20,7 @@ ElemType elem_type_of(DType dtype) {
     case DType::i32: return TP::INT32;
     case DType::i64: return TP::INT64;
     case DType::u8: return TP::UINT8;
+    case DType::i8: return TP::INT8;
     case DType::boolean: return TP::BOOL;
   }
   fail("onnx", "dtype ", dtype, " has no ONNX element type");
@@ -57,6 +58,7 @@ DType soma_dtype(int t, const std::string& what) {
     case TP::INT32: return DType::i32;
     case TP::INT64: return DType::i64;
     case TP::UINT8: return DType::u8;
+    case TP::INT8: return DType::i8;
     case TP::BOOL: return DType::boolean;
     default: break;
   }

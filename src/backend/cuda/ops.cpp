@@ -19,6 +19,7 @@ const DeviceBackend* cuda_device_backend();
 void register_cuda_kernels();
 void register_cuda_dense_and_update_kernels();  // dense.cpp, optim_ops.cpp
 void register_cuda_index_kernels();  // index_ops.cpp
+void register_cuda_quantize_kernels();  // quantize.cpp
 }  // namespace soma::detail
 
 namespace soma::cuda_detail {
@@ -397,6 +398,7 @@ void register_cuda_kernels() {
   register_cuda_dense_and_update_kernels();
   register_cuda_conv_kernels();
   register_cuda_index_kernels();
+  register_cuda_quantize_kernels();
 }
 
 }  // namespace soma::detail
