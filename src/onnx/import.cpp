@@ -596,6 +596,18 @@ std::vector<Tensor> size_(const Node& n) {
 }
 std::vector<Tensor> where_(const Node& n) { return {where(n.x(), n.arg(1), n.arg(2))}; }
 std::vector<Tensor> cast_like(const Node& n) { return {cast(n.x(), n.arg(1).dtype())}; }
+// Cast. To a narrow integer type (INT4, UINT4, INT2, UINT2: held in i8 / u8) it keeps the low
+// bits of the integer value (truncated toward zero), as ONNX's reference does: -9 -> INT4 7.
+std::vector<Tensor> cast_(const Node& n) {
+  const int to = int(n.attr.i("to"));
+  const DType d = soma_dtype(to, n.what + " attribute 'to'");
+  bool is_signed = false;
+  const int bits = narrow_int_bits(to, &is_signed);
+  if (!bits) return {cast(n.x(), d)};
+  const double m = double(1 << bits), h = is_signed ? m / 2 : 0.0;
+  const Tensor v = cast(n.x(), DType::i64) + scalar(h, DType::i64);
+  return {cast(mod(v, scalar(m, DType::i64)) - scalar(h, DType::i64), d)};
+}
 
 // ---- quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
 // QLinearMatMul): u8 and i8, per tensor or per axis; check_quantize refuses the rest at load.
@@ -1890,6 +1902,18 @@ void check_grid_sample(const LoadCheck& c) {
   if (x.elem && !floating_elem(x.elem))
     fail(kWho, c.what, ": element type ", elem_type_name(x.elem), " is not supported");
 }
+// Cast's target type and CastLike's: one soma holds (a narrow integer target only through Cast,
+// where cast_ wraps it; CastLike would see the i8 / u8 that holds it).
+void check_cast(const LoadCheck& c) {
+  if (c.proto.op_type() == "Cast") {
+    soma_dtype(int(c.attr.i("to")), c.what + " attribute 'to'");
+    return;
+  }
+  const int like = c.input(1).elem;
+  if (narrow_int_bits(like))
+    fail(kWho, c.what, ": CastLike to ", elem_type_name(like), " is not supported (soma has no ",
+         "dtype for it; Cast with to = ", like, " is)");
+}
 // Quantized values soma holds: u8 and i8 (i32 for DequantizeLinear's input); per tensor or per
 // axis (blocked quantization is refused).
 void check_quantize(const LoadCheck& c) {
@@ -1982,7 +2006,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Elu", {nullptr, legacy({F("alpha", 1.0f)})}},
       {"HardSigmoid", {nullptr, legacy({F("alpha", 0.2f), F("beta", 0.5f)})}},
       {"Concat", {nullptr, {I("axis", 0)}}},
-      {"Cast", {nullptr, {I("to", 1), I("saturate", 1)}}},
+      {"Cast", {cast_, {I("to", 1), I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast}},
       // handlers
       {"Identity", {identity}},
       {"Dropout", {dropout, legacy({F("ratio", 0.5f), I("is_test"), I("seed")}), {}, false,
@@ -2027,7 +2051,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"ArgMin", {arg_reduce<false>, {I("axis"), I("keepdims", 1), I("select_last_index")}}},
       {"Size", {size_}},
       {"Where", {where_}},
-      {"CastLike", {cast_like, {I("saturate", 1)}}},
+      {"CastLike", {cast_like, {I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast}},
       {"QuantizeLinear", {quantize_linear_, {I("axis", 1), I("saturate", 1), I("block_size"),
                                              I("output_dtype"), I("precision")},
                           {}, false, check_quantize}},
@@ -2390,6 +2414,24 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
   for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
   for (auto& s : steps_)
     if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset_, constants_});
+  // Narrow integer values (INT4, UINT4, INT2, UINT2; held in i8 / u8) are exact through Cast
+  // only: any other operator given one is refused (its arithmetic would wrap at 8 bits).
+  std::unordered_map<std::string, int> narrow;  // value -> its ONNX element type
+  for (auto& [name, d] : declared)
+    if (narrow_int_bits(d.elem)) narrow[name] = d.elem;
+  for (auto& s : steps_) {
+    const auto& n = *s.proto;
+    const bool is_cast = n.op_type() == "Cast";
+    for (int k = 0; k < n.input_size(); ++k) {
+      auto it = narrow.find(n.input(k));
+      if (it != narrow.end() && !is_cast && !(n.op_type() == "CastLike" && k == 0))
+        fail(kWho, s.what, ": input ", k, " has element type ", elem_type_name(it->second),
+             ", which soma holds in ", soma_dtype(it->second, ""), " for Cast only (", n.op_type(),
+             " on it is not supported)");
+    }
+    if (is_cast && narrow_int_bits(int(s.attrs->i("to"))))
+      for (auto& o : n.output()) narrow[o] = int(s.attrs->i("to"));
+  }
   for (auto& vo : g.output()) output_names_.push_back(vo.name());
   if (output_names_.empty()) fail(kWho, "the graph has no outputs");
 }

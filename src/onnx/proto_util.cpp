@@ -49,7 +49,14 @@ const char* elem_type_name(int t) {
   }
 }
 
+int narrow_int_bits(int t, bool* is_signed) {
+  if (is_signed) *is_signed = t == 22 || t == 26;
+  return t == 21 || t == 22 ? 4 : t == 25 || t == 26 ? 2 : 0;
+}
+
 DType soma_dtype(int t, const std::string& what) {
+  bool is_signed = false;
+  if (narrow_int_bits(t, &is_signed)) return is_signed ? DType::i8 : DType::u8;
   switch (t) {
     case TP::FLOAT: return DType::f32;
     case TP::DOUBLE: return DType::f64;
@@ -103,6 +110,30 @@ Tensor from_proto(const TP& tp) {
   if (overflow || n > limits::kMaxElementsFromFile)
     fail("onnx", what, ": shape ", shape_str(shape), " has more than ", limits::kMaxElementsFromFile,
          " elements (the limit for a tensor read from a file)");
+  bool is_signed = false;
+  if (const int bits = narrow_int_bits(tp.data_type(), &is_signed)) {
+    // Packed, the first element in the lowest bits of each byte; raw_data, or one byte per
+    // int32_data value.
+    const std::int64_t per_byte = 8 / bits, nbytes = (n + per_byte - 1) / per_byte;
+    std::string packed;
+    if (tp.has_raw_data()) {
+      packed = tp.raw_data();
+    } else {
+      for (int i = 0; i < tp.int32_data_size(); ++i) packed.push_back(char(tp.int32_data(i)));
+    }
+    if (std::int64_t(packed.size()) != nbytes)
+      fail("onnx", what, ": holds ", packed.size(), " bytes, but ", shape_str(shape), " of ",
+           elem_type_name(tp.data_type()), " needs ", nbytes);
+    Tensor t = Tensor::empty(shape, d);
+    auto* p = static_cast<std::uint8_t*>(t.raw_data());
+    const unsigned mask = (1u << bits) - 1u, sign = 1u << (bits - 1);
+    for (std::int64_t i = 0; i < n; ++i) {
+      unsigned v = (std::uint8_t(packed[std::size_t(i / per_byte)]) >> (bits * (i % per_byte))) & mask;
+      if (is_signed && (v & sign)) v |= ~mask;  // sign-extend into the byte
+      p[i] = std::uint8_t(v);
+    }
+    return t;
+  }
   const std::size_t bytes = std::size_t(n) * dtype_size(d);
   if (tp.has_raw_data()) {
     if (tp.raw_data().size() != bytes)
@@ -122,6 +153,7 @@ Tensor from_proto(const TP& tp) {
     case TP::INT64: need(tp.int64_data_size()); break;
     case TP::INT32:
     case TP::UINT8:
+    case TP::INT8:
     case TP::BOOL:
     case TP::FLOAT16:
     case TP::BFLOAT16: need(tp.int32_data_size()); break;
@@ -137,6 +169,12 @@ Tensor from_proto(const TP& tp) {
       need(tp.int32_data_size());
       auto* p = static_cast<std::uint8_t*>(t.raw_data());
       for (std::int64_t i = 0; i < n; ++i) p[i] = std::uint8_t(tp.int32_data(int(i)));
+      break;
+    }
+    case TP::INT8: {
+      need(tp.int32_data_size());
+      auto* p = static_cast<std::int8_t*>(t.raw_data());
+      for (std::int64_t i = 0; i < n; ++i) p[i] = std::int8_t(tp.int32_data(int(i)));
       break;
     }
     case TP::BOOL: {

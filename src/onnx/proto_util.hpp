@@ -18,8 +18,14 @@ using ElemType = ::onnx::TensorProto_DataType;
 
 // soma dtype -> ONNX element type (f32, f64, f16, i32, i64, i8, u8, bool); others fail.
 ElemType elem_type_of(DType dtype);
-// ONNX element type -> soma dtype; `what` names the tensor in the error.
+// ONNX element type -> soma dtype; `what` names the tensor in the error. The narrow integer
+// types (INT4, UINT4, INT2, UINT2) are held in i8 / u8 at import: exact through Cast only (the
+// importer refuses them anywhere else).
 DType soma_dtype(int elem_type, const std::string& what);
+// The bits of a narrow integer element type (4 or 2), 0 for any other; `is_signed` set for INT4
+// and INT2. ONNX numbers them 21 (UINT4), 22 (INT4), 25 (UINT2), 26 (INT2): newer than the
+// onnx.proto soma may be built with.
+int narrow_int_bits(int elem_type, bool* is_signed = nullptr);
 const char* elem_type_name(int elem_type);
 
 // Fills `tp` (name, dims, data_type, raw_data) with `t` converted to `type`.
