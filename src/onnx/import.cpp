@@ -1904,11 +1904,8 @@ void check_grid_sample(const LoadCheck& c) {
 }
 // Cast's target type and CastLike's: one soma holds (a narrow integer target only through Cast,
 // where cast_ wraps it; CastLike would see the i8 / u8 that holds it).
-void check_cast(const LoadCheck& c) {
-  if (c.proto.op_type() == "Cast") {
-    soma_dtype(int(c.attr.i("to")), c.what + " attribute 'to'");
-    return;
-  }
+void check_cast(const LoadCheck& c) { soma_dtype(int(c.attr.i("to")), c.what + " attribute 'to'"); }
+void check_cast_like(const LoadCheck& c) {
   const int like = c.input(1).elem;
   if (narrow_int_bits(like))
     fail(kWho, c.what, ": CastLike to ", elem_type_name(like), " is not supported (soma has no ",
@@ -1916,9 +1913,9 @@ void check_cast(const LoadCheck& c) {
 }
 // Quantized values soma holds: u8 and i8 (i32 for DequantizeLinear's input); per tensor or per
 // axis (blocked quantization is refused).
+template <bool quantize>
 void check_quantize(const LoadCheck& c) {
   using TP = ::onnx::TensorProto;
-  const bool quantize = c.proto.op_type() == "QuantizeLinear";
   if (c.attr.i("block_size")) fail(kWho, c.what, ": blocked quantization (block_size ", c.attr.i("block_size"), ") is not supported");
   if (c.attr.i("precision")) fail(kWho, c.what, ": attribute 'precision' is not supported");
   auto ok = [&](int e) { return e == TP::UINT8 || e == TP::INT8 || (!quantize && e == TP::INT32); };
@@ -2051,12 +2048,12 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"ArgMin", {arg_reduce<false>, {I("axis"), I("keepdims", 1), I("select_last_index")}}},
       {"Size", {size_}},
       {"Where", {where_}},
-      {"CastLike", {cast_like, {I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast}},
+      {"CastLike", {cast_like, {I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast_like}},
       {"QuantizeLinear", {quantize_linear_, {I("axis", 1), I("saturate", 1), I("block_size"),
                                              I("output_dtype"), I("precision")},
-                          {}, false, check_quantize}},
+                          {}, false, check_quantize<true>}},
       {"DequantizeLinear", {dequantize_linear_, {I("axis", 1), I("block_size"), I("output_dtype")},
-                            {}, false, check_quantize}},
+                            {}, false, check_quantize<false>}},
       {"DynamicQuantizeLinear", {dynamic_quantize_linear}},
       {"MatMulInteger", {matmul_integer_}},
       {"QLinearMatMul", {qlinear_matmul}},
@@ -2421,10 +2418,12 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
     if (narrow_int_bits(d.elem)) narrow[name] = d.elem;
   for (auto& s : steps_) {
     const auto& n = *s.proto;
-    const bool is_cast = n.op_type() == "Cast";
+    // Cast's handler converts them; CastLike's converts its input 0 (check_cast_like refuses
+    // them as the target).
+    const bool is_cast = s.op && s.op->run == cast_;
     for (int k = 0; k < n.input_size(); ++k) {
       auto it = narrow.find(n.input(k));
-      if (it != narrow.end() && !is_cast && !(n.op_type() == "CastLike" && k == 0))
+      if (it != narrow.end() && !is_cast && !(s.op && s.op->run == cast_like && k == 0))
         fail(kWho, s.what, ": input ", k, " has element type ", elem_type_name(it->second),
              ", which soma holds in ", soma_dtype(it->second, ""), " for Cast only (", n.op_type(),
              " on it is not supported)");

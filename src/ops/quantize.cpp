@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "internal/registration.hpp"
-#include "soma/autograd.hpp"
 #include "soma/op.hpp"
 #include "soma/ops.hpp"
 
