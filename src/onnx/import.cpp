@@ -644,7 +644,9 @@ std::vector<Tensor> dynamic_quantize_linear(const Node& n) {
   return {quantize_linear(x, scale, zp), cast(scale, n.x().dtype()), zp};
 }
 // A per-row parameter of a ([M]) applies along a's rows: [M, 1].
-Tensor per_row(const Tensor& t) { return t.rank() == 1 && t.numel() > 1 ? reshape(t, {t.numel(), 1}) : t; }
+Tensor per_row(const Tensor& t) {
+  return t.rank() == 1 && t.numel() > 1 ? reshape(t, {t.numel(), 1}) : t;
+}
 std::vector<Tensor> matmul_integer_(const Node& n) {
   const Tensor &a = n.x(), &b = n.arg(1);
   const Tensor az = n.has(2) ? n.arg(2) : zeros({}, a.dtype());
@@ -1904,7 +1906,9 @@ void check_grid_sample(const LoadCheck& c) {
 }
 // Cast's target type and CastLike's: one soma holds (a narrow integer target only through Cast,
 // where cast_ wraps it; CastLike would see the i8 / u8 that holds it).
-void check_cast(const LoadCheck& c) { soma_dtype(int(c.attr.i("to")), c.what + " attribute 'to'"); }
+void check_cast(const LoadCheck& c) {
+  soma_dtype(int(c.attr.i("to")), c.what + " attribute 'to'");
+}
 void check_cast_like(const LoadCheck& c) {
   const int like = c.input(1).elem;
   if (narrow_int_bits(like))
@@ -1916,8 +1920,11 @@ void check_cast_like(const LoadCheck& c) {
 template <bool quantize>
 void check_quantize(const LoadCheck& c) {
   using TP = ::onnx::TensorProto;
-  if (c.attr.i("block_size")) fail(kWho, c.what, ": blocked quantization (block_size ", c.attr.i("block_size"), ") is not supported");
-  if (c.attr.i("precision")) fail(kWho, c.what, ": attribute 'precision' is not supported");
+  if (c.attr.i("block_size"))
+    fail(kWho, c.what, ": blocked quantization (block_size ", c.attr.i("block_size"),
+         ") is not supported");
+  if (quantize && c.attr.i("precision"))
+    fail(kWho, c.what, ": attribute 'precision' is not supported");
   auto ok = [&](int e) { return e == TP::UINT8 || e == TP::INT8 || (!quantize && e == TP::INT32); };
   const int q = quantize ? (c.input(2).elem ? c.input(2).elem : int(c.attr.i("output_dtype")))
                          : c.input(0).elem;

@@ -42,10 +42,24 @@ const char* elem_type_name(int t) {
     case TP::UINT32: return "UINT32";
     case TP::UINT64: return "UINT64";
     case TP::BFLOAT16: return "BFLOAT16";
-    default:  // the newer ones (FLOAT8E4M3FN, INT4, ...) by their names in onnx.proto
-      return ::onnx::TensorProto_DataType_IsValid(t)
-                 ? ::onnx::TensorProto_DataType_Name(TP::DataType(t)).c_str()
-                 : "UNKNOWN";  // newer than the onnx.proto soma was built with
+    default: break;
+  }
+  // The newer ones (FLOAT8E4M3FN, INT4, ...) by their names in onnx.proto, or ONNX's numbers
+  // where soma was built with an older onnx.proto.
+  if (::onnx::TensorProto_DataType_IsValid(t))
+    return ::onnx::TensorProto_DataType_Name(TP::DataType(t)).c_str();
+  switch (t) {
+    case 17: return "FLOAT8E4M3FN";
+    case 18: return "FLOAT8E4M3FNUZ";
+    case 19: return "FLOAT8E5M2";
+    case 20: return "FLOAT8E5M2FNUZ";
+    case 21: return "UINT4";
+    case 22: return "INT4";
+    case 23: return "FLOAT4E2M1";
+    case 24: return "FLOAT8E8M0";
+    case 25: return "UINT2";
+    case 26: return "INT2";
+    default: return "UNKNOWN";
   }
 }
 

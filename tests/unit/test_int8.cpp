@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/quantize_formulas.hpp"
+#include "../../src/ops/quantize_formulas.hpp"
 #include "soma/model/weights.hpp"
 #include "soma/soma.hpp"
 #include "test_support.hpp"
@@ -164,7 +164,7 @@ TEST(QuantizeLinear, DequantizeInvertsOnTheGrid) {
   EXPECT_TRUE(testing::all_close(x, std::vector<double>{-64.5, -1, -0.5, 12, 256, 8}, 0, 0));
   EXPECT_EQ(ints(quantize_linear(x, constant<float>({0.5f, 2.f}), i8({1, -1}), 0)), ints(q));
   const Tensor big = dequantize_linear(constant<std::int32_t>({1 << 20, -5}), scalar(0.25, DType::f64),
-                                       constant(std::vector<std::int32_t>{0}, {}));
+                                       constant(std::vector<std::int32_t>{0}, Shape{}));
   EXPECT_TRUE(testing::all_close(big, std::vector<double>{262144.0, -1.25}, 0, 0));
   EXPECT_EQ(dequantize_linear(u8({3}), constant({Half(1.0f)}), u8({1})).dtype(), DType::f16);
 }
@@ -233,8 +233,8 @@ TEST(MatMulInteger, SubtractsZeroPointsAndAccumulatesInI32) {
   // 255 * 127 * 200 overflows i16 but not i32.
   const Tensor big = matmul_integer(constant(std::vector<std::uint8_t>(200, 255), {1, 200}),
                                     constant(std::vector<std::int8_t>(200, 127), {200, 1}),
-                                    constant(std::vector<std::uint8_t>{0}, {}),
-                                    constant(std::vector<std::int8_t>{0}, {}));
+                                    constant(std::vector<std::uint8_t>{0}, Shape{}),
+                                    constant(std::vector<std::int8_t>{0}, Shape{}));
   EXPECT_EQ(ints(big), (std::vector<std::int64_t>{255 * 127 * 200}));
 }
 
