@@ -618,18 +618,40 @@ Tensor zero_point_of(const Node& n, std::size_t i, const Tensor& scale, DType dt
   const Tensor& z = n.arg(i);
   return z.shape() != scale.shape() && z.numel() == scale.numel() ? reshape(z, scale.shape()) : z;
 }
+// Blocked quantization (opset 21): scale and zero point have x's rank with ceil(n / block_size)
+// along `axis`, each value serving block_size consecutive indices: gathered up to x's shape.
+Tensor unblock(const Tensor& p, const Tensor& x, std::int64_t axis, std::int64_t block) {
+  const int ax = normalize_axis(axis, x.rank(), "QuantizeLinear");
+  std::vector<std::int64_t> idx(std::size_t(x.dim(ax)));
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = std::int64_t(i) / block;
+  return gather(p, constant(idx, {std::int64_t(idx.size())}), ax);
+}
 std::vector<Tensor> quantize_linear_(const Node& n) {
   const Tensor& x = n.x();
   const auto to = n.attr.i("output_dtype");
   const DType q = to ? soma_dtype(int(to), n.what + " attribute 'output_dtype'") : DType::u8;
   Tensor scale = n.arg(1);
   if (scale.dtype() != x.dtype()) scale = cast(scale, x.dtype());
-  return {quantize_linear(x, scale, zero_point_of(n, 2, scale, q), n.attr.i("axis"))};
+  const Tensor zp = zero_point_of(n, 2, scale, q);
+  if (const auto block = n.attr.i("block_size")) {  // the same arithmetic as quantize_linear's
+    const Tensor s = unblock(scale, x, n.attr.i("axis"), block);
+    const Tensor z = cast(unblock(zp, x, n.attr.i("axis"), block), x.dtype());
+    const bool is_signed = q == DType::i8;
+    return {cast(clip(round(x / s) + z, is_signed ? -128.0 : 0.0, is_signed ? 127.0 : 255.0), q)};
+  }
+  return {quantize_linear(x, scale, zp, n.attr.i("axis"))};
 }
 std::vector<Tensor> dequantize_linear_(const Node& n) {
   const Tensor& x = n.x();
   const Tensor& scale = n.arg(1);
-  Tensor y = dequantize_linear(x, scale, zero_point_of(n, 2, scale, x.dtype()), n.attr.i("axis"));
+  const Tensor zp = zero_point_of(n, 2, scale, x.dtype());
+  Tensor y;
+  if (const auto block = n.attr.i("block_size")) {  // in f32 then scale's dtype, as ONNX's reference
+    const Tensor dx = cast(x, DType::f32) - cast(unblock(zp, x, n.attr.i("axis"), block), DType::f32);
+    y = cast(dx * unblock(scale, x, n.attr.i("axis"), block), scale.dtype());
+  } else {
+    y = dequantize_linear(x, scale, zp, n.attr.i("axis"));
+  }
   const auto to = n.attr.i("output_dtype");
   if (to) y = cast(y, soma_dtype(int(to), n.what + " attribute 'output_dtype'"));
   return {y};
@@ -1907,6 +1929,11 @@ void check_grid_sample(const LoadCheck& c) {
 // Cast's target type and CastLike's: one soma holds (a narrow integer target only through Cast,
 // where cast_ wraps it; CastLike would see the i8 / u8 that holds it).
 void check_cast(const LoadCheck& c) {
+  // The cast op's mapping still gives the opsets (Cast's `to` was a STRING before opset 6).
+  const OpDef& d = get_op("cast");
+  if (c.opset < d.onnx.min_opset)
+    fail(kWho, c.what, ": operator 'Cast' is supported for opsets ", d.onnx.min_opset,
+         ".. (soma op 'cast'); the model imports opset ", c.opset);
   soma_dtype(int(c.attr.i("to")), c.what + " attribute 'to'");
 }
 void check_cast_like(const LoadCheck& c) {
@@ -1915,14 +1942,13 @@ void check_cast_like(const LoadCheck& c) {
     fail(kWho, c.what, ": CastLike to ", elem_type_name(like), " is not supported (soma has no ",
          "dtype for it; Cast with to = ", like, " is)");
 }
-// Quantized values soma holds: u8 and i8 (i32 for DequantizeLinear's input); per tensor or per
-// axis (blocked quantization is refused).
+// Quantized values soma holds: u8 and i8 (i32 for DequantizeLinear's input); per tensor, per
+// axis or blocked.
 template <bool quantize>
 void check_quantize(const LoadCheck& c) {
   using TP = ::onnx::TensorProto;
-  if (c.attr.i("block_size"))
-    fail(kWho, c.what, ": blocked quantization (block_size ", c.attr.i("block_size"),
-         ") is not supported");
+  if (c.attr.i("block_size") < 0)
+    fail(kWho, c.what, ": block_size must be non-negative, got ", c.attr.i("block_size"));
   if (quantize && c.attr.i("precision"))
     fail(kWho, c.what, ": attribute 'precision' is not supported");
   auto ok = [&](int e) { return e == TP::UINT8 || e == TP::INT8 || (!quantize && e == TP::INT32); };
