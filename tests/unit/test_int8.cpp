@@ -188,6 +188,17 @@ TEST(QuantizeLinear, RefusesWhatItCannotRun) {
           "zero_point has dtype i8");
 }
 
+// The example of docs/cpp-api.md: symmetric per-row i8 weights, back within half a step.
+TEST(QuantizeLinear, PerRowWeightsRoundTripWithinHalfAStep) {
+  const Tensor w = testing::rand_tensor({64, 128}, 7, -3, 3, DType::f32);
+  const Tensor scale = max(abs(w), {1}) / 127.0;
+  const Tensor q = quantize_linear(w, scale, zeros({64}, DType::i8), 0);
+  const Tensor back = dequantize_linear(q, scale, zeros({64}, DType::i8), 0);
+  const Tensor err = abs(back - w) - reshape(scale, {64, 1}) * 0.5;
+  EXPECT_LE(max(err).item<double>(), 1e-6);
+  EXPECT_EQ(max(abs(cast(q, DType::i32))).item<std::int64_t>(), 127);
+}
+
 TEST(QuantizeLinear, NotDifferentiable) {
   const OpDef& q = get_op("quantize_linear");
   const OpDef& d = get_op("dequantize_linear");
