@@ -598,9 +598,17 @@ std::vector<Tensor> where_(const Node& n) { return {where(n.x(), n.arg(1), n.arg
 std::vector<Tensor> cast_like(const Node& n) { return {cast(n.x(), n.arg(1).dtype())}; }
 // Cast. To a narrow integer type (INT4, UINT4, INT2, UINT2: held in i8 / u8) it keeps the low
 // bits of the integer value (truncated toward zero), as ONNX's reference does: -9 -> INT4 7.
+// To a FLOAT8 type (held in f32) it rounds to that type's values (proto_util's
+// round_to_float8, on the host: an import emulation, not a kernel).
 std::vector<Tensor> cast_(const Node& n) {
   const int to = int(n.attr.i("to"));
   const DType d = soma_dtype(to, n.what + " attribute 'to'");
+  if (is_float8(to)) {
+    const bool saturate = n.attr.i("saturate") != 0;
+    std::vector<double> v = cast(n.x(), DType::f64).to_vector<double>();
+    for (double& x : v) x = round_to_float8(x, to, saturate);
+    return {constant(v, n.x().shape()).cast(d).to(n.x().device())};
+  }
   bool is_signed = false;
   const int bits = narrow_int_bits(to, &is_signed);
   if (!bits) return {cast(n.x(), d)};
@@ -1938,7 +1946,7 @@ void check_cast(const LoadCheck& c) {
 }
 void check_cast_like(const LoadCheck& c) {
   const int like = c.input(1).elem;
-  if (narrow_int_bits(like))
+  if (narrow_int_bits(like) || is_float8(like))
     fail(kWho, c.what, ": CastLike to ", elem_type_name(like), " is not supported (soma has no ",
          "dtype for it; Cast with to = ", like, " is)");
 }
@@ -2444,11 +2452,13 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
   for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
   for (auto& s : steps_)
     if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset_, constants_});
-  // Narrow integer values (INT4, UINT4, INT2, UINT2; held in i8 / u8) are exact through Cast
-  // only: any other operator given one is refused (its arithmetic would wrap at 8 bits).
+  // Values of the types soma holds in a wider dtype (INT4, UINT4, INT2, UINT2 in i8 / u8; the
+  // FLOAT8 types in f32) are exact through Cast only: any other operator given one is refused
+  // (in the wider dtype its arithmetic would round and wrap differently).
   std::unordered_map<std::string, int> narrow;  // value -> its ONNX element type
+  auto held = [](int e) { return narrow_int_bits(e) || is_float8(e); };  // FLOAT8 in f32 too
   for (auto& [name, d] : declared)
-    if (narrow_int_bits(d.elem)) narrow[name] = d.elem;
+    if (held(d.elem)) narrow[name] = d.elem;
   for (auto& s : steps_) {
     const auto& n = *s.proto;
     // Cast's handler converts them; CastLike's converts its input 0 (check_cast_like refuses
@@ -2461,7 +2471,7 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
              ", which soma holds in ", soma_dtype(it->second, ""), " for Cast only (", n.op_type(),
              " on it is not supported)");
     }
-    if (is_cast && narrow_int_bits(int(s.attrs->i("to"))))
+    if (is_cast && held(int(s.attrs->i("to"))))
       for (auto& o : n.output()) narrow[o] = int(s.attrs->i("to"));
   }
   for (auto& vo : g.output()) output_names_.push_back(vo.name());

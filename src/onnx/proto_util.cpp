@@ -1,7 +1,10 @@
 #ifdef SOMA_HAS_ONNX
 #include "onnx/proto_util.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "soma/autograd.hpp"
 #include "soma/error.hpp"
@@ -68,9 +71,61 @@ int narrow_int_bits(int t, bool* is_signed) {
   return t == 21 || t == 22 ? 4 : t == 25 || t == 26 ? 2 : 0;
 }
 
+namespace {
+struct Float8 {
+  int mbits, bias;
+  double max;
+  bool has_inf, uz;  // uz: NaN is 0x80, no -0 (the FNUZ types); else NaN is S.1111.111 (E4M3FN)
+};                   // or an all-ones exponent with a mantissa (E5M2)
+const Float8* float8_of(int t) {
+  static const Float8 k[] = {{3, 7, 448.0, false, false},
+                             {3, 8, 240.0, false, true},
+                             {2, 15, 57344.0, true, false},
+                             {2, 16, 57344.0, false, true}};
+  return t >= 17 && t <= 20 ? &k[t - 17] : nullptr;
+}
+double decode_float8(std::uint8_t b, const Float8& f) {
+  const int ebits = 7 - f.mbits;
+  const bool neg = b & 0x80;
+  const int e = (b >> f.mbits) & ((1 << ebits) - 1), m = b & ((1 << f.mbits) - 1);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (f.uz && b == 0x80) return nan;
+  if (!f.uz && f.has_inf && e == (1 << ebits) - 1)
+    return m ? nan : (neg ? -1.0 : 1.0) * std::numeric_limits<double>::infinity();
+  if (!f.uz && !f.has_inf && (b & 0x7f) == 0x7f) return nan;
+  const double v = e == 0 ? std::ldexp(double(m), 1 - f.bias - f.mbits)
+                          : std::ldexp(1.0 + std::ldexp(double(m), -f.mbits), e - f.bias);
+  return neg ? -v : v;
+}
+}  // namespace
+
+bool is_float8(int t) { return float8_of(t) != nullptr; }
+
+double round_to_float8(double v, int t, bool saturate) {
+  const Float8& f = *float8_of(t);
+  const double inf = std::numeric_limits<double>::infinity();
+  const double over = f.has_inf ? inf : std::numeric_limits<double>::quiet_NaN();
+  if (std::isnan(v)) return v;
+  const double a = std::fabs(v);
+  double r;
+  if (std::isinf(a)) {
+    r = saturate ? f.max : over;
+  } else {
+    int k = 0;
+    std::frexp(a, &k);  // a = [0.5, 1) * 2^k: its exponent is k - 1
+    const int e = std::max(k - 1, 1 - f.bias);  // below the normals: the subnormals' quantum
+    const double q = std::ldexp(1.0, e - f.mbits);
+    r = std::nearbyint(a / q) * q;  // exact: a has 53 bits at most, q is a power of two
+    if (r > f.max) r = saturate ? f.max : over;
+  }
+  if (r == 0.0 && f.uz) return 0.0;
+  return std::signbit(v) ? -r : r;
+}
+
 DType soma_dtype(int t, const std::string& what) {
   bool is_signed = false;
   if (narrow_int_bits(t, &is_signed)) return is_signed ? DType::i8 : DType::u8;
+  if (is_float8(t)) return DType::f32;
   switch (t) {
     case TP::FLOAT: return DType::f32;
     case TP::DOUBLE: return DType::f64;
@@ -124,6 +179,18 @@ Tensor from_proto(const TP& tp) {
   if (overflow || n > limits::kMaxElementsFromFile)
     fail("onnx", what, ": shape ", shape_str(shape), " has more than ", limits::kMaxElementsFromFile,
          " elements (the limit for a tensor read from a file)");
+  if (const Float8* f8 = float8_of(tp.data_type())) {  // one byte per value
+    std::string bytes = tp.raw_data();
+    if (!tp.has_raw_data())
+      for (int i = 0; i < tp.int32_data_size(); ++i) bytes.push_back(char(tp.int32_data(i)));
+    if (std::int64_t(bytes.size()) != n)
+      fail("onnx", what, ": holds ", bytes.size(), " values, but ", shape_str(shape), " needs ", n);
+    Tensor t = Tensor::empty(shape, d);
+    float* p = t.data<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      p[i] = float(decode_float8(std::uint8_t(bytes[std::size_t(i)]), *f8));
+    return t;
+  }
   bool is_signed = false;
   if (const int bits = narrow_int_bits(tp.data_type(), &is_signed)) {
     // Packed, the first element in the lowest bits of each byte; raw_data, or one byte per
