@@ -598,15 +598,15 @@ std::vector<Tensor> where_(const Node& n) { return {where(n.x(), n.arg(1), n.arg
 std::vector<Tensor> cast_like(const Node& n) { return {cast(n.x(), n.arg(1).dtype())}; }
 // Cast. To a narrow integer type (INT4, UINT4, INT2, UINT2: held in i8 / u8) it keeps the low
 // bits of the integer value (truncated toward zero), as ONNX's reference does: -9 -> INT4 7.
-// To a FLOAT8 type (held in f32) it rounds to that type's values (proto_util's
-// round_to_float8, on the host: an import emulation, not a kernel).
+// To a FLOAT8 type or FLOAT4E2M1 (held in f32) it rounds to that type's values (proto_util's
+// round_to_narrow_float, on the host: an import emulation, not a kernel).
 std::vector<Tensor> cast_(const Node& n) {
   const int to = int(n.attr.i("to"));
   const DType d = soma_dtype(to, n.what + " attribute 'to'");
-  if (is_float8(to)) {
+  if (is_narrow_float(to)) {
     const bool saturate = n.attr.i("saturate") != 0;
     std::vector<double> v = cast(n.x(), DType::f64).to_vector<double>();
-    for (double& x : v) x = round_to_float8(x, to, saturate);
+    for (double& x : v) x = round_to_narrow_float(x, to, saturate);
     return {constant(v, n.x().shape()).cast(d).to(n.x().device())};
   }
   bool is_signed = false;
@@ -1946,7 +1946,7 @@ void check_cast(const LoadCheck& c) {
 }
 void check_cast_like(const LoadCheck& c) {
   const int like = c.input(1).elem;
-  if (narrow_int_bits(like) || is_float8(like))
+  if (narrow_int_bits(like) || is_narrow_float(like))
     fail(kWho, c.what, ": CastLike to ", elem_type_name(like), " is not supported (soma has no ",
          "dtype for it; Cast with to = ", like, " is)");
 }
@@ -2456,7 +2456,7 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
   // FLOAT8 types in f32) are exact through Cast only: any other operator given one is refused
   // (in the wider dtype its arithmetic would round and wrap differently).
   std::unordered_map<std::string, int> narrow;  // value -> its ONNX element type
-  auto held = [](int e) { return narrow_int_bits(e) || is_float8(e); };  // FLOAT8 in f32 too
+  auto held = [](int e) { return narrow_int_bits(e) || is_narrow_float(e); };  // FLOAT8/FLOAT4 in f32
   for (auto& [name, d] : declared)
     if (held(d.elem)) narrow[name] = d.elem;
   for (auto& s : steps_) {

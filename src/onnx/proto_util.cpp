@@ -72,40 +72,45 @@ int narrow_int_bits(int t, bool* is_signed) {
 }
 
 namespace {
+// uz: NaN is 0x80, no -0 (the FNUZ types); else NaN is S.1111.111 (E4M3FN) or an all-ones
+// exponent with a mantissa (E5M2); FLOAT4E2M1 (4 bits) has no NaN.
 struct Float8 {
-  int mbits, bias;
+  int bits, mbits, bias;
   double max;
-  bool has_inf, uz;  // uz: NaN is 0x80, no -0 (the FNUZ types); else NaN is S.1111.111 (E4M3FN)
-};                   // or an all-ones exponent with a mantissa (E5M2)
+  bool has_inf, uz;
+};
 const Float8* float8_of(int t) {
-  static const Float8 k[] = {{3, 7, 448.0, false, false},
-                             {3, 8, 240.0, false, true},
-                             {2, 15, 57344.0, true, false},
-                             {2, 16, 57344.0, false, true}};
-  return t >= 17 && t <= 20 ? &k[t - 17] : nullptr;
+  static const Float8 k[] = {{8, 3, 7, 448.0, false, false},
+                             {8, 3, 8, 240.0, false, true},
+                             {8, 2, 15, 57344.0, true, false},
+                             {8, 2, 16, 57344.0, false, true}};
+  static const Float8 fp4 = {4, 1, 1, 6.0, false, false};
+  return t >= 17 && t <= 20 ? &k[t - 17] : t == 23 ? &fp4 : nullptr;
 }
 double decode_float8(std::uint8_t b, const Float8& f) {
-  const int ebits = 7 - f.mbits;
-  const bool neg = b & 0x80;
+  const int ebits = f.bits - 1 - f.mbits;
+  const bool neg = (b >> (f.bits - 1)) & 1;
+  if (f.bits == 4) b &= 0x7;  // no NaN encoding to look for: the magnitude bits only
   const int e = (b >> f.mbits) & ((1 << ebits) - 1), m = b & ((1 << f.mbits) - 1);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   if (f.uz && b == 0x80) return nan;
   if (!f.uz && f.has_inf && e == (1 << ebits) - 1)
     return m ? nan : (neg ? -1.0 : 1.0) * std::numeric_limits<double>::infinity();
-  if (!f.uz && !f.has_inf && (b & 0x7f) == 0x7f) return nan;
+  if (f.bits == 8 && !f.uz && !f.has_inf && (b & 0x7f) == 0x7f) return nan;
   const double v = e == 0 ? std::ldexp(double(m), 1 - f.bias - f.mbits)
                           : std::ldexp(1.0 + std::ldexp(double(m), -f.mbits), e - f.bias);
   return neg ? -v : v;
 }
 }  // namespace
 
-bool is_float8(int t) { return float8_of(t) != nullptr; }
+bool is_narrow_float(int t) { return float8_of(t) != nullptr; }
 
-double round_to_float8(double v, int t, bool saturate) {
+double round_to_narrow_float(double v, int t, bool saturate) {
   const Float8& f = *float8_of(t);
   const double inf = std::numeric_limits<double>::infinity();
+  if (f.bits == 4) saturate = true;  // nothing else to overflow to
   const double over = f.has_inf ? inf : std::numeric_limits<double>::quiet_NaN();
-  if (std::isnan(v)) return v;
+  if (std::isnan(v)) return f.bits == 4 ? -0.0 : v;
   const double a = std::fabs(v);
   double r;
   if (std::isinf(a)) {
@@ -125,7 +130,7 @@ double round_to_float8(double v, int t, bool saturate) {
 DType soma_dtype(int t, const std::string& what) {
   bool is_signed = false;
   if (narrow_int_bits(t, &is_signed)) return is_signed ? DType::i8 : DType::u8;
-  if (is_float8(t)) return DType::f32;
+  if (is_narrow_float(t)) return DType::f32;
   switch (t) {
     case TP::FLOAT: return DType::f32;
     case TP::DOUBLE: return DType::f64;
@@ -179,16 +184,20 @@ Tensor from_proto(const TP& tp) {
   if (overflow || n > limits::kMaxElementsFromFile)
     fail("onnx", what, ": shape ", shape_str(shape), " has more than ", limits::kMaxElementsFromFile,
          " elements (the limit for a tensor read from a file)");
-  if (const Float8* f8 = float8_of(tp.data_type())) {  // one byte per value
+  if (const Float8* f8 = float8_of(tp.data_type())) {  // a byte per value; FLOAT4E2M1 packed
     std::string bytes = tp.raw_data();
     if (!tp.has_raw_data())
       for (int i = 0; i < tp.int32_data_size(); ++i) bytes.push_back(char(tp.int32_data(i)));
-    if (std::int64_t(bytes.size()) != n)
-      fail("onnx", what, ": holds ", bytes.size(), " values, but ", shape_str(shape), " needs ", n);
+    const std::int64_t per_byte = 8 / f8->bits;
+    if (std::int64_t(bytes.size()) != (n + per_byte - 1) / per_byte)
+      fail("onnx", what, ": holds ", bytes.size(), " bytes, but ", shape_str(shape), " of ",
+           elem_type_name(tp.data_type()), " needs ", (n + per_byte - 1) / per_byte);
     Tensor t = Tensor::empty(shape, d);
     float* p = t.data<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      p[i] = float(decode_float8(std::uint8_t(bytes[std::size_t(i)]), *f8));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const unsigned b = std::uint8_t(bytes[std::size_t(i / per_byte)]) >> (f8->bits * (i % per_byte));
+      p[i] = float(decode_float8(std::uint8_t(b & ((1u << f8->bits) - 1u)), *f8));
+    }
     return t;
   }
   bool is_signed = false;
