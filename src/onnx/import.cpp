@@ -654,8 +654,9 @@ std::vector<Tensor> dequantize_linear_(const Node& n) {
   const Tensor& scale = n.arg(1);
   const Tensor zp = zero_point_of(n, 2, scale, x.dtype());
   Tensor y;
-  if (const auto block = n.attr.i("block_size")) {  // in f32 then scale's dtype, as ONNX's reference
-    const Tensor dx = cast(x, DType::f32) - cast(unblock(zp, x, n.attr.i("axis"), block), DType::f32);
+  if (const auto block = n.attr.i("block_size")) {  // in f32, then scale's dtype (ONNX's reference)
+    const Tensor z = unblock(zp, x, n.attr.i("axis"), block);
+    const Tensor dx = cast(x, DType::f32) - cast(z, DType::f32);
     y = cast(dx * unblock(scale, x, n.attr.i("axis"), block), scale.dtype());
   } else {
     y = dequantize_linear(x, scale, zp, n.attr.i("axis"));
@@ -2044,7 +2045,8 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Elu", {nullptr, legacy({F("alpha", 1.0f)})}},
       {"HardSigmoid", {nullptr, legacy({F("alpha", 0.2f), F("beta", 0.5f)})}},
       {"Concat", {nullptr, {I("axis", 0)}}},
-      {"Cast", {cast_, {I("to", 1), I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast}},
+      {"Cast",
+       {cast_, {I("to", 1), I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast}},
       // handlers
       {"Identity", {identity}},
       {"Dropout", {dropout, legacy({F("ratio", 0.5f), I("is_test"), I("seed")}), {}, false,
@@ -2089,7 +2091,8 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"ArgMin", {arg_reduce<false>, {I("axis"), I("keepdims", 1), I("select_last_index")}}},
       {"Size", {size_}},
       {"Where", {where_}},
-      {"CastLike", {cast_like, {I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast_like}},
+      {"CastLike",
+       {cast_like, {I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast_like}},
       {"QuantizeLinear", {quantize_linear_, {I("axis", 1), I("saturate", 1), I("block_size"),
                                              I("output_dtype"), I("precision")},
                           {}, false, check_quantize<true>}},
@@ -2456,7 +2459,7 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
   // FLOAT8 types in f32) are exact through Cast only: any other operator given one is refused
   // (in the wider dtype its arithmetic would round and wrap differently).
   std::unordered_map<std::string, int> narrow;  // value -> its ONNX element type
-  auto held = [](int e) { return narrow_int_bits(e) || is_narrow_float(e); };  // FLOAT8/FLOAT4 in f32
+  auto held = [](int e) { return narrow_int_bits(e) || is_narrow_float(e); };
   for (auto& [name, d] : declared)
     if (held(d.elem)) narrow[name] = d.elem;
   for (auto& s : steps_) {

@@ -195,7 +195,8 @@ Tensor from_proto(const TP& tp) {
     Tensor t = Tensor::empty(shape, d);
     float* p = t.data<float>();
     for (std::int64_t i = 0; i < n; ++i) {
-      const unsigned b = std::uint8_t(bytes[std::size_t(i / per_byte)]) >> (f8->bits * (i % per_byte));
+      const unsigned b =
+          std::uint8_t(bytes[std::size_t(i / per_byte)]) >> (f8->bits * (i % per_byte));
       p[i] = float(decode_float8(std::uint8_t(b & ((1u << f8->bits) - 1u)), *f8));
     }
     return t;
@@ -218,7 +219,8 @@ Tensor from_proto(const TP& tp) {
     auto* p = static_cast<std::uint8_t*>(t.raw_data());
     const unsigned mask = (1u << bits) - 1u, sign = 1u << (bits - 1);
     for (std::int64_t i = 0; i < n; ++i) {
-      unsigned v = (std::uint8_t(packed[std::size_t(i / per_byte)]) >> (bits * (i % per_byte))) & mask;
+      unsigned v =
+          (std::uint8_t(packed[std::size_t(i / per_byte)]) >> (bits * (i % per_byte))) & mask;
       if (is_signed && (v & sign)) v |= ~mask;  // sign-extend into the byte
       p[i] = std::uint8_t(v);
     }

@@ -37,7 +37,8 @@ void check_params(const char* op, const TensorSpec& x, const TensorSpec& scale,
 
 std::vector<TensorSpec> quantize_infer(const std::vector<TensorSpec>& in, const Attrs& a) {
   const char* op = "quantize_linear";
-  if (!is_floating(in[0].dtype)) fail(op, "x must have a floating dtype, got ", dtype_name(in[0].dtype));
+  if (!is_floating(in[0].dtype))
+    fail(op, "x must have a floating dtype, got ", dtype_name(in[0].dtype));
   if (in[1].dtype != in[0].dtype)
     fail(op, "scale has dtype ", dtype_name(in[1].dtype), " but x has ", dtype_name(in[0].dtype),
          " (they must match)");
@@ -147,9 +148,9 @@ Tensor matmul_integer(const Tensor& a, const Tensor& b, const Tensor& a_zero_poi
       fail(op, "expects u8 or i8 operands and zero points, got ",
            t->defined() ? dtype_name(t->dtype()) : "an undefined tensor");
   if (a_zero_point.dtype() != a.dtype() || b_zero_point.dtype() != b.dtype())
-    fail(op, "a zero point must have its operand's dtype (a ", dtype_name(a.dtype()), ", a_zero_point ",
-         dtype_name(a_zero_point.dtype()), ", b ", dtype_name(b.dtype()), ", b_zero_point ",
-         dtype_name(b_zero_point.dtype()), ")");
+    fail(op, "a zero point must have its operand's dtype (a ", dtype_name(a.dtype()),
+         ", a_zero_point ", dtype_name(a_zero_point.dtype()), ", b ", dtype_name(b.dtype()),
+         ", b_zero_point ", dtype_name(b_zero_point.dtype()), ")");
   if (a_zero_point.rank() > 1 || b_zero_point.rank() > 1)
     fail(op, "zero points must be scalars or 1-d, got shapes ", shape_str(a_zero_point.shape()),
          " and ", shape_str(b_zero_point.shape()));

@@ -44,7 +44,8 @@ __global__ void quantize_kernel(const T* __restrict__ x, const T* __restrict__ s
                                 const Q* __restrict__ z, Q* __restrict__ o,
                                 quant::ChannelIndex ch, i64 n) {
   using C = typename compute<T>::type;
-  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x) {
+  const i64 step = i64(gridDim.x) * blockDim.x;
+  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     const i64 c = ch(i);
     const C q = up(down<T>(up(x[i]) / up(s[c])));  // the quotient in x's own type, as on the CPU
     o[i] = quant::quantize_value<Q>(q, std::int32_t(z[c]));
@@ -56,7 +57,8 @@ __global__ void dequantize_kernel(const I* __restrict__ q, const T* __restrict__
                                   const I* __restrict__ z, T* __restrict__ o,
                                   quant::ChannelIndex ch, i64 n) {
   using C = typename compute<T>::type;
-  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x) {
+  const i64 step = i64(gridDim.x) * blockDim.x;
+  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     const i64 c = ch(i);
     o[i] = down<T>(quant::dequantize_value<C>(q[i], z[c], up(s[c])));
   }
