@@ -58,6 +58,7 @@ ALLOWED=(
   "src/backend/cpu/dense.cpp -> include/soma/autograd.hpp | the fused Dense fast path applies only when no tape records (active_tapes); the dispatch hooks' recording bit would do"
   "src/backend/cpu/dense.cpp -> include/soma/ops.hpp | the dense op's composite kernel for other dtypes is written with ops"
   "src/backend/* -> src/ops/update_formulas.hpp | the optimisers' per-element update formulas are data (SOMA_HD functors; the header includes no soma header): the CPU test and the CUDA kernels instantiate them, as the elementwise table"
+  "src/backend/* -> src/ops/quantize_formulas.hpp | quantize_linear's and dequantize_linear's per-element formulas are data (SOMA_HD functors; the header includes no soma header): the CPU and CUDA kernels and the CPU test instantiate them, as the update formulas"
   "src/backend/cuda/dense.cpp -> include/soma/autograd.hpp | as the CPU dense kernel: with the epilogue's ReLU off, the relu op runs after the GEMM under NoGradScope"
   "src/backend/cuda/dense.cpp -> include/soma/ops.hpp | the relu op after cuBLASLt's bias epilogue when its ReLU epilogue is off"
   "src/core/device_backend.cpp -> src/internal/copy.hpp | the CPU stand-in device of the tests (emulated_device_backend) copies and fills with the CPU routines; it sits beside the backend override hook so that device_free knows its blocks whatever table is installed"

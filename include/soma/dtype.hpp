@@ -9,8 +9,9 @@
 
 namespace soma {
 
-enum class DType : std::uint8_t { f32, f64, f16, bf16, i32, i64, u8, boolean };
-inline constexpr int kNumDTypes = 8;
+// New dtypes go at the end: the numeric codes are written to model and weight files.
+enum class DType : std::uint8_t { f32, f64, f16, bf16, i32, i64, u8, boolean, i8 };
+inline constexpr int kNumDTypes = 9;
 
 // IEEE 754 binary16, stored as bits; converts to and from float with round-to-nearest-even.
 struct Half {
@@ -92,7 +93,7 @@ constexpr std::size_t dtype_size(DType t) {
     case DType::f32: case DType::i32: return 4;
     case DType::f64: case DType::i64: return 8;
     case DType::f16: case DType::bf16: return 2;
-    case DType::u8: case DType::boolean: return 1;
+    case DType::u8: case DType::i8: case DType::boolean: return 1;
   }
   return 0;
 }
@@ -106,6 +107,7 @@ constexpr const char* dtype_name(DType t) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::u8: return "u8";
+    case DType::i8: return "i8";
     case DType::boolean: return "bool";
   }
   return "?";
@@ -115,11 +117,12 @@ constexpr bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
 }
 constexpr bool is_integral(DType t) {
-  return t == DType::i32 || t == DType::i64 || t == DType::u8;
+  return t == DType::i32 || t == DType::i64 || t == DType::u8 || t == DType::i8;
 }
 
-// The dtype of a binary op's result: the wider of the two (bool < u8 < i32 < i64 < f16/bf16 <
-// f32 < f64; f16 with bf16 gives f32).
+// The dtype of a binary op's result: the wider of the two (bool < u8, i8 < i32 < i64 <
+// f16/bf16 < f32 < f64; f16 with bf16 gives f32). u8 with i8 gives i32: NumPy and PyTorch give
+// int16, the smallest signed type holding both, which soma lacks.
 DType promote_types(DType a, DType b);
 
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
@@ -132,6 +135,7 @@ template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::bf
 template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::i32; };
 template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::i64; };
 template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::u8; };
+template <> struct dtype_of<std::int8_t> { static constexpr DType value = DType::i8; };
 template <> struct dtype_of<bool> { static constexpr DType value = DType::boolean; };
 template <class T> inline constexpr DType dtype_v = dtype_of<T>::value;
 

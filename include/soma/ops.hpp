@@ -196,6 +196,20 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 Tensor diag(const Tensor& t);  // 1-d -> square matrix; 2-d -> its main diagonal
 Tensor trace(const Tensor& t);
 
+// ---- quantization (ONNX QuantizeLinear / DequantizeLinear) -----------------------------------
+// q = saturate(round_half_even(x / scale) + zero_point), in zero_point's dtype (u8 or i8).
+// scale (x's float dtype) and zero_point are scalars (per tensor) or 1-d of x.shape[axis]
+// (per channel). Not differentiable.
+Tensor quantize_linear(const Tensor& x, const Tensor& scale, const Tensor& zero_point,
+                       std::int64_t axis = 1);
+// x = (q - zero_point) * scale, in scale's dtype; q is u8, i8 or i32 (zero_point q's dtype).
+Tensor dequantize_linear(const Tensor& q, const Tensor& scale, const Tensor& zero_point,
+                         std::int64_t axis = 1);
+// ONNX MatMulInteger: (a - a_zero_point) @ (b - b_zero_point) accumulated in i32; a's zero point
+// is a scalar or one per row of a, b's a scalar or one per column of b.
+Tensor matmul_integer(const Tensor& a, const Tensor& b, const Tensor& a_zero_point,
+                      const Tensor& b_zero_point);
+
 // ---- operators ------------------------------------------------------------------------------
 // A C++ number next to a tensor becomes a scalar of the tensor's dtype.
 Tensor operator+(const Tensor& a, const Tensor& b);

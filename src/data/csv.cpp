@@ -141,6 +141,7 @@ bool parse_number(std::string_view cell, double& out) {
 void integral_range(DType t, double& lo, double& hi) {
   switch (t) {
     case DType::u8: lo = 0; hi = 255; return;
+    case DType::i8: lo = -128; hi = 127; return;
     case DType::i32: lo = -2147483648.0; hi = 2147483647.0; return;
     case DType::boolean: lo = 0; hi = 1; return;
     default: lo = -9007199254740992.0; hi = 9007199254740992.0; return;  // exact in a double

@@ -44,6 +44,7 @@ MPI_Datatype mpi_type(const char* who, DType t) {
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
     case DType::u8: case DType::boolean: return MPI_UINT8_T;
+    case DType::i8: return MPI_INT8_T;
     default: break;
   }
   fail(who, "MPI cannot reduce dtype ", dtype_name(t), "; cast to f32 first");

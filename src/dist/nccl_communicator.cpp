@@ -61,6 +61,7 @@ ncclDataType_t nccl_type(const char* who, DType t) {
     case DType::i32: return ncclInt32;
     case DType::i64: return ncclInt64;
     case DType::u8: case DType::boolean: return ncclUint8;
+    case DType::i8: return ncclInt8;
   }
   fail(who, "NCCL cannot reduce dtype ", dtype_name(t));
 }

@@ -90,9 +90,8 @@ void write_value(std::ostream& os, const Tensor& t) {
 }
 
 DType parse_dtype(const std::string& s) {
-  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64,
-                  DType::u8, DType::boolean})
-    if (s == dtype_name(d)) return d;
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (s == dtype_name(DType(i))) return DType(i);
   fail("Graph.load", "unknown dtype '", s, "'");
 }
 

@@ -22,6 +22,7 @@ decltype(auto) dispatch_dtype(DType t, F&& f) {
     case DType::i64: return f.template operator()<std::int64_t>();
     case DType::u8: return f.template operator()<std::uint8_t>();
     case DType::boolean: return f.template operator()<bool>();
+    case DType::i8: return f.template operator()<std::int8_t>();
   }
   throw Error("dispatch: unknown dtype");
 }

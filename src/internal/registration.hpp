@@ -12,6 +12,7 @@ void register_random_ops();  // with their CPU kernels (src/ops/random.cpp)
 void register_layer_ops();  // dense_bias_act (src/ops/dense.cpp), optimiser updates (optim_updates.cpp)
 void register_attention_ops();  // scaled_dot_product_attention (src/ops/attention.cpp)
 void register_sort_scan_ops();  // cumsum, sort, topk, scatter, ... (src/ops/sort_scan.cpp)
+void register_quantize_ops();  // quantize_linear, dequantize_linear (src/ops/quantize.cpp)
 
 void register_cpu_elementwise_kernels();
 void register_cpu_reduction_kernels();
@@ -21,4 +22,5 @@ void register_cpu_lapack_kernels();  // src/backend/cpu/lapack.cpp, from registe
 void register_cpu_nn_kernels();
 void register_cpu_attention_kernels();
 void register_cpu_sort_scan_kernels();
+void register_cpu_quantize_kernels();
 }  // namespace soma::detail

@@ -621,6 +621,104 @@ std::vector<Tensor> size_(const Node& n) {
 }
 std::vector<Tensor> where_(const Node& n) { return {where(n.x(), n.arg(1), n.arg(2))}; }
 std::vector<Tensor> cast_like(const Node& n) { return {cast(n.x(), n.arg(1).dtype())}; }
+// Cast. To a narrow integer type (INT4, UINT4, INT2, UINT2: held in i8 / u8) it keeps the low
+// bits of the integer value (truncated toward zero), as ONNX's reference does: -9 -> INT4 7.
+// To a FLOAT8 type or FLOAT4E2M1 (held in f32) it rounds to that type's values (proto_util's
+// round_to_narrow_float, on the host: an import emulation, not a kernel).
+std::vector<Tensor> cast_(const Node& n) {
+  const int to = int(n.attr.i("to"));
+  const DType d = soma_dtype(to, n.what + " attribute 'to'");
+  if (is_narrow_float(to)) {
+    const bool saturate = n.attr.i("saturate") != 0;
+    std::vector<double> v = cast(n.x(), DType::f64).to_vector<double>();
+    for (double& x : v) x = round_to_narrow_float(x, to, saturate);
+    return {constant(v, n.x().shape()).cast(d).to(n.x().device())};
+  }
+  bool is_signed = false;
+  const int bits = narrow_int_bits(to, &is_signed);
+  if (!bits) return {cast(n.x(), d)};
+  const double m = double(1 << bits), h = is_signed ? m / 2 : 0.0;
+  const Tensor v = cast(n.x(), DType::i64) + scalar(h, DType::i64);
+  return {cast(mod(v, scalar(m, DType::i64)) - scalar(h, DType::i64), d)};
+}
+
+// ---- quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
+// QLinearMatMul): u8 and i8, per tensor or per axis; check_quantize refuses the rest at load.
+// A missing zero point is 0 in the output_dtype attribute's type (u8 by default); one given
+// with as many values as the scale takes its shape.
+Tensor zero_point_of(const Node& n, std::size_t i, const Tensor& scale, DType dtype) {
+  if (!n.has(i)) return zeros(scale.shape(), dtype);
+  const Tensor& z = n.arg(i);
+  return z.shape() != scale.shape() && z.numel() == scale.numel() ? reshape(z, scale.shape()) : z;
+}
+// Blocked quantization (opset 21): scale and zero point have x's rank with ceil(n / block_size)
+// along `axis`, each value serving block_size consecutive indices: gathered up to x's shape.
+Tensor unblock(const Tensor& p, const Tensor& x, std::int64_t axis, std::int64_t block) {
+  const int ax = normalize_axis(axis, x.rank(), "QuantizeLinear");
+  std::vector<std::int64_t> idx(std::size_t(x.dim(ax)));
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = std::int64_t(i) / block;
+  return gather(p, constant(idx, {std::int64_t(idx.size())}), ax);
+}
+std::vector<Tensor> quantize_linear_(const Node& n) {
+  const Tensor& x = n.x();
+  const auto to = n.attr.i("output_dtype");
+  const DType q = to ? soma_dtype(int(to), n.what + " attribute 'output_dtype'") : DType::u8;
+  Tensor scale = n.arg(1);
+  if (scale.dtype() != x.dtype()) scale = cast(scale, x.dtype());
+  const Tensor zp = zero_point_of(n, 2, scale, q);
+  if (const auto block = n.attr.i("block_size")) {  // the same arithmetic as quantize_linear's
+    const Tensor s = unblock(scale, x, n.attr.i("axis"), block);
+    const Tensor z = cast(unblock(zp, x, n.attr.i("axis"), block), x.dtype());
+    const bool is_signed = q == DType::i8;
+    return {cast(clip(round(x / s) + z, is_signed ? -128.0 : 0.0, is_signed ? 127.0 : 255.0), q)};
+  }
+  return {quantize_linear(x, scale, zp, n.attr.i("axis"))};
+}
+std::vector<Tensor> dequantize_linear_(const Node& n) {
+  const Tensor& x = n.x();
+  const Tensor& scale = n.arg(1);
+  const Tensor zp = zero_point_of(n, 2, scale, x.dtype());
+  Tensor y;
+  if (const auto block = n.attr.i("block_size")) {  // in f32, then scale's dtype (ONNX's reference)
+    const Tensor z = unblock(zp, x, n.attr.i("axis"), block);
+    const Tensor dx = cast(x, DType::f32) - cast(z, DType::f32);
+    y = cast(dx * unblock(scale, x, n.attr.i("axis"), block), scale.dtype());
+  } else {
+    y = dequantize_linear(x, scale, zp, n.attr.i("axis"));
+  }
+  const auto to = n.attr.i("output_dtype");
+  if (to) y = cast(y, soma_dtype(int(to), n.what + " attribute 'output_dtype'"));
+  return {y};
+}
+// ONNX's reference arithmetic, in f32: the range [min(x, 0), max(x, 0)] onto [0, 255].
+std::vector<Tensor> dynamic_quantize_linear(const Node& n) {
+  const Tensor x = cast(n.x(), DType::f32);
+  const Tensor zero = zeros({}, DType::f32);
+  const Tensor hi = maximum(max(x), zero), lo = minimum(min(x), zero);
+  const Tensor scale = where(equal(hi, lo), ones({}, DType::f32), hi - lo) / 255.0;
+  const Tensor zp = cast(round(clip(zero - lo / scale, 0.0, 255.0)), DType::u8);
+  return {quantize_linear(x, scale, zp), cast(scale, n.x().dtype()), zp};
+}
+// A per-row parameter of a ([M]) applies along a's rows: [M, 1].
+Tensor per_row(const Tensor& t) {
+  return t.rank() == 1 && t.numel() > 1 ? reshape(t, {t.numel(), 1}) : t;
+}
+std::vector<Tensor> matmul_integer_(const Node& n) {
+  const Tensor &a = n.x(), &b = n.arg(1);
+  const Tensor az = n.has(2) ? n.arg(2) : zeros({}, a.dtype());
+  const Tensor bz = n.has(3) ? n.arg(3) : zeros({}, b.dtype());
+  return {matmul_integer(a, b, az, bz)};
+}
+// (a - a_zp) @ (b - b_zp) in i32, scaled by a_scale * b_scale / y_scale (in the scales' dtype)
+// and requantized in f64, as ONNX's reference computes it.
+std::vector<Tensor> qlinear_matmul(const Node& n) {
+  const Tensor &a = n.x(), &b = n.arg(3), &yz = n.arg(7);
+  const Tensor acc = matmul_integer(a, b, n.arg(2), n.arg(5));
+  const Tensor scale = per_row(n.arg(1)) * n.arg(4) / n.arg(6);
+  const bool is_signed = yz.dtype() == DType::i8;
+  const Tensor d = cast(acc, DType::f64) * cast(scale, DType::f64) + cast(yz, DType::f64);
+  return {cast(round(clip(d, is_signed ? -128.0 : 0.0, is_signed ? 127.0 : 255.0)), yz.dtype())};
+}
 std::vector<Tensor> xor_(const Node& n) { return {not_equal(n.x(), n.arg(1))}; }
 
 // Trilu: keeps the elements on and above (upper) or below the k-th diagonal of the last two axes.
@@ -1770,6 +1868,41 @@ void check_grid_sample(const LoadCheck& c) {
   if (x.elem && !floating_elem(x.elem))
     fail(kWho, c.what, ": element type ", elem_type_name(x.elem), " is not supported");
 }
+// Cast's target type and CastLike's: one soma holds (a narrow integer target only through Cast,
+// where cast_ wraps it; CastLike would see the i8 / u8 that holds it).
+void check_cast(const LoadCheck& c) {
+  // The cast op's mapping still gives the opsets (Cast's `to` was a STRING before opset 6).
+  const OpDef& d = get_op("cast");
+  if (c.opset < d.onnx.min_opset)
+    fail(kWho, c.what, ": operator 'Cast' is supported for opsets ", d.onnx.min_opset,
+         ".. (soma op 'cast'); the model imports opset ", c.opset);
+  soma_dtype(int(c.attr.i("to")), c.what + " attribute 'to'");
+}
+void check_cast_like(const LoadCheck& c) {
+  const int like = c.input(1).elem;
+  if (narrow_int_bits(like) || is_narrow_float(like))
+    fail(kWho, c.what, ": CastLike to ", elem_type_name(like), " is not supported (soma has no ",
+         "dtype for it; Cast with to = ", like, " is)");
+}
+// Quantized values soma holds: u8 and i8 (i32 for DequantizeLinear's input); per tensor, per
+// axis or blocked.
+template <bool quantize>
+void check_quantize(const LoadCheck& c) {
+  using TP = ::onnx::TensorProto;
+  if (c.attr.i("block_size") < 0)
+    fail(kWho, c.what, ": block_size must be non-negative, got ", c.attr.i("block_size"));
+  if (quantize && c.attr.i("precision"))
+    fail(kWho, c.what, ": attribute 'precision' is not supported");
+  auto ok = [&](int e) { return e == TP::UINT8 || e == TP::INT8 || (!quantize && e == TP::INT32); };
+  const int q = quantize ? (c.input(2).elem ? c.input(2).elem : int(c.attr.i("output_dtype")))
+                         : c.input(0).elem;
+  if (q && !ok(q))
+    fail(kWho, c.what, ": quantized element type ", elem_type_name(q), " is not supported (soma ",
+         "quantizes to UINT8 and INT8", quantize ? "" : "; dequantizes UINT8, INT8 and INT32", ")");
+  if (quantize && c.input(0).elem && !floating_elem(c.input(0).elem))
+    fail(kWho, c.what, ": input 0 has element type ", elem_type_name(c.input(0).elem),
+         ", expected a floating type");
+}
 void check_resize(const LoadCheck& c) {
   if (c.opset < 11)
     fail(kWho, c.what, ": Resize before opset 11 is not supported (the model imports opset ",
@@ -1845,7 +1978,8 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Elu", {nullptr, legacy({F("alpha", 1.0f)})}},
       {"HardSigmoid", {nullptr, legacy({F("alpha", 0.2f), F("beta", 0.5f)})}},
       {"Concat", {nullptr, {I("axis", 0)}}},
-      {"Cast", {nullptr, {I("to", 1), I("saturate", 1)}}},
+      {"Cast",
+       {cast_, {I("to", 1), I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast}},
       // handlers
       {"Identity", {identity}},
       {"Dropout", {dropout, legacy({F("ratio", 0.5f), I("is_test"), I("seed")}), {}, false,
@@ -1890,7 +2024,16 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"ArgMin", {arg_reduce<false>, {I("axis"), I("keepdims", 1), I("select_last_index")}}},
       {"Size", {size_}},
       {"Where", {where_}},
-      {"CastLike", {cast_like, {I("saturate", 1)}}},
+      {"CastLike",
+       {cast_like, {I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast_like}},
+      {"QuantizeLinear", {quantize_linear_, {I("axis", 1), I("saturate", 1), I("block_size"),
+                                             I("output_dtype"), I("precision")},
+                          {}, false, check_quantize<true>}},
+      {"DequantizeLinear", {dequantize_linear_, {I("axis", 1), I("block_size"), I("output_dtype")},
+                            {}, false, check_quantize<false>}},
+      {"DynamicQuantizeLinear", {dynamic_quantize_linear}},
+      {"MatMulInteger", {matmul_integer_}},
+      {"QLinearMatMul", {qlinear_matmul}},
       {"Xor", {xor_, {I("broadcast"), I("axis")}}},
       {"Trilu", {trilu, {I("upper", 1)}}},
       {"Range", {range_}},
@@ -2387,6 +2530,28 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
   for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
   for (auto& s : steps_)
     if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset_, constants_});
+  // Values of the types soma holds in a wider dtype (INT4, UINT4, INT2, UINT2 in i8 / u8; the
+  // FLOAT8 types in f32) are exact through Cast only: any other operator given one is refused
+  // (in the wider dtype its arithmetic would round and wrap differently).
+  std::unordered_map<std::string, int> narrow;  // value -> its ONNX element type
+  auto held = [](int e) { return narrow_int_bits(e) || is_narrow_float(e); };
+  for (auto& [name, d] : declared)
+    if (held(d.elem)) narrow[name] = d.elem;
+  for (auto& s : steps_) {
+    const auto& n = *s.proto;
+    // Cast's handler converts them; CastLike's converts its input 0 (check_cast_like refuses
+    // them as the target).
+    const bool is_cast = s.op && s.op->run == cast_;
+    for (int k = 0; k < n.input_size(); ++k) {
+      auto it = narrow.find(n.input(k));
+      if (it != narrow.end() && !is_cast && !(s.op && s.op->run == cast_like && k == 0))
+        fail(kWho, s.what, ": input ", k, " has element type ", elem_type_name(it->second),
+             ", which soma holds in ", soma_dtype(it->second, ""), " for Cast only (", n.op_type(),
+             " on it is not supported)");
+    }
+    if (is_cast && held(int(s.attrs->i("to"))))
+      for (auto& o : n.output()) narrow[o] = int(s.attrs->i("to"));
+  }
   for (auto& vo : g.output()) output_names_.push_back(vo.name());
   if (output_names_.empty()) fail(kWho, "the graph has no outputs");
 }

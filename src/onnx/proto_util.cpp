@@ -1,7 +1,10 @@
 #ifdef SOMA_HAS_ONNX
 #include "onnx/proto_util.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "soma/autograd.hpp"
 #include "soma/error.hpp"
@@ -20,6 +23,7 @@ ElemType elem_type_of(DType dtype) {
     case DType::i32: return TP::INT32;
     case DType::i64: return TP::INT64;
     case DType::u8: return TP::UINT8;
+    case DType::i8: return TP::INT8;
     case DType::boolean: return TP::BOOL;
   }
   fail("onnx", "dtype ", dtype, " has no ONNX element type");
@@ -41,14 +45,92 @@ const char* elem_type_name(int t) {
     case TP::UINT32: return "UINT32";
     case TP::UINT64: return "UINT64";
     case TP::BFLOAT16: return "BFLOAT16";
-    default:  // the newer ones (FLOAT8E4M3FN, INT4, ...) by their names in onnx.proto
-      return ::onnx::TensorProto_DataType_IsValid(t)
-                 ? ::onnx::TensorProto_DataType_Name(TP::DataType(t)).c_str()
-                 : "UNKNOWN";  // newer than the onnx.proto soma was built with
+    default: break;
+  }
+  // The newer ones (FLOAT8E4M3FN, INT4, ...) by their names in onnx.proto, or ONNX's numbers
+  // where soma was built with an older onnx.proto.
+  if (::onnx::TensorProto_DataType_IsValid(t))
+    return ::onnx::TensorProto_DataType_Name(TP::DataType(t)).c_str();
+  switch (t) {
+    case 17: return "FLOAT8E4M3FN";
+    case 18: return "FLOAT8E4M3FNUZ";
+    case 19: return "FLOAT8E5M2";
+    case 20: return "FLOAT8E5M2FNUZ";
+    case 21: return "UINT4";
+    case 22: return "INT4";
+    case 23: return "FLOAT4E2M1";
+    case 24: return "FLOAT8E8M0";
+    case 25: return "UINT2";
+    case 26: return "INT2";
+    default: return "UNKNOWN";
   }
 }
 
+int narrow_int_bits(int t, bool* is_signed) {
+  if (is_signed) *is_signed = t == 22 || t == 26;
+  return t == 21 || t == 22 ? 4 : t == 25 || t == 26 ? 2 : 0;
+}
+
+namespace {
+// uz: NaN is 0x80, no -0 (the FNUZ types); else NaN is S.1111.111 (E4M3FN) or an all-ones
+// exponent with a mantissa (E5M2); FLOAT4E2M1 (4 bits) has no NaN.
+struct Float8 {
+  int bits, mbits, bias;
+  double max;
+  bool has_inf, uz;
+};
+const Float8* float8_of(int t) {
+  static const Float8 k[] = {{8, 3, 7, 448.0, false, false},
+                             {8, 3, 8, 240.0, false, true},
+                             {8, 2, 15, 57344.0, true, false},
+                             {8, 2, 16, 57344.0, false, true}};
+  static const Float8 fp4 = {4, 1, 1, 6.0, false, false};
+  return t >= 17 && t <= 20 ? &k[t - 17] : t == 23 ? &fp4 : nullptr;
+}
+double decode_float8(std::uint8_t b, const Float8& f) {
+  const int ebits = f.bits - 1 - f.mbits;
+  const bool neg = (b >> (f.bits - 1)) & 1;
+  if (f.bits == 4) b &= 0x7;  // no NaN encoding to look for: the magnitude bits only
+  const int e = (b >> f.mbits) & ((1 << ebits) - 1), m = b & ((1 << f.mbits) - 1);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (f.uz && b == 0x80) return nan;
+  if (!f.uz && f.has_inf && e == (1 << ebits) - 1)
+    return m ? nan : (neg ? -1.0 : 1.0) * std::numeric_limits<double>::infinity();
+  if (f.bits == 8 && !f.uz && !f.has_inf && (b & 0x7f) == 0x7f) return nan;
+  const double v = e == 0 ? std::ldexp(double(m), 1 - f.bias - f.mbits)
+                          : std::ldexp(1.0 + std::ldexp(double(m), -f.mbits), e - f.bias);
+  return neg ? -v : v;
+}
+}  // namespace
+
+bool is_narrow_float(int t) { return float8_of(t) != nullptr; }
+
+double round_to_narrow_float(double v, int t, bool saturate) {
+  const Float8& f = *float8_of(t);
+  const double inf = std::numeric_limits<double>::infinity();
+  if (f.bits == 4) saturate = true;  // nothing else to overflow to
+  const double over = f.has_inf ? inf : std::numeric_limits<double>::quiet_NaN();
+  if (std::isnan(v)) return f.bits == 4 ? -0.0 : v;
+  const double a = std::fabs(v);
+  double r;
+  if (std::isinf(a)) {
+    r = saturate ? f.max : over;
+  } else {
+    int k = 0;
+    std::frexp(a, &k);  // a = [0.5, 1) * 2^k: its exponent is k - 1
+    const int e = std::max(k - 1, 1 - f.bias);  // below the normals: the subnormals' quantum
+    const double q = std::ldexp(1.0, e - f.mbits);
+    r = std::nearbyint(a / q) * q;  // exact: a has 53 bits at most, q is a power of two
+    if (r > f.max) r = saturate ? f.max : over;
+  }
+  if (r == 0.0 && f.uz) return 0.0;
+  return std::signbit(v) ? -r : r;
+}
+
 DType soma_dtype(int t, const std::string& what) {
+  bool is_signed = false;
+  if (narrow_int_bits(t, &is_signed)) return is_signed ? DType::i8 : DType::u8;
+  if (is_narrow_float(t)) return DType::f32;
   switch (t) {
     case TP::FLOAT: return DType::f32;
     case TP::DOUBLE: return DType::f64;
@@ -57,6 +139,7 @@ DType soma_dtype(int t, const std::string& what) {
     case TP::INT32: return DType::i32;
     case TP::INT64: return DType::i64;
     case TP::UINT8: return DType::u8;
+    case TP::INT8: return DType::i8;
     case TP::BOOL: return DType::boolean;
     default: break;
   }
@@ -101,6 +184,48 @@ Tensor from_proto(const TP& tp) {
   if (overflow || n > limits::kMaxElementsFromFile)
     fail("onnx", what, ": shape ", shape_str(shape), " has more than ", limits::kMaxElementsFromFile,
          " elements (the limit for a tensor read from a file)");
+  if (const Float8* f8 = float8_of(tp.data_type())) {  // a byte per value; FLOAT4E2M1 packed
+    std::string bytes = tp.raw_data();
+    if (!tp.has_raw_data())
+      for (int i = 0; i < tp.int32_data_size(); ++i) bytes.push_back(char(tp.int32_data(i)));
+    const std::int64_t per_byte = 8 / f8->bits;
+    if (std::int64_t(bytes.size()) != (n + per_byte - 1) / per_byte)
+      fail("onnx", what, ": holds ", bytes.size(), " bytes, but ", shape_str(shape), " of ",
+           elem_type_name(tp.data_type()), " needs ", (n + per_byte - 1) / per_byte);
+    Tensor t = Tensor::empty(shape, d);
+    float* p = t.data<float>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const unsigned b =
+          std::uint8_t(bytes[std::size_t(i / per_byte)]) >> (f8->bits * (i % per_byte));
+      p[i] = float(decode_float8(std::uint8_t(b & ((1u << f8->bits) - 1u)), *f8));
+    }
+    return t;
+  }
+  bool is_signed = false;
+  if (const int bits = narrow_int_bits(tp.data_type(), &is_signed)) {
+    // Packed, the first element in the lowest bits of each byte; raw_data, or one byte per
+    // int32_data value.
+    const std::int64_t per_byte = 8 / bits, nbytes = (n + per_byte - 1) / per_byte;
+    std::string packed;
+    if (tp.has_raw_data()) {
+      packed = tp.raw_data();
+    } else {
+      for (int i = 0; i < tp.int32_data_size(); ++i) packed.push_back(char(tp.int32_data(i)));
+    }
+    if (std::int64_t(packed.size()) != nbytes)
+      fail("onnx", what, ": holds ", packed.size(), " bytes, but ", shape_str(shape), " of ",
+           elem_type_name(tp.data_type()), " needs ", nbytes);
+    Tensor t = Tensor::empty(shape, d);
+    auto* p = static_cast<std::uint8_t*>(t.raw_data());
+    const unsigned mask = (1u << bits) - 1u, sign = 1u << (bits - 1);
+    for (std::int64_t i = 0; i < n; ++i) {
+      unsigned v =
+          (std::uint8_t(packed[std::size_t(i / per_byte)]) >> (bits * (i % per_byte))) & mask;
+      if (is_signed && (v & sign)) v |= ~mask;  // sign-extend into the byte
+      p[i] = std::uint8_t(v);
+    }
+    return t;
+  }
   const std::size_t bytes = std::size_t(n) * dtype_size(d);
   if (tp.has_raw_data()) {
     if (tp.raw_data().size() != bytes)
@@ -120,6 +245,7 @@ Tensor from_proto(const TP& tp) {
     case TP::INT64: need(tp.int64_data_size()); break;
     case TP::INT32:
     case TP::UINT8:
+    case TP::INT8:
     case TP::BOOL:
     case TP::FLOAT16:
     case TP::BFLOAT16: need(tp.int32_data_size()); break;
@@ -135,6 +261,12 @@ Tensor from_proto(const TP& tp) {
       need(tp.int32_data_size());
       auto* p = static_cast<std::uint8_t*>(t.raw_data());
       for (std::int64_t i = 0; i < n; ++i) p[i] = std::uint8_t(tp.int32_data(int(i)));
+      break;
+    }
+    case TP::INT8: {
+      need(tp.int32_data_size());
+      auto* p = static_cast<std::int8_t*>(t.raw_data());
+      for (std::int64_t i = 0; i < n; ++i) p[i] = std::int8_t(tp.int32_data(int(i)));
       break;
     }
     case TP::BOOL: {

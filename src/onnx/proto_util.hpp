@@ -18,8 +18,21 @@ using ElemType = ::onnx::TensorProto_DataType;
 
 // soma dtype -> ONNX element type (f32, f64, f16, i32, i64, i8, u8, bool); others fail.
 ElemType elem_type_of(DType dtype);
-// ONNX element type -> soma dtype; `what` names the tensor in the error.
+// ONNX element type -> soma dtype; `what` names the tensor in the error. The narrow integer
+// types (INT4, UINT4, INT2, UINT2) are held in i8 / u8 at import: exact through Cast only (the
+// importer refuses them anywhere else).
 DType soma_dtype(int elem_type, const std::string& what);
+// The bits of a narrow integer element type (4 or 2), 0 for any other; `is_signed` set for INT4
+// and INT2. ONNX numbers them 21 (UINT4), 22 (INT4), 25 (UINT2), 26 (INT2): newer than the
+// onnx.proto soma may be built with.
+int narrow_int_bits(int elem_type, bool* is_signed = nullptr);
+// The FLOAT8 types (17 FLOAT8E4M3FN, 18 FLOAT8E4M3FNUZ, 19 FLOAT8E5M2, 20 FLOAT8E5M2FNUZ) and
+// FLOAT4E2M1 (23) are held in f32 at import, through Cast only (their values are exact in f32).
+bool is_narrow_float(int elem_type);
+// v rounded to such a type, half to even; past its largest finite value: that value
+// (saturate), else inf where the type has one and NaN where not (ONNX Cast's rules). The FNUZ
+// types have no -0; FLOAT4E2M1 has neither inf nor NaN: it saturates, NaN gives -0.
+double round_to_narrow_float(double v, int elem_type, bool saturate);
 const char* elem_type_name(int elem_type);
 
 // Fills `tp` (name, dims, data_type, raw_data) with `t` converted to `type`.

@@ -88,6 +88,7 @@ SOMA_CONSTANT(BFloat16)
 SOMA_CONSTANT(std::int32_t)
 SOMA_CONSTANT(std::int64_t)
 SOMA_CONSTANT(std::uint8_t)
+SOMA_CONSTANT(std::int8_t)
 SOMA_CONSTANT(bool)
 #undef SOMA_CONSTANT
 

@@ -86,6 +86,7 @@ void ensure_initialized() {
     detail::register_layer_ops();
     detail::register_attention_ops();
     detail::register_sort_scan_ops();
+    detail::register_quantize_ops();
     detail::register_cpu_elementwise_kernels();
     detail::register_cpu_reduction_kernels();
     detail::register_cpu_shape_kernels();
@@ -93,6 +94,7 @@ void ensure_initialized() {
     detail::register_cpu_nn_kernels();
     detail::register_cpu_attention_kernels();
     detail::register_cpu_sort_scan_kernels();
+    detail::register_cpu_quantize_kernels();
 #ifdef SOMA_HAS_CUDA
     detail::register_cuda_kernels();  // registering touches no GPU
 #endif

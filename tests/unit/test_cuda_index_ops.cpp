@@ -27,8 +27,8 @@ namespace {
   if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason()
 
 const Device kGpu = Device::cuda(0);
-const std::vector<DType> kAllTypes = {DType::f32, DType::f64,  DType::f16, DType::bf16,
-                                      DType::i32, DType::i64,  DType::u8,  DType::boolean};
+const std::vector<DType> kAllTypes = {DType::f32, DType::f64, DType::f16,     DType::bf16, DType::i32,
+                                      DType::i64, DType::u8,  DType::boolean, DType::i8};
 const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
 Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
@@ -54,7 +54,8 @@ Tensor gpu(const Tensor& t) { return t.to(kGpu); }
 Tensor sample(const Shape& s, std::uint64_t seed, DType t) {
   if (t == DType::boolean) return greater(rand_tensor(s, seed), scalar(0.0));
   if (t == DType::u8) return rand_tensor(s, seed, 0, 200).cast(t);
-  if (t == DType::i32 || t == DType::i64) return rand_tensor(s, seed, -100, 100).cast(t);
+  if (t == DType::i32 || t == DType::i64 || t == DType::i8)
+    return rand_tensor(s, seed, -100, 100).cast(t);
   return rand_tensor(s, seed, -2, 2, t);
 }
 

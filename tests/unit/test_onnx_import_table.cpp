@@ -167,6 +167,23 @@ TEST_F(OnnxImportTable, CastConvertsItsToAttributeToADtype) {
   EXPECT_NE(msg.find("STRING"), std::string::npos) << msg;
 }
 
+// Types soma holds in a wider dtype (issue 26): INT4 in i8, keeping the low 4 bits as ONNX's
+// reference; FLOAT8E4M3FN in f32, rounded half to even and saturated; refused anywhere but Cast.
+TEST_F(OnnxImportTable, CastToNarrowTypesWrapsOrRoundsAndOtherOpsRefuseThem) {
+  const Tensor x = constant<float>({-9, 7.6f, 15, 0.4789f, 1e6f, -1e6f}, Shape{2, 3});
+  auto to_int4 = onnx_model({{"Cast", {"x"}, {"y"}, {attr_int("to", 22)}}}, {{"x", {2, 3}}}, "y", 21);
+  Tensor y = run(to_int4, {x}).at(0);
+  EXPECT_EQ(y.dtype(), DType::i8);
+  EXPECT_EQ(y.cast(DType::i64).to_vector<std::int64_t>(), (std::vector<std::int64_t>{7, 7, -1, 0, 0, 0}));
+  auto to_fp8 = onnx_model({{"Cast", {"x"}, {"y"}, {attr_int("to", 17)}}}, {{"x", {2, 3}}}, "y", 21);
+  EXPECT_EQ(run(to_fp8, {x}).at(0).to_vector<float>(),
+            (std::vector<float>{-9, 7.5f, 15, 0.46875f, 448, -448}));
+  auto add = onnx_model({{"Cast", {"x"}, {"c"}, {attr_int("to", 22)}, "a"}, {"Add", {"c", "c"}, {"y"}, {}, "b"}},
+                        {{"x", {2, 3}}}, "y", 21);
+  std::string msg = error_of([&] { onnx::load_from_bytes(add); });
+  EXPECT_NE(msg.find("INT4"), std::string::npos) << msg;
+}
+
 TEST_F(OnnxImportTable, AnOperatorOutsideItsMappingsOpsetRangeFailsAtLoad) {
   auto bytes = onnx_model({{"Cast", {"x"}, {"y"}, {attr_int("to", 7)}}}, {{"x", {2, 3}}}, "y", 5);
   std::string msg = error_of([&] { onnx::load_from_bytes(bytes); });

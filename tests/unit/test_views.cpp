@@ -486,8 +486,8 @@ TEST(Copy, GradientMatchesFiniteDifferences) {
 }
 
 // ---- cast -------------------------------------------------------------------------------------
-const std::vector<DType> kAllDTypes{DType::f32, DType::f64, DType::f16, DType::bf16,
-                                    DType::i32, DType::i64, DType::u8,  DType::boolean};
+const std::vector<DType> kAllDTypes{DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32,
+                                    DType::i64, DType::u8,  DType::boolean, DType::i8};
 
 TEST(Cast, ConvertsBetweenEveryDTypePair) {
   // Small non-negative integers are exact in every dtype; bool keeps only zero vs non-zero.

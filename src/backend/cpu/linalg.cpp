@@ -270,6 +270,7 @@ void matmul_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
     case DType::i32: matmul_loop<std::int32_t>(a, b, c, batch); break;
     case DType::i64: matmul_loop<std::int64_t>(a, b, c, batch); break;
     case DType::u8: matmul_loop<std::uint8_t>(a, b, c, batch); break;
+    case DType::i8: matmul_loop<std::int8_t>(a, b, c, batch); break;
     case DType::boolean: fail("matmul", "dtype bool is not supported (cast to a numeric dtype first)");
   }
 }

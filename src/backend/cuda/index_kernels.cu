@@ -60,6 +60,7 @@ cudaError_t by_type(ElemType t, F&& f) {
     case ElemType::i64: return f(Tag<std::int64_t>{});
     case ElemType::u8: return f(Tag<std::uint8_t>{});
     case ElemType::boolean: return f(Tag<bool>{});
+    case ElemType::i8: return f(Tag<std::int8_t>{});
   }
   return cudaErrorInvalidValue;
 }

@@ -209,6 +209,7 @@ cudaError_t dispatch(ElemType t, F&& f) {
     case ElemType::i64: return f(Tag<std::int64_t>{});
     case ElemType::u8: return f(Tag<std::uint8_t>{});
     case ElemType::boolean: return f(Tag<bool>{});
+    case ElemType::i8: return f(Tag<std::int8_t>{});
   }
   return cudaErrorInvalidValue;
 }

@@ -15,7 +15,7 @@ namespace soma::cuda_detail {
 inline constexpr int kMaxDims = 8;
 
 // Same order as soma::DType.
-enum class ElemType : int { f32, f64, f16, bf16, i32, i64, u8, boolean };
+enum class ElemType : int { f32, f64, f16, bf16, i32, i64, u8, boolean, i8 };
 
 // An operand: a pointer to its first element and its strides (in elements) over the launch's
 // shape; stride 0 broadcasts.

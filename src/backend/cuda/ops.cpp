@@ -21,6 +21,7 @@ void register_cuda_dense_and_update_kernels();  // dense.cpp, optim_ops.cpp
 void register_cuda_index_kernels();  // index_ops.cpp
 void register_cuda_sort_scan_kernels();  // sort_scan_ops.cpp
 void register_cuda_linalg_kernels();  // linalg_host.cpp (solve, inv, ... through the host)
+void register_cuda_quantize_kernels();  // quantize.cpp
 }  // namespace soma::detail
 
 namespace soma::cuda_detail {
@@ -405,6 +406,7 @@ void register_cuda_kernels() {
   register_cuda_index_kernels();
   register_cuda_sort_scan_kernels();
   register_cuda_linalg_kernels();
+  register_cuda_quantize_kernels();
 }
 
 }  // namespace soma::detail
