@@ -47,8 +47,9 @@ inline IInfo iinfo(DType t) {
     case DType::i32: return {32, INT32_MIN, INT32_MAX};
     case DType::i64: return {64, INT64_MIN, INT64_MAX};
     case DType::u8: return {8, 0, 255};
+    case DType::i8: return {8, -128, 127};
     default:
-      fail("iinfo", "expected an integer dtype (i32, i64, u8), got ", dtype_name(t),
+      fail("iinfo", "expected an integer dtype (i32, i64, u8, i8), got ", dtype_name(t),
            is_floating(t) ? " (use finfo for floating dtypes)" : "");
   }
 }

@@ -62,6 +62,9 @@ TEST(DTypeInfo, Integers) {
   EXPECT_EQ(iinfo(DType::u8).min, 0);
   EXPECT_EQ(iinfo(DType::u8).max, 255);
   EXPECT_EQ(iinfo(DType::u8).bits, 8);
+  EXPECT_EQ(iinfo(DType::i8).min, std::numeric_limits<std::int8_t>::min());
+  EXPECT_EQ(iinfo(DType::i8).max, std::numeric_limits<std::int8_t>::max());
+  EXPECT_EQ(iinfo(DType::i8).bits, 8);
 }
 
 TEST(DTypeInfo, WrongKindIsAnErrorNamingTheDtype) {
