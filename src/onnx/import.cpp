@@ -2320,6 +2320,7 @@ std::shared_ptr<nn::Model> load(const std::string& path, const LoadOptions& opti
     fail(kWho, "'", path, "' is not an ONNX model (protobuf parse failed)");
   // External-data initialisers are read relative to the model file's folder.
   ExternalDataFolder folder(std::filesystem::absolute(path).parent_path().string());
+  inline_external_attributes(*m.mutable_graph());
   return build(std::move(m), options);
 }
 

@@ -153,6 +153,22 @@ ExternalDataFolder::~ExternalDataFolder() {
   else external_folder.reset();
 }
 
+void inline_external_attributes(::onnx::GraphProto& g) {
+  for (auto& n : *g.mutable_node())
+    for (auto& a : *n.mutable_attribute()) {
+      auto inline_one = [&](TP& t) {
+        if (t.data_location() != TP::EXTERNAL) return;
+        Tensor v = from_proto(t);  // checked and read as an initialiser is
+        const std::string name = t.name();  // to_proto clears t first
+        to_proto(v, ElemType(t.data_type()), name, t);
+      };
+      if (a.has_t()) inline_one(*a.mutable_t());
+      for (auto& t : *a.mutable_tensors()) inline_one(t);
+      if (a.has_g()) inline_external_attributes(*a.mutable_g());
+      for (auto& sub : *a.mutable_graphs()) inline_external_attributes(sub);
+    }
+}
+
 Tensor from_proto(const TP& tp) {
   const std::string what = "initializer '" + tp.name() + "'";
   const DType d = soma_dtype(tp.data_type(), what);

@@ -30,6 +30,12 @@ void to_proto(const Tensor& t, ElemType type, const std::string& name, ::onnx::T
 // is too short).
 Tensor from_proto(const ::onnx::TensorProto& tp);
 
+// Reads the external data of every tensor in a node attribute (Constant's value, ...; onnx's
+// save_model moves those out too) into the attribute itself, relative to the current
+// ExternalDataFolder: nodes run after load, when no folder is current. Initialisers stay
+// external until from_proto reads them once.
+void inline_external_attributes(::onnx::GraphProto& g);
+
 // While one is alive, from_proto on this thread reads external data relative to `folder` (the
 // folder of the model file that onnx::load opened).
 class ExternalDataFolder {

@@ -7,6 +7,8 @@ Usage: external_data.py OUT DIR MODE.
          all_tensors_to_one_file=True, size_threshold=0)); DIR/ext/escape.onnx names
          "../weights.bin" for its first initialiser; DIR/ext/inputs_listed.onnx is the model with
          its initialisers listed as graph inputs too (IR version 3, as old exporters wrote).
+         DIR/ext/constants.onnx: y = x * c + b, c a Constant node's value, b an initialiser, both
+         external in DIR/ext/constants.bin; writes "constants_x" and "constants_y" to OUT.
   large: DIR/large/model.onnx: y = Gather(table, ids) + bias, table [ROWS, 64] f32 (> 2 GB) and
          bias [64] after it in one sparse file DIR/large/big.bin (offset > 2^31); rows 0, 7 and
          ROWS-1 hold known values, written to OUT as "table_rows" with the bias as "bias".
@@ -49,6 +51,24 @@ def small(folder):
         vi = listed.graph.input.add()
         vi.CopyFrom(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     onnx.save_model(listed, os.path.join(ext, "inputs_listed.onnx"))
+    # The tensors of node attributes (Constant) go out too with convert_attribute=True.
+    c = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    b = np.linspace(0.5, 1.5, 4, dtype=np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=onnx.numpy_helper.from_array(c, "c_value")),
+         helper.make_node("Mul", ["x", "c"], ["xc"]), helper.make_node("Add", ["xc", "b"], ["y"])],
+        "constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+        [onnx.numpy_helper.from_array(b, "b")])
+    cm = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm.ir_version = 8
+    onnx.save_model(cm, os.path.join(ext, "constants.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="constants.bin", size_threshold=0,
+                    convert_attribute=True)
+    cm2 = onnx.load(os.path.join(ext, "constants.onnx"), load_external_data=False)
+    assert cm2.graph.node[0].attribute[0].t.data_location == TensorProto.EXTERNAL
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    return x, x * c + b
 
 
 def large(folder, out):
@@ -103,8 +123,9 @@ def main():
     out_path, folder, mode = sys.argv[1], sys.argv[2], sys.argv[3]
     with open(out_path, "w") as out:
         if mode == "small":
-            small(folder)
-            write(out, "done", [1])
+            x, y = small(folder)
+            write(out, "constants_x", x)
+            write(out, "constants_y", y)
         else:
             large(folder, out)
     return 0

@@ -89,6 +89,7 @@ std::vector<Case> cases() {
                  return seq(Input({4, 7, 7}),
                             Conv2D(4, 3, {.dilation_rate = 2, .groups = 2, .activation = nn::elu}),
                             Conv2DTranspose(3, 3, {.strides = 2, .padding = "same"}),
+                            Conv2DTranspose(2, {2, 3}, {.strides = 2, .padding = "valid"}),
                             Conv2DTranspose(2, 3, {.strides = 2, .padding = "same",
                                                    .output_padding = Size2(1, 1)}),
                             MaxPool2D(3, Size2(2), "same"), GlobalAveragePooling2D(true), Flatten());
@@ -112,6 +113,26 @@ std::vector<Case> cases() {
                             BatchNormalization(), Flatten(), Softmax());
                },
                [] { return one(randf({3, 2, 3, 4}, 6)); }});
+  c.push_back({"preprocessing",
+               [] {
+                 nn::Normalization norm({.axis = Axes{1}});
+                 norm.adapt(randf({10, 3, 4}, 20, -3.0, 5.0));
+                 nn::Normalization inv({.mean = {1.5}, .variance = {4.0}, .invert = true});
+                 return seq(Input({3, 4}), std::move(norm), Flatten(), Dense(4), std::move(inv));
+               },
+               [] { return one(randf({2, 3, 4}, 21, -3.0, 5.0)); }});
+  c.push_back({"nested",
+               [] {
+                 // A Sequential inside a functional model, inside a Sequential.
+                 auto x = Input({3, 8, 8});
+                 nn::ModuleRef block = std::make_shared<nn::Sequential>(
+                     Conv2D(4, 3, {.padding = "same"}), nn::ReLU(), MaxPool2D(2));
+                 auto h = nn::call(block, x);
+                 auto y = nn::call(Flatten(), h);
+                 nn::ModuleRef inner = std::make_shared<Model>(x, nn::call(Dense(5, nn::relu), y));
+                 return seq(Input({3, 8, 8}), inner, Dense(2));
+               },
+               [] { return one(randf({2, 3, 8, 8}, 22)); }});
   c.push_back({"embedding",
                [] { return seq(Input({5}), Embedding(10, 4), Flatten(), Dense(2)); },
                [] { return one(constant<std::int64_t>({0, 3, 9, 2, 2, 7, 1, 1, 0, 5}, Shape{2, 5})); }});
@@ -276,4 +297,20 @@ TEST(OnnxExportOrt, EveryOpsetPassesTheCheckerAndRunsInOnnxruntime) {
   }
   std::printf("%s%d of %d exports pass; largest |onnxruntime - soma| %.3g\n", matrix.str().c_str(),
               passed, total, worst);
+}
+
+// Before opset 13 ONNX's Softmax flattens the input from its axis: only the last axis exports.
+TEST(OnnxExportOrt, SoftmaxOverAnotherAxisNeedsOpset13) {
+  if (!onnx::available()) GTEST_SKIP() << "soma was built without ONNX";
+  nn::Sequential m{nn::Input({3, 4}), nn::Softmax(1)};
+  std::string msg;
+  try {
+    onnx::export_to_bytes(m, {.opset = 12});
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("needs opset 13 or later"), std::string::npos) << msg;
+  auto back = onnx::load_from_bytes(onnx::export_to_bytes(m, {.opset = 13}));
+  Tensor x = randf({2, 3, 4}, 30);
+  EXPECT_TRUE(soma::testing::all_close((*back)(x), m(x), 1e-6, 1e-6));
 }

@@ -92,6 +92,13 @@ TEST(OnnxExternalData, ModelsWithExternalInitialisersLoadAndPredict) {
   again->eval();
   EXPECT_TRUE(all_close((*again)(x), want, 1e-6, 1e-6));
 
+  // A Constant node's value, external too.
+  {
+    auto cm = onnx::load((ext / "constants.onnx").string());
+    Tensor y = (*cm)(run.t.at("constants_x").cast(DType::f32));
+    EXPECT_TRUE(all_close(y, run.t.at("constants_y").cast(DType::f32), 1e-6, 1e-6));
+  }
+
   // Initialisers listed as graph inputs (IR version 3) are weights, not inputs.
   auto listed = onnx::load((ext / "inputs_listed.onnx").string());
   listed->eval();
