@@ -5,7 +5,8 @@ Usage: external_data.py OUT DIR MODE.
   small: DIR/model.onnx (written by soma) is saved again as DIR/ext/model.onnx with every
          initialiser in DIR/ext/weights.bin (onnx.save_model(save_as_external_data=True,
          all_tensors_to_one_file=True, size_threshold=0)); DIR/ext/escape.onnx names
-         "../weights.bin" for its first initialiser; DIR/ext/inputs_listed.onnx is the model with
+         "../weights.bin" for its first initialiser, DIR/ext/absolute.onnx
+         the absolute path of weights.bin; DIR/ext/inputs_listed.onnx is the model with
          its initialisers listed as graph inputs too (IR version 3, as old exporters wrote).
          DIR/ext/constants.onnx: y = x * c + b, c a Constant node's value, b an initialiser, both
          external in DIR/ext/constants.bin; writes "constants_x" and "constants_y" to OUT.
@@ -46,6 +47,10 @@ def small(folder):
         if kv.key == "location":
             kv.value = "../weights.bin"
     onnx.save_model(m2, os.path.join(ext, "escape.onnx"))
+    for kv in m2.graph.initializer[0].external_data:
+        if kv.key == "location":
+            kv.value = os.path.abspath(os.path.join(ext, "weights.bin"))
+    onnx.save_model(m2, os.path.join(ext, "absolute.onnx"))
     listed.ir_version = 3
     for t in listed.graph.initializer:
         vi = listed.graph.input.add()

@@ -111,6 +111,9 @@ TEST(OnnxExternalData, ModelsWithExternalInitialisersLoadAndPredict) {
   e = error_of([&] { onnx::load((ext / "escape.onnx").string()); });
   EXPECT_TRUE(has(e, "../weights.bin") && has(e, "outside the model's folder") && has(e, "initializer '"))
       << e;
+  // An absolute location is refused even where it names the model's own folder.
+  e = error_of([&] { onnx::load((ext / "absolute.onnx").string()); });
+  EXPECT_TRUE(has(e, "outside the model's folder") && has(e, "initializer '")) << e;
   // A data file shorter than the tensors need.
   fs::resize_file(ext / "weights.bin", fs::file_size(ext / "weights.bin") - 4);
   e = error_of([&] { onnx::load((ext / "model.onnx").string()); });
