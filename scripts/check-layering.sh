@@ -26,7 +26,7 @@ declare -A FOLDER=([core]=core [startup]=core [backend]=backend [ops]=ops [autog
 
 # The layer of each public header at the top of include/soma/.
 declare -A TOP=(
-  [autocast.hpp]=core [dtype_info.hpp]=core [cuda.hpp]=core [input_limits.hpp]=core [device.hpp]=core [dtype.hpp]=core [error.hpp]=core
+  [autocast.hpp]=core [dtype_info.hpp]=core [version.hpp]=core [cuda.hpp]=core [input_limits.hpp]=core [device.hpp]=core [dtype.hpp]=core [error.hpp]=core
   [random_state.hpp]=core [ref.hpp]=core [runtime_checks.hpp]=core [shape.hpp]=core
   [tensor.hpp]=core [threading.hpp]=core
   [op.hpp]=ops [ops.hpp]=ops [nn_ops.hpp]=ops [linalg.hpp]=ops [op_testing.hpp]=ops

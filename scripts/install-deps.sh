@@ -56,6 +56,12 @@ install_onnx_wheel() {
     timeout 300 python3 -m pip install --quiet "onnx==${SOMA_ONNX_VERSION:-1.23.2}" ||
       echo "install-deps: could not install onnx from PyPI; the ONNX node-test suite will skip" >&2
   fi
+  # onnxruntime runs soma's ONNX exports (test_onnx_export_ort); a test oracle only.
+  if ! python3 -c "import onnxruntime" >/dev/null 2>&1; then
+    echo "install-deps: pip install onnxruntime (runs soma's ONNX exports in test_onnx_export_ort)"
+    timeout 300 python3 -m pip install --quiet "onnxruntime==${SOMA_ONNXRUNTIME_VERSION:-1.32.0}" ||
+      echo "install-deps: could not install onnxruntime from PyPI; test_onnx_export_ort will skip" >&2
+  fi
   # TensorBoard's own reader checks soma's event files (test_tensorboard); a test oracle only.
   if ! python3 -c "import tensorboard" >/dev/null 2>&1; then
     echo "install-deps: pip install tensorboard (test oracle for the event files)"

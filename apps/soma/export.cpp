@@ -13,10 +13,10 @@ int cmd_export(int argc, char** argv) {
               "Writes a model file as an ONNX model (standard operators, dynamic batch axis).");
   p.positional("MODEL OUT.onnx", "a model file written by soma train or model.save(), and the "
                "ONNX file to write", 2, 2);
-  p.option("opset", "N", "ONNX operator set, 13 to 17 (default 17)");
+  p.option("opset", "N", "ONNX operator set, 11 to 21 (default 17)");
   Args a;
   if (parse_or_help(p, argc, argv, a)) return 0;
-  const std::int64_t opset = a.integer("opset", 17, 13, 17);
+  const std::int64_t opset = a.integer("opset", 17, 11, 21);
   if (!onnx::available())
     throw NotAvailable("this build of soma has no ONNX support (install libonnx-dev and "
                        "libprotobuf-dev, then reconfigure)");

@@ -22,8 +22,8 @@
 namespace soma::onnx {
 
 struct ExportOptions {
-  // Operator set of the default domain, 13 to 17 (ONNX 1.12's newest). Below 17,
-  // LayerNormalization is composed from ReduceMean/Sub/Mul/Sqrt/Div.
+  // Operator set of the default domain, 11 to 21. Below 17, LayerNormalization is composed
+  // from ReduceMean/Sub/Mul/Sqrt/Div; below 13, Softmax is only exported over the last axis.
   std::int64_t opset = 17;
   std::string producer_name = "soma";
   std::string graph_name;                 // default: the model's name

@@ -119,6 +119,9 @@ class Exporter final : public nn::Lowering {
   // ---- nn::Lowering ----
   bool supports(const std::string& op) const override {
     if (auto* w = find_writer(op)) return opset_ >= w->min_opset;
+    return mapped_in_opset(op);
+  }
+  bool mapped_in_opset(const std::string& op) const {
     const OnnxMapping* m = detail::onnx_mapping_of(op);
     return m && detail::in_opset(*m, opset_);
   }
@@ -130,6 +133,11 @@ class Exporter final : public nn::Lowering {
                    opset_);
       return w->write(*this, inputs, attrs, num_outputs);
     }
+    return emit_mapped(op, inputs, attrs, num_outputs);
+  }
+  // An op by its one-to-one mapping (OpDef::onnx).
+  Names emit_mapped(const std::string& op, const Names& inputs, const Attrs& attrs,
+                    int num_outputs) {
     const OnnxMapping* m = detail::onnx_mapping_of(op);
     if (!m) soma::fail(kWho, where(), ": op '", op, "' has no ONNX mapping");
     Names outs = outputs(m->op_type, num_outputs);
@@ -229,6 +237,30 @@ Names with_ints_input(Exporter& e, const Names& in, const Attrs& a, const char* 
   return {e.op(type, {in.at(0), e.ints(name, a.ints(key))})};
 }
 
+// Squeeze/Unsqueeze (opset 13) and ReduceMean (18) take their axes as an input from `from` on,
+// as an attribute before.
+Names axes_input_from(Exporter& e, std::int64_t from, const Names& in, const Attrs& a,
+                      const char* type) {
+  if (e.opset() >= from) return {e.op(type, {in.at(0), e.ints("axes", a.ints("axes"))})};
+  ::onnx::NodeProto* n = nullptr;
+  auto y = e.op(type, {in.at(0)}, &n);
+  attr(*n, "axes", a.ints("axes"));
+  return {y};
+}
+
+// Softmax/LogSoftmax: one axis from opset 13; before, the input is flattened to 2-D at `axis`,
+// which is the same only for the last axis.
+Names softmax(Exporter& e, const Names& in, const Attrs& a, int k, const char* op) {
+  if (e.mapped_in_opset(op)) return e.emit_mapped(op, in, a, k);
+  if (a.i("axis") != -1)
+    soma::fail(kWho, e.where(), ": ", op, " over axis ", a.i("axis"),
+               " needs opset 13 or later (before it, ONNX's Softmax flattens from the axis)");
+  ::onnx::NodeProto* n = nullptr;
+  auto y = e.op(op == std::string("softmax") ? "Softmax" : "LogSoftmax", {in.at(0)}, &n);
+  attr(*n, "axis", std::int64_t(-1));
+  return {y};
+}
+
 // The standard RNN ops: the lowering gives the weights in ONNX's layout (lowering.hpp).
 Names recurrent(Exporter& e, const Names& in, const Attrs& a, int num_outputs, const char* type,
                 const char* default_activations) {
@@ -259,53 +291,65 @@ Names recurrent(Exporter& e, const Names& in, const Attrs& a, int num_outputs, c
 const std::vector<OpWriter>& op_writers() {
   using A = const Attrs&;
   static const std::vector<OpWriter> table = {
-      {"dense", 13, [](Exporter& e, const Names& in, A, int) { return one(e, "Gemm", in); }},
-      {"conv2d", 13, [](Exporter& e, const Names& in, A a, int) { return conv(e, in, a, "Conv"); }},
-      {"conv2d_transpose", 13,
+      {"dense", 11, [](Exporter& e, const Names& in, A, int) { return one(e, "Gemm", in); }},
+      {"conv2d", 11, [](Exporter& e, const Names& in, A a, int) { return conv(e, in, a, "Conv"); }},
+      {"conv2d_transpose", 11,
        [](Exporter& e, const Names& in, A a, int) { return conv(e, in, a, "ConvTranspose"); }},
-      {"max_pool2d", 13,
+      {"max_pool2d", 11,
        [](Exporter& e, const Names& in, A a, int) { return pool(e, in, a, "MaxPool"); }},
-      {"avg_pool2d", 13,
+      {"avg_pool2d", 11,
        [](Exporter& e, const Names& in, A a, int) { return pool(e, in, a, "AveragePool"); }},
-      {"global_avg_pool2d", 13,
+      {"global_avg_pool2d", 11,
        [](Exporter& e, const Names& in, A, int) { return one(e, "GlobalAveragePool", in); }},
-      {"flatten", 13,
+      {"flatten", 11,
        [](Exporter& e, const Names& in, A a, int) -> Names {
          ::onnx::NodeProto* n = nullptr;
          auto y = e.op("Flatten", in, &n);
          attr(*n, "axis", a.i("axis"));
          return {y};
        }},
-      {"reshape", 13,
+      {"reshape", 11,
        [](Exporter& e, const Names& in, A a, int) {
          return with_ints_input(e, in, a, "Reshape", "shape", "shape");
        }},
-      {"squeeze", 13,
+      {"squeeze", 11,
        [](Exporter& e, const Names& in, A a, int) {
-         return with_ints_input(e, in, a, "Squeeze", "axes", "axes");
+         return axes_input_from(e, 13, in, a, "Squeeze");
        }},
-      {"expand_dims", 13,
+      {"expand_dims", 11,
        [](Exporter& e, const Names& in, A a, int) {
-         return with_ints_input(e, in, a, "Unsqueeze", "axes", "axes");
+         return axes_input_from(e, 13, in, a, "Unsqueeze");
        }},
-      {"reverse", 13,
+      {"reverse", 11,
        [](Exporter& e, const Names& in, A a, int) -> Names {
          return one(e, "Slice",
                     {in.at(0), e.ints("rev_starts", {-1}), e.ints("rev_ends", {INT64_MIN}),
                      e.ints("rev_axes", {a.i("axis")}), e.ints("rev_steps", {-1})});
        }},
-      {"reduce_mean", 13,  // axes is an attribute up to opset 17
+      {"reduce_mean", 11,
+       [](Exporter& e, const Names& in, A a, int) {
+         return axes_input_from(e, 18, in, a, "ReduceMean");
+       }},
+      {"dropout", 11,  // an inference graph: ONNX's Dropout is the identity without training_mode
        [](Exporter& e, const Names& in, A a, int) -> Names {
-         ::onnx::NodeProto* n = nullptr;
-         auto y = e.op("ReduceMean", in, &n);
-         attr(*n, "axes", a.ints("axes"));
+         if (e.opset() >= 12) return {e.op("Dropout", {in.at(0), e.scalar(a.f("rate"))})};
+         ::onnx::NodeProto* n = nullptr;  // opset 11: the ratio is an attribute
+         auto y = e.op("Dropout", {in.at(0)}, &n);
+         attr(*n, "ratio", a.f("rate"));
          return {y};
        }},
-      {"dropout", 13,  // an inference graph: ONNX's Dropout is the identity without training_mode
-       [](Exporter& e, const Names& in, A a, int) -> Names {
-         return {e.op("Dropout", {in.at(0), e.scalar(a.f("rate"))})};
+      {"softmax", 11,
+       [](Exporter& e, const Names& in, A a, int k) { return softmax(e, in, a, k, "softmax"); }},
+      {"log_softmax", 11,
+       [](Exporter& e, const Names& in, A a, int k) {
+         return softmax(e, in, a, k, "log_softmax");
        }},
-      {"batch_norm", 13,
+      {"greater_equal", 11,  // GreaterOrEqual arrives in opset 12: Not(Less) before
+       [](Exporter& e, const Names& in, A a, int k) -> Names {
+         if (e.mapped_in_opset("greater_equal")) return e.emit_mapped("greater_equal", in, a, k);
+         return {e.op("Not", {e.op("Less", in)})};
+       }},
+      {"batch_norm", 11,
        [](Exporter& e, const Names& in, A a, int) -> Names {
          ::onnx::NodeProto* n = nullptr;
          auto y = e.op("BatchNormalization", in, &n);
@@ -320,17 +364,17 @@ const std::vector<OpWriter>& op_writers() {
          attr(*n, "epsilon", a.f("epsilon"));
          return {y};
        }},
-      {"add_n", 13, [](Exporter& e, const Names& in, A, int) { return one(e, "Sum", in); }},
-      {"mean_n", 13, [](Exporter& e, const Names& in, A, int) { return one(e, "Mean", in); }},
-      {"lstm", 13,
+      {"add_n", 11, [](Exporter& e, const Names& in, A, int) { return one(e, "Sum", in); }},
+      {"mean_n", 11, [](Exporter& e, const Names& in, A, int) { return one(e, "Mean", in); }},
+      {"lstm", 11,
        [](Exporter& e, const Names& in, A a, int k) {
          return recurrent(e, in, a, k, "LSTM", "Sigmoid,Tanh,Tanh");
        }},
-      {"gru", 13,
+      {"gru", 11,
        [](Exporter& e, const Names& in, A a, int k) {
          return recurrent(e, in, a, k, "GRU", "Sigmoid,Tanh");
        }},
-      {"rnn", 13,
+      {"rnn", 11,
        [](Exporter& e, const Names& in, A a, int k) {
          return recurrent(e, in, a, k, "RNN", "Tanh");
        }},
@@ -353,15 +397,21 @@ void set_value_info(::onnx::ValueInfoProto& vi, const Value& v) {
 ::onnx::ModelProto build_model(nn::Model& model, const ExportOptions& opt) {
   ::onnx::ModelProto imported;
   if (export_imported(model, imported)) return imported;  // its own graph, current weights
-  if (opt.opset < 13 || opt.opset > 17)
-    fail(kWho, "opset ", opt.opset, " is not supported; soma writes opsets 13 to 17");
+  if (opt.opset < 11 || opt.opset > 21)
+    fail(kWho, "opset ", opt.opset, " is not supported; soma writes opsets 11 to 21");
   // The graph's float type: f64 when the weights are f64, else f32.
   ElemType ftype = TP::FLOAT;
   for (auto& p : model.parameters())
     if (p.dtype() == DType::f64) ftype = TP::DOUBLE;
 
   ::onnx::ModelProto m;
-  m.set_ir_version(8);  // the IR version of opset 17 (ONNX 1.12)
+  // The IR version that came with the opset (onnx/helper.py's VERSION_TABLE): a runtime may
+  // refuse a model whose IR version is older than its opset needs.
+  m.set_ir_version(opt.opset <= 12 ? (opt.opset == 11 ? 6 : 7)
+                   : opt.opset <= 14 ? 7
+                   : opt.opset <= 18 ? 8
+                   : opt.opset <= 20 ? 9
+                                     : 10);
   m.set_producer_name(opt.producer_name);
   m.set_producer_version("0.1.0");
   auto* os = m.add_opset_import();

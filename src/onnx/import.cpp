@@ -20,6 +20,7 @@
 #include <cfloat>
 #include <cmath>
 #include <numbers>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -2691,6 +2692,9 @@ std::shared_ptr<nn::Model> load(const std::string& path, const LoadOptions& opti
   ::onnx::ModelProto m;
   if (!m.ParseFromString(ss.str()))
     fail(kWho, "'", path, "' is not an ONNX model (protobuf parse failed)");
+  // External-data initialisers are read relative to the model file's folder.
+  ExternalDataFolder folder(std::filesystem::absolute(path).parent_path().string());
+  inline_external_attributes(*m.mutable_graph());
   return build(std::move(m), options);
 }
 

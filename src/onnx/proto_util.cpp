@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 
 #include "soma/autograd.hpp"
 #include "soma/error.hpp"
@@ -166,10 +169,91 @@ void copy_field(const google::protobuf::RepeatedField<Src>& f, Dst* out, std::in
 }
 }  // namespace
 
+namespace {
+thread_local std::optional<std::string> external_folder;
+
+// The bytes of an external-data tensor (TensorProto.external_data: location, offset, length),
+// checked before anything is allocated: the path must stay inside the model's folder and the
+// file must hold offset + length bytes.
+void read_external(const TP& tp, const std::string& what, std::size_t bytes, void* out) {
+  namespace fs = std::filesystem;
+  std::string location;
+  std::int64_t offset = 0, length = -1;
+  auto number = [&](const std::string& key, const std::string& v) {
+    std::size_t used = 0;
+    long long x = -1;
+    try {
+      x = std::stoll(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != v.size() || x < 0)
+      fail("onnx", what, ": external_data ", key, " '", v, "' is not a non-negative integer");
+    return std::int64_t(x);
+  };
+  for (const auto& kv : tp.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    else if (kv.key() == "offset") offset = number("offset", kv.value());
+    else if (kv.key() == "length") length = number("length", kv.value());
+    // "checksum" and others: not needed to read the data.
+  }
+  if (location.empty()) fail("onnx", what, ": external data without a 'location'");
+  if (!external_folder)
+    fail("onnx", what, " keeps its data in the external file '", location,
+         "'; load the model from its file (onnx::load(path)) so that the file can be found");
+  const fs::path folder = fs::weakly_canonical(fs::path(*external_folder));
+  const fs::path rel(location);
+  const fs::path file = fs::weakly_canonical(folder / rel);
+  // Inside the folder: relative, and no "..", symbolic link or absolute path leading out of it.
+  auto [f, p] = std::mismatch(folder.begin(), folder.end(), file.begin(), file.end());
+  if (rel.is_absolute() || f != folder.end() || p == file.end())
+    fail("onnx", what, ": external data file '", location, "' is outside the model's folder '",
+         folder.string(), "'");
+  if (length >= 0 && std::uint64_t(length) != bytes)
+    fail("onnx", what, ": external data file '", location, "' gives length ", length,
+         " bytes, but its shape and type need ", bytes);
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(file, ec);
+  if (ec) fail("onnx", what, ": cannot open external data file '", file.string(), "': ", ec.message());
+  if (std::uint64_t(offset) > size || size - std::uint64_t(offset) < bytes)
+    fail("onnx", what, ": external data file '", file.string(), "' holds ", size,
+         " bytes, fewer than offset ", offset, " + length ", bytes);
+  std::ifstream in(file, std::ios::binary);
+  in.seekg(std::streamoff(offset));
+  if (!in || !in.read(static_cast<char*>(out), std::streamsize(bytes)))
+    fail("onnx", what, ": could not read ", bytes, " bytes at offset ", offset,
+         " of external data file '", file.string(), "'");
+}
+}  // namespace
+
+ExternalDataFolder::ExternalDataFolder(std::string folder) {
+  had_ = external_folder.has_value();
+  if (had_) saved_ = *external_folder;
+  external_folder = std::move(folder);
+}
+ExternalDataFolder::~ExternalDataFolder() {
+  if (had_) external_folder = saved_;
+  else external_folder.reset();
+}
+
+void inline_external_attributes(::onnx::GraphProto& g) {
+  for (auto& n : *g.mutable_node())
+    for (auto& a : *n.mutable_attribute()) {
+      auto inline_one = [&](TP& t) {
+        if (t.data_location() != TP::EXTERNAL) return;
+        Tensor v = from_proto(t);  // checked and read as an initialiser is
+        const std::string name = t.name();  // to_proto clears t first
+        to_proto(v, ElemType(t.data_type()), name, t);
+      };
+      if (a.has_t()) inline_one(*a.mutable_t());
+      for (auto& t : *a.mutable_tensors()) inline_one(t);
+      if (a.has_g()) inline_external_attributes(*a.mutable_g());
+      for (auto& sub : *a.mutable_graphs()) inline_external_attributes(sub);
+    }
+}
+
 Tensor from_proto(const TP& tp) {
   const std::string what = "initializer '" + tp.name() + "'";
-  if (tp.data_location() == TP::EXTERNAL)
-    fail("onnx", what, " keeps its data in an external file, which soma cannot read");
   const DType d = soma_dtype(tp.data_type(), what);
   // The shape is checked against the data the file holds before anything is allocated: dims of
   // [1000000, 1000000] with no data must not ask for 4 TB.
@@ -227,6 +311,12 @@ Tensor from_proto(const TP& tp) {
     return t;
   }
   const std::size_t bytes = std::size_t(n) * dtype_size(d);
+  if (tp.data_location() == TP::EXTERNAL) {
+    if (d == DType::boolean && sizeof(bool) != 1) fail("onnx", what, ": bool needs 1-byte bools");
+    Tensor t = Tensor::empty(shape, d);  // little-endian, as raw_data
+    if (bytes) read_external(tp, what, bytes, t.raw_data());
+    return t;
+  }
   if (tp.has_raw_data()) {
     if (tp.raw_data().size() != bytes)
       fail("onnx", what, ": raw_data holds ", tp.raw_data().size(), " bytes, but ",

@@ -370,7 +370,7 @@ case $case_name in
     fi
     run export "$dir/mlp.soma"
     expect_usage_error "soma export: missing argument MODEL OUT.onnx (see soma export --help)"
-    run export "$dir/mlp.soma" "$out/x.onnx" --opset 12
+    run export "$dir/mlp.soma" "$out/x.onnx" --opset 10
     expect_status 2
     ;;
   output_paths_are_checked_before_training)

@@ -26,13 +26,14 @@ struct TorchRun {
   bool unavailable() const { return rc == 77 || rc == 127; }
 };
 
-// Runs `script` with SOMA_TEST_PYTHON (default /usr/bin/python3) in a fresh folder under the
-// temporary directory named after `tag` and the process id.
-inline TorchRun run_torch_script(const char* script, const std::string& tag) {
+// Runs `script` with SOMA_TEST_PYTHON (default `interpreter`, /usr/bin/python3 unless given) in a
+// fresh folder under the temporary directory named after `tag` and the process id.
+inline TorchRun run_torch_script(const char* script, const std::string& tag,
+                                 const std::string& interpreter = "/usr/bin/python3") {
   namespace fs = std::filesystem;
   TorchRun run;
   const char* py = std::getenv("SOMA_TEST_PYTHON");
-  const std::string python = py ? py : "/usr/bin/python3";
+  const std::string python = py ? py : interpreter;
   const fs::path dir = fs::temp_directory_path() / ("soma_torch_" + tag + "_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path file = dir / (tag + ".py"), data = dir / (tag + ".txt"), log = dir / (tag + ".log");

@@ -360,8 +360,11 @@ TEST(Onnx, ExportErrorsNameTheProblem) {
   EXPECT_NE(error_of([&] { onnx::export_to_bytes(unbuilt); }).find("is not built"),
             std::string::npos);
   nn::Sequential m{nn::Input({3}), nn::Dense(2)};
-  EXPECT_NE(error_of([&] { onnx::export_to_bytes(m, {.opset = 12}); })
-                .find("opset 12 is not supported; soma writes opsets 13 to 17"),
+  EXPECT_NE(error_of([&] { onnx::export_to_bytes(m, {.opset = 10}); })
+                .find("opset 10 is not supported; soma writes opsets 11 to 21"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { onnx::export_to_bytes(m, {.opset = 22}); })
+                .find("opset 22 is not supported; soma writes opsets 11 to 21"),
             std::string::npos);
   nn::Sequential custom{nn::Input({3}),
                         nn::ActivationLayer(nn::Activation("cube", [](const Tensor& t) {
