@@ -5,7 +5,8 @@
 //
 //   char_transformer [--file PATH] [--epochs N] [--layers N] [--d-model D] [--heads H]
 //                    [--context T] [--stride S] [--batch B] [--steps N] [--lr LR]
-//                    [--generate N] [--temperature X] [--top-k K] [--seed S] [--device DEV]
+//                    [--generate N] [--temperature X] [--top-k K] [--seed S] [--no-cache]
+//                    [--device DEV]
 //
 // --steps N: N batches per epoch (a quick run); default one pass over the training windows.
 // The validation loss is the mean cross-entropy in nats per byte (ln 256 = 5.55 is a uniform
@@ -46,8 +47,13 @@ int main(int argc, char** argv) {
   int steps = 0, generate = 300, top_k = 0;
   double lr = 3e-3, temperature = 0.8;
   unsigned long seed = 1;
+  bool use_cache = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--no-cache") {  // a flag: no value follows
+      use_cache = false;
+      continue;
+    }
     auto next = [&] { return argv[++i]; };
     if (i + 1 >= argc) a = "?";
     if (a == "--file") file = next();
@@ -69,7 +75,7 @@ int main(int argc, char** argv) {
                    "usage: char_transformer [--file PATH] [--epochs N] [--layers N] "
                    "[--d-model D] [--heads H] [--context T] [--stride S] [--batch B] "
                    "[--steps N] [--lr LR] [--generate N] [--temperature X] [--top-k K] "
-                   "[--seed S] [--device DEV]\n");
+                   "[--seed S] [--no-cache] [--device DEV]\n");
       return 2;
     }
   }
@@ -137,21 +143,42 @@ int main(int argc, char** argv) {
   std::printf("validation loss: %.3f nats/char (%.3f bits/char; uniform guess %.3f nats)\n",
               val_loss, val_loss / std::log(2.0), std::log(256.0));
 
-  // Generation: start from the first validation window and slide it, feeding each sampled
-  // byte back; the logits of the last position give the next byte.
-  std::vector<std::int64_t> window(val_ids.begin(), val_ids.begin() + context);
+  // Generation from the first validation window: each sampled byte is fed back. With the KV
+  // cache (default) one step projects the new byte's keys and values, appends them and attends
+  // over the cache (O(n)); the learned positions end at the context, so when the cache is full it
+  // restarts from the last context/2 bytes. --no-cache re-runs the whole window per byte.
+  model.eval();
+  std::vector<std::int64_t> seq(val_ids.begin(), val_ids.begin() + context);
   std::vector<std::int64_t> out;
+  nn::DecodeCache cache;
+  const auto g0 = std::chrono::steady_clock::now();
   for (int k = 0; k < generate; ++k) {
-    Tensor logits = model.predict(soma::constant(window, {1, context}), {.verbose = 0});
-    Tensor last = logits.slice(1, context - 1, context).squeeze({1});  // [1, 256]
+    Tensor last;  // [1, 256]
+    if (use_cache) {
+      std::vector<std::int64_t> feed(seq.end() - 1, seq.end());
+      if (cache.length() == 0)
+        feed.assign(seq.end() - std::max(1, context / 2), seq.end());
+      Tensor in = soma::constant(feed, {1, std::int64_t(feed.size())}).to(device);
+      Tensor logits = nn::decode_step(model.layers(), in, cache);  // [1, n, 256]
+      const std::int64_t n = logits.dim(1);
+      last = logits.slice(1, n - 1, n).squeeze({1});
+      if (cache.length() >= context) cache.reset();
+    } else {
+      std::vector<std::int64_t> window(seq.end() - context, seq.end());
+      Tensor logits = model.predict(soma::constant(window, {1, context}), {.verbose = 0});
+      last = logits.slice(1, context - 1, context).squeeze({1});
+    }
     const std::int64_t id =
         nn::sample_next(last, {.temperature = temperature, .top_k = top_k,
                                .seed = std::uint64_t(seed) * 1000003u + std::uint64_t(k)})
             .to_vector<std::int64_t>()[0];
     out.push_back(id);
-    window.erase(window.begin());
-    window.push_back(id);
+    seq.push_back(id);
   }
+  const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count();
+  std::printf("generated %d bytes in %.2f s: %.0f tokens/s (%s)\n", generate, gen_s,
+              double(generate) / std::max(gen_s, 1e-9),
+              use_cache ? "KV cache" : "re-running the window");
   std::printf("prompt: \"%s\"\n", tok.decode(std::vector<std::int64_t>(
                                       val_ids.begin(), val_ids.begin() + context)).c_str());
   std::printf("sample: \"%s\"\n", tok.decode(out).c_str());

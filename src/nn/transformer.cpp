@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "soma/autograd.hpp"
 #include "soma/nn/attention.hpp"
 #include "soma/nn/config.hpp"
 #include "soma/nn/layers.hpp"
@@ -116,13 +117,13 @@ void TransformerEncoderLayer::build(const Shape& s) {
   finish_build(*this, s, opt_.dim_feedforward);
 }
 
-Tensor TransformerEncoderLayer::run(const Tensor& src, const Tensor& mask) {
+Tensor TransformerEncoderLayer::run(const Tensor& src, const Tensor& mask, KVCache* cache) {
   check_input("TransformerEncoderLayer", name(), "the input", src, d_model_);
   build_for(src.shape());
   auto& attn = static_cast<MultiHeadAttention&>(*self_attn_);
   Tensor x = in_dtype(src, opt_.dtype);
   auto sa = [&](const Tensor& h) {
-    return (*dropout1_)(attn(h, h, {.attention_mask = mask}));
+    return (*dropout1_)(attn(h, h, {.attention_mask = mask, .cache = cache}));
   };
   auto ff = [&](const Tensor& h) {
     return (*dropout2_)((*linear2_)((*dropout_)((*linear1_)(h))));
@@ -138,6 +139,14 @@ Tensor TransformerEncoderLayer::run(const Tensor& src, const Tensor& mask) {
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& x) { return run(x, Tensor()); }
+
+Tensor TransformerEncoderLayer::forward_incremental(const Tensor& x, std::int64_t start,
+                                                    KVCache& cache) {
+  if (start != cache.length())
+    fail("TransformerEncoderLayer", "layer '", name(), "': generation at position ", start,
+         " with a KV cache of ", cache.length(), " positions (reset the cache for a new sequence)");
+  return run(x, Tensor(), &cache);
+}
 
 std::vector<Tensor> TransformerEncoderLayer::call(const std::vector<Tensor>& inputs) {
   if (inputs.empty() || inputs.size() > 2)
@@ -233,13 +242,38 @@ void PositionalEmbedding::build(const Shape& s) {
 }
 
 Tensor PositionalEmbedding::forward(const Tensor& x) {
+  KVCache none;
+  return forward_incremental(x, 0, none);
+}
+
+Tensor PositionalEmbedding::forward_incremental(const Tensor& x, std::int64_t start, KVCache&) {
+  build_for(x.shape());
   const Shape& ws = embeddings_.value().shape();
-  if (x.rank() != 3 || x.dim(2) != ws[1] || x.dim(1) > length_)
+  if (x.rank() != 3 || x.dim(2) != ws[1] || start < 0 || start + x.dim(1) > length_)
     fail("PositionalEmbedding", "layer '", name(), "' was built for [batch, seq <= ", length_,
-         ", ", ws[1], "], got ", shape_str(x.shape()));
-  Tensor pos = soma::slice(embeddings_.value(), {Slice{0, x.dim(1)}, Slice{}});
+         ", ", ws[1], "], got ", shape_str(x.shape()), " at position ", start);
+  Tensor pos = soma::slice(embeddings_.value(), {Slice{start, start + x.dim(1)}, Slice{}});
   if (opt_.add_to_inputs) return in_dtype(x, opt_.dtype) + pos;
   return broadcast_to(pos, {x.dim(0), x.dim(1), ws[1]});
+}
+
+// ---- generation --------------------------------------------------------------------------------
+
+Tensor decode_step(const std::vector<ModuleRef>& layers, const Tensor& tokens, DecodeCache& cache) {
+  if (!tokens.defined() || tokens.rank() < 2)
+    fail("decode_step", "tokens must be [batch, T, ...], got ",
+         tokens.defined() ? shape_str(tokens.shape()) : std::string("an undefined Tensor"));
+  NoGradScope no_grad;
+  Tensor x = tokens;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    // The one capability query: a layer with generation state (cache, positions) steps with it.
+    if (auto* inc = dynamic_cast<IncrementalLayer*>(layers[i].get()))
+      x = inc->forward_incremental(x, cache.length(), cache.layer(i));
+    else
+      x = (*layers[i])(x);
+  }
+  cache.advance(tokens.dim(1));
+  return x;
 }
 
 // ---- sinusoidal and rotary tables -------------------------------------------------------------
@@ -281,6 +315,14 @@ SinePositionEncoding::SinePositionEncoding(double max_wavelength, bool add_to_in
 void SinePositionEncoding::visit_config(ConfigVisitor& v) {
   v.field("max_wavelength", max_wavelength_);
   v.field("add_to_inputs", add_);
+}
+
+Tensor SinePositionEncoding::forward_incremental(const Tensor& x, std::int64_t start, KVCache&) {
+  if (x.rank() != 3 || !is_floating(x.dtype()))
+    fail("SinePositionEncoding", "layer '", name(), "': the input must be floating [batch, seq, "
+         "features], got ", shape_str(x.shape()), " ", x.dtype());
+  Tensor t = sine_position_encoding(x.dim(1), x.dim(2), max_wavelength_, x.dtype(), x.device(), start);
+  return add_ ? x + t : broadcast_to(t, x.shape());
 }
 
 Tensor SinePositionEncoding::forward(const Tensor& x) {

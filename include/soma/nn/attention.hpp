@@ -39,12 +39,25 @@ struct MultiHeadAttentionOptions {
   DType dtype = DType::f32;  // of the weights; inputs are cast to it
 };
 
+// The projected keys and values of the positions seen so far, so that generating one token
+// costs O(n) (project its k/v, append them, attend over the cache) rather than re-running the
+// whole context. One per self-attention layer; empty at the start of a sequence.
+struct KVCache {
+  Tensor key, value;  // [B, H, n, key_dim] and [B, H, n, value_dim]
+  std::int64_t length() const { return key.defined() ? key.dim(2) : 0; }
+  void reset() { key = value = Tensor(); }
+};
+
 // Keras' call arguments after query and value.
 struct AttentionCallOptions {
   Tensor key;             // undefined: key = value
   Tensor attention_mask;  // undefined: none; else broadcastable to [B, T, S], bool or numeric
   bool use_causal_mask = false;
   bool return_attention_scores = false;  // attend() only
+  // Self-attention during generation: the new positions' keys and values are appended to the
+  // cache and the query attends over all of it. With the causal mask, query i (of T new ones)
+  // sees cache positions j <= cache.length() + i (the mask is aligned bottom-right).
+  KVCache* cache = nullptr;
 };
 
 struct AttentionResult {
