@@ -239,20 +239,13 @@ std::vector<LoweredValue> MultiHeadAttention::lower(Lowering& l,
     return l.emit1("transpose", {y}, {{"perm", perm}});
   };
   const std::string q = project(query, "query", wq_, bq_, {0, 2, 1, 3});
-  const std::string kt = project(key, "key", wk_, bk_, {0, 2, 3, 1});
+  const std::string k = project(key, "key", wk_, bk_, {0, 2, 1, 3});
   const std::string v = project(value, "value", wv_, bv_, {0, 2, 1, 3});
-  std::string s = l.emit1("multiply", {l.emit1("matmul", {q, kt}),
-                                       l.scalar(1.0 / std::sqrt(double(key_dim_)))});
-  if (opt_.use_causal_mask) {
-    const std::int64_t T = query.shape.size() > 1 ? query.shape[1] : -1;
-    const std::int64_t S = key.shape.size() > 1 ? key.shape[1] : -1;
-    if (T < 0 || S < 0) l.fail(describe(*this) + ": the causal mask needs known sequence lengths");
-    std::vector<double> m(std::size_t(T * S));
-    for (std::int64_t i = 0; i < T; ++i)
-      for (std::int64_t j = 0; j < S; ++j) m[std::size_t(i * S + j)] = j <= i ? 0.0 : -1e30;
-    s = l.emit1("add", {s, l.weight("causal_mask", cast(constant(m, {T, S}), l.float_dtype()))});
-  }
-  std::string o = l.emit1("matmul", {l.emit1("softmax", {s}, {{"axis", std::int64_t(-1)}}), v});
+  // The attention as the op itself (the ONNX exporter writes MatMul/Softmax/Where for it); the
+  // scale explicit, since the consumer may not know the head size.
+  std::string o = l.emit1("scaled_dot_product_attention", {q, k, v},
+                          {{"causal", opt_.use_causal_mask},
+                           {"scale", 1.0 / std::sqrt(double(key_dim_))}});
   const Shape& wos = wo_.value().shape();
   o = l.emit1("reshape", {l.emit1("transpose", {o}, {{"perm", Ints{0, 2, 1, 3}}})},
               {{"shape", Ints{0, 0, wos[0] * wos[1]}}});

@@ -9,6 +9,7 @@
 #include "soma/nn/attention.hpp"
 #include "soma/nn/config.hpp"
 #include "soma/nn/layers.hpp"
+#include "soma/nn/lowering.hpp"
 #include "soma/nn/normalization.hpp"
 #include "soma/ops.hpp"
 
@@ -155,6 +156,30 @@ std::vector<Tensor> TransformerEncoderLayer::call(const std::vector<Tensor>& inp
   return {run(inputs[0], inputs.size() > 1 ? inputs[1] : Tensor())};
 }
 
+std::vector<LoweredValue> TransformerEncoderLayer::lower(Lowering& l,
+                                                         const std::vector<LoweredValue>& in) {
+  if (in.size() != 1) l.unsupported("an attention_mask input");
+  if (!built()) l.fail(describe(*this) + " is not built");
+  auto sub = [&](Module& m, const LoweredValue& v) { return l.lower(m, {v}).at(0); };
+  auto add = [&](const LoweredValue& a, const LoweredValue& b) {
+    return LoweredValue{l.emit1("add", {a.name, b.name}), a.shape};
+  };
+  auto sa = [&](const LoweredValue& h) { return sub(*dropout1_, sub(*self_attn_, h)); };
+  auto ff = [&](const LoweredValue& h) {
+    return sub(*dropout2_, sub(*linear2_, sub(*dropout_, sub(*linear1_, h))));
+  };
+  LoweredValue x = in[0];
+  if (opt_.norm_first) {
+    x = add(x, sa(sub(*norm1_, x)));
+    x = add(x, ff(sub(*norm2_, x)));
+  } else {
+    x = sub(*norm1_, add(x, sa(x)));
+    x = sub(*norm2_, add(x, ff(x)));
+  }
+  x.shape = in[0].shape;
+  return {x};
+}
+
 // ---- TransformerDecoderLayer -----------------------------------------------------------------
 
 TransformerDecoderLayer::TransformerDecoderLayer(std::int64_t d_model, std::int64_t nhead,
@@ -274,6 +299,18 @@ Tensor decode_step(const std::vector<ModuleRef>& layers, const Tensor& tokens, D
   }
   cache.advance(tokens.dim(1));
   return x;
+}
+
+std::vector<LoweredValue> PositionalEmbedding::lower(Lowering& l, const std::vector<LoweredValue>& in) {
+  if (in.size() != 1) l.fail(describe(*this) + " takes one input");
+  if (!built()) l.fail(describe(*this) + " is not built");
+  if (!opt_.add_to_inputs) l.unsupported("add_to_inputs = false (the broadcast embeddings)");
+  const LoweredValue& x = in[0];
+  const std::int64_t T = x.shape.size() == 3 ? x.shape[1] : -1;
+  if (T < 0 || T > length_)
+    l.fail(describe(*this) + ": needs a known sequence length <= " + std::to_string(length_));
+  Tensor rows = soma::slice(embeddings_.value(), {Slice{0, T}, Slice{}});
+  return {{l.emit1("add", {x.name, l.weight("embeddings", rows)}), x.shape}};
 }
 
 // ---- sinusoidal and rotary tables -------------------------------------------------------------

@@ -78,8 +78,9 @@ class MultiHeadAttention : public Module {
   // inputs {query, value [, key [, attention_mask]]} (one input: self-attention); one output.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
   Shape output_shape(const Shape& query_shape) override;
-  // As matmul, softmax and reshapes (ONNX export); inputs {query [, value [, key]]}, the causal
-  // mask as a constant (needs known sequence lengths). An attention_mask input is not lowered.
+  // As projections, the scaled_dot_product_attention op (the ONNX exporter writes it as
+  // MatMul/Softmax/Where, the causal mask made from the scores' shape) and reshapes; inputs
+  // {query [, value [, key]]}. An attention_mask input is not lowered.
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
 
   std::int64_t num_heads() const { return heads_; }

@@ -86,6 +86,9 @@ class TransformerEncoderLayer : public Module, public IncrementalLayer {
   // Self-attention over the cached keys/values plus x's (KVCache in attention.hpp); with
   // `causal`, x's positions see the cache and themselves up to their own position.
   Tensor forward_incremental(const Tensor& x, std::int64_t start, KVCache& cache) override;
+  // ONNX export: its submodules' lowerings and the residual adds; inputs {src} (an
+  // attention_mask input is not lowered).
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   std::int64_t d_model() const { return d_model_; }
   std::int64_t nhead() const { return nhead_; }
@@ -145,6 +148,8 @@ class PositionalEmbedding : public Module, public IncrementalLayer {
   std::string type_name() const override { return "PositionalEmbedding"; }
   // Rows start .. start + T - 1 (generation with a cache); start + T <= sequence_length.
   Tensor forward_incremental(const Tensor& x, std::int64_t start, KVCache& cache) override;
+  // ONNX export with add_to_inputs: x + the first T rows (T known from the input shape).
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   std::int64_t sequence_length() const { return length_; }
   const PositionalEmbeddingOptions& options() const { return opt_; }
