@@ -54,8 +54,10 @@ void adapt_normalization_layers(nn::Sequential& model, const Tensor& x_train,
 // A model from a JSON config: {"layers": [{"type": "Dense", "units": 128, "activation": "relu"},
 // ...]} or Keras' own form ({"class_name": "Sequential", "config": {"layers": [{"class_name":
 // "Dense", "config": {...}}]}}). Throws NotAvailable when built without nlohmann-json.
+// input_dtype: the data's (int64 token ids for text:FILE, f32 for images).
 std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
-                                                  const Shape& input_shape);
+                                                  const Shape& input_shape,
+                                                  DType input_dtype = DType::f32);
 // One entry of its "layers" (JSON text), built through the layer's config fields
 // (serialization::layer_fields); errors start with `where` (e.g. "f.json: layers[2]").
 nn::ModuleRef layer_from_cli_config(const std::string& entry, const std::string& where);

@@ -13,7 +13,9 @@ const char* const kDataHelp =
     "data set: fashion-mnist (default; Debian's dataset-fashion-mnist package, or\n"
     "fashion-mnist:DIR), mnist:DIR (the four MNIST IDX files), idx:DIR (any IDX set: files\n"
     "named *train-images*, *train-labels*, *t10k-images*/*test-images*, *t10k-labels*/\n"
-    "*test-labels*, raw or .gz) or cifar10:DIR (the CIFAR-10 binary version)";
+    "*test-labels*, raw or .gz), cifar10:DIR (the CIFAR-10 binary version) or text:FILE /\n"
+    "textT:FILE (a byte-level language model: windows of T bytes, default 128, int64 x and\n"
+    "next-byte y [N, T]; the last 10% of the file is the test set)";
 
 namespace {
 
@@ -118,11 +120,46 @@ std::vector<std::string> class_names_for(const std::string& dataset, std::int64_
   return names;
 }
 
+// text:FILE / textT:FILE: next-byte windows (data::text_windows) over the first 90% of the
+// file (stride T/4 + 1, as examples/char_transformer) and the last 10% (stride T).
+Dataset load_text(const std::string& spec, const std::string& kind, const std::string& file) {
+  std::int64_t context = 128;
+  if (kind.size() > 4) {
+    const std::string digits = kind.substr(4);
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 6 ||
+        (context = std::stoll(digits)) < 1)
+      throw UsageError("bad value for --data: '" + spec +
+                       "' (expected text:FILE or textT:FILE with a context T >= 1)");
+  }
+  if (file.empty())
+    throw UsageError("bad value for --data: '" + spec + "' (text needs a file: --data text:FILE)");
+  const std::vector<std::int64_t> ids = data::ByteTokenizer().encode(data::read_text_file(file));
+  const std::size_t split = ids.size() * 9 / 10;
+  if (std::int64_t(split) <= context || std::int64_t(ids.size() - split) <= context)
+    throw Error("--data " + spec + ": " + std::to_string(ids.size()) +
+                " bytes are too few for windows of " + std::to_string(context) +
+                " in both the training 90% and the test 10%");
+  auto train = data::text_windows(std::vector<std::int64_t>(ids.begin(), ids.begin() + std::ptrdiff_t(split)),
+                                  {.context = context, .stride = context / 4 + 1});
+  auto test = data::text_windows(std::vector<std::int64_t>(ids.begin() + std::ptrdiff_t(split), ids.end()),
+                                 {.context = context, .stride = context});
+  Dataset out;
+  out.name = "text";
+  out.x_train = train.x;
+  out.y_train = train.y;
+  out.x_test = test.x;
+  out.y_test = test.y;
+  out.num_classes = 256;
+  out.class_names = class_names_for("text", 256);
+  return out;
+}
+
 Dataset load_dataset(const std::string& spec) {
   const auto colon = spec.find(':');
   const std::string kind = spec.substr(0, colon);
   const std::string dir = colon == std::string::npos ? "" : spec.substr(colon + 1);
   data::TrainTestData d;
+  if (kind.rfind("text", 0) == 0) return load_text(spec, kind, dir);
   if (kind == "fashion-mnist") {
     d = data::load_fashion_mnist(dir.empty() ? data::kFashionMnistDir : dir);
   } else if (kind == "mnist" || kind == "idx" || kind == "cifar10") {

@@ -110,7 +110,7 @@ nn::ModuleRef layer_from_cli_config(const std::string& entry, const std::string&
 }
 
 std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
-                                                  const Shape& input_shape) {
+                                                  const Shape& input_shape, DType input_dtype) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open model config " + path);
   // Read at most one byte past the limit, then refuse deep nesting before the parser (and every
@@ -140,7 +140,7 @@ std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
     throw Error(path + ": the \"layers\" array lists " + std::to_string((*root)["layers"].size()) +
                 " layers, more than the limit of " + std::to_string(limits::kMaxLayersFromFile));
   auto m = std::make_shared<nn::Sequential>();
-  m->add(nn::Input(input_shape));
+  m->add(nn::Input(input_shape, {.dtype = input_dtype}));
   limits::FileModelScope scope(path);  // layers are built as they are added: refuse absurd weights
   int i = 0;
   for (const json& entry : (*root)["layers"]) {
@@ -156,7 +156,7 @@ std::shared_ptr<nn::Sequential> model_from_config(const std::string& path,
 
 #else
 
-std::shared_ptr<nn::Sequential> model_from_config(const std::string&, const Shape&) {
+std::shared_ptr<nn::Sequential> model_from_config(const std::string&, const Shape&, DType) {
   throw NotAvailable("--config is not available: this soma was built without nlohmann-json "
                      "(apt-get install nlohmann-json3-dev and rebuild)");
 }

@@ -108,7 +108,7 @@ int cmd_train(int argc, char** argv) {
   Dataset d = load_dataset(data_spec);
   const Shape input_shape(d.x_train.shape().begin() + 1, d.x_train.shape().end());
   std::shared_ptr<nn::Sequential> model =
-      a.has("config") ? model_from_config(a.str("config"), input_shape)
+      a.has("config") ? model_from_config(a.str("config"), input_shape, d.x_train.dtype())
                       : builtin_model(model_name, input_shape, d.num_classes);
   adapt_normalization_layers(*model, d.x_train);
   // The weights move before compile creates the optimiser, so its state is made on the device.

@@ -1,5 +1,6 @@
 #include "soma/data/augment.hpp"
 
+#include <array>
 #include <cmath>
 #include <functional>
 
@@ -150,8 +151,12 @@ Tensor random_translation(const Tensor& images, const TranslationOptions& o) {
 }
 
 namespace {
-Tensor rotate_each(const char* who, const Tensor& images, Layout layout, double fill,
-                   Interpolation interp, const std::function<double(std::int64_t)>& degrees_of) {
+// Samples every output pixel (x, y) of image n from the source position
+// centre + A * ((x, y) - centre), A = a(n) = {a00, a01, a10, a11} (x from the first row); the
+// rotation, zoom and shear are such maps about the image centre ((H-1)/2, (W-1)/2).
+using AffineOf = std::function<std::array<double, 4>(std::int64_t n)>;
+Tensor affine_each(const char* who, const Tensor& images, Layout layout, double fill,
+                   Interpolation interp, const AffineOf& a_of) {
   const Geometry g = geometry(who, images, layout);
   const std::vector<double> in = images.to_vector<double>();
   std::vector<double> out(in.size());
@@ -161,17 +166,15 @@ Tensor rotate_each(const char* who, const Tensor& images, Layout layout, double 
     return in[std::size_t(g.at(n, c, y, x))];
   };
   for (std::int64_t n = 0; n < g.N; ++n) {
-    const double deg = degrees_of(n);
-    // A NaN or infinite angle maps every pixel to NaN coordinates, whose conversion to an index
-    // is undefined behaviour: refuse it.
-    if (!std::isfinite(deg)) fail(who, "the angle must be finite, got ", deg, " degrees");
-    const double th = deg * M_PI / 180.0;
-    const double cs = std::cos(th), sn = std::sin(th);
+    const std::array<double, 4> a = a_of(n);
+    // A NaN or infinite factor maps every pixel to NaN coordinates, whose conversion to an
+    // index is undefined behaviour: refuse it.
+    for (double v : a)
+      if (!std::isfinite(v)) fail(who, "the transform must be finite, got a factor ", v);
     for (std::int64_t y = 0; y < g.H; ++y)
       for (std::int64_t x = 0; x < g.W; ++x) {
-        // Inverse map (y grows downwards): the source of a counterclockwise rotation.
         const double dx = double(x) - cx, dy = double(y) - cy;
-        const double fx = cx + cs * dx - sn * dy, fy = cy + sn * dx + cs * dy;
+        const double fx = cx + a[0] * dx + a[1] * dy, fy = cy + a[2] * dx + a[3] * dy;
         for (std::int64_t c = 0; c < g.C; ++c) {
           double v;
           if (interp == Interpolation::nearest) {
@@ -189,20 +192,73 @@ Tensor rotate_each(const char* who, const Tensor& images, Layout layout, double 
   }
   return finish(out, images);
 }
+
+// Inverse map (y grows downwards): the source of a counterclockwise rotation.
+std::array<double, 4> rotation(const char* who, double deg) {
+  if (!std::isfinite(deg)) fail(who, "the angle must be finite, got ", deg, " degrees");
+  const double th = deg * M_PI / 180.0, cs = std::cos(th), sn = std::sin(th);
+  return {cs, -sn, sn, cs};
+}
+
+void check_factor(const char* who, const char* what, double f, double below) {
+  if (!(f >= 0.0 && f < below))
+    fail(who, what, " must be in [0, ", below, "), got ", f);
+}
 }  // namespace
 
 Tensor rotate(const Tensor& images, double degrees, Interpolation interpolation, Layout layout,
               double fill) {
-  return rotate_each("rotate", images, layout, fill, interpolation,
-                     [&](std::int64_t) { return degrees; });
+  return affine_each("rotate", images, layout, fill, interpolation,
+                     [&](std::int64_t) { return rotation("rotate", degrees); });
 }
 
 Tensor random_rotation(const Tensor& images, const RotationOptions& o) {
   const char* who = "random_rotation";
   if (!(o.max_degrees >= 0.0) || std::isinf(o.max_degrees))
     fail(who, "max_degrees must be finite and >= 0, got ", o.max_degrees);
-  return rotate_each(who, images, o.layout, o.fill, o.interpolation, [&](std::int64_t n) {
-    return (2.0 * uniform(o.seed, n, 0) - 1.0) * o.max_degrees;
+  return affine_each(who, images, o.layout, o.fill, o.interpolation, [&](std::int64_t n) {
+    return rotation(who, (2.0 * uniform(o.seed, n, 0) - 1.0) * o.max_degrees);
+  });
+}
+
+Tensor zoom(const Tensor& images, double zoom_y, double zoom_x, Interpolation interpolation,
+            Layout layout, double fill) {
+  if (!(zoom_y > 0.0) || !(zoom_x > 0.0) || std::isinf(zoom_y) || std::isinf(zoom_x))
+    fail("zoom", "the zoom factors must be finite and > 0, got ", zoom_y, " (height) and ",
+         zoom_x, " (width)");
+  return affine_each("zoom", images, layout, fill, interpolation, [&](std::int64_t) {
+    return std::array<double, 4>{zoom_x, 0.0, 0.0, zoom_y};
+  });
+}
+
+Tensor random_zoom(const Tensor& images, const ZoomOptions& o) {
+  const char* who = "random_zoom";
+  check_factor(who, "height_factor", o.height_factor, 1.0);
+  if (o.width_factor) check_factor(who, "width_factor", *o.width_factor, 1.0);
+  return affine_each(who, images, o.layout, o.fill, o.interpolation, [&](std::int64_t n) {
+    const double zy = 1.0 + (2.0 * uniform(o.seed, n, 0) - 1.0) * o.height_factor;
+    const double zx =
+        o.width_factor ? 1.0 + (2.0 * uniform(o.seed, n, 1) - 1.0) * *o.width_factor : zy;
+    return std::array<double, 4>{zx, 0.0, 0.0, zy};
+  });
+}
+
+Tensor shear(const Tensor& images, double shear_x, double shear_y, Interpolation interpolation,
+             Layout layout, double fill) {
+  return affine_each("shear", images, layout, fill, interpolation, [&](std::int64_t) {
+    return std::array<double, 4>{1.0, shear_x, shear_y, 1.0};
+  });
+}
+
+Tensor random_shear(const Tensor& images, const ShearOptions& o) {
+  const char* who = "random_shear";
+  if (!(o.x_factor >= 0.0) || std::isinf(o.x_factor))
+    fail(who, "x_factor must be finite and >= 0, got ", o.x_factor);
+  if (!(o.y_factor >= 0.0) || std::isinf(o.y_factor))
+    fail(who, "y_factor must be finite and >= 0, got ", o.y_factor);
+  return affine_each(who, images, o.layout, o.fill, o.interpolation, [&](std::int64_t n) {
+    return std::array<double, 4>{1.0, (2.0 * uniform(o.seed, n, 0) - 1.0) * o.x_factor,
+                                 (2.0 * uniform(o.seed, n, 1) - 1.0) * o.y_factor, 1.0};
   });
 }
 

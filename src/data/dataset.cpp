@@ -659,6 +659,137 @@ struct ZipNode final : DatasetNode {
   }
 };
 
+// ---- filter, concatenate, flat_map, interleave ---------------------------------------------
+struct FilterNode final : UnaryNode {
+  std::function<bool(const Element&)> pred;
+  struct It final : IteratorImpl {
+    const FilterNode* node;
+    IterPtr in;
+    std::optional<Item> next() override {
+      while (auto item = in->next()) {
+        // The predicate sees the tensors; a row of a source passes on as a row (batch gathers).
+        Element e = item->row < 0 ? item->elem : Item(*item).materialize();
+        if (node->pred(e)) return item;
+      }
+      return std::nullopt;
+    }
+  };
+  IterPtr iterate() const override {
+    auto it = std::make_unique<It>();
+    it->node = this;
+    it->in = input->iterate();
+    return it;
+  }
+  std::int64_t cardinality() const override {
+    return input->cardinality() == 0 ? 0 : kUnknownCardinality;
+  }
+};
+
+struct ConcatenateNode final : DatasetNode {
+  NodePtr first, second;
+  struct It final : IteratorImpl {
+    const ConcatenateNode* node;
+    IterPtr in;
+    bool on_second = false;
+    std::size_t arity = 0;
+    bool arity_known = false;
+    std::optional<Item> next() override {
+      for (;;) {
+        auto item = in->next();
+        if (item) {
+          const std::size_t n = item->row < 0 ? item->elem.size() : item->source->size();
+          if (!arity_known) {
+            arity = n;
+            arity_known = true;
+          } else if (n != arity) {
+            fail("Dataset.concatenate", "the datasets' elements have ", arity, " and ", n,
+                 " tensors; they must have the same structure");
+          }
+          return item;
+        }
+        if (on_second) return std::nullopt;
+        on_second = true;
+        in = node->second->iterate();
+      }
+    }
+  };
+  IterPtr iterate() const override {
+    auto it = std::make_unique<It>();
+    it->node = this;
+    it->in = first->iterate();
+    return it;
+  }
+  std::int64_t cardinality() const override {
+    const std::int64_t a = first->cardinality(), b = second->cardinality();
+    if (a == kInfiniteCardinality || b == kInfiniteCardinality) return kInfiniteCardinality;
+    if (a < 0 || b < 0) return kUnknownCardinality;
+    return a + b;
+  }
+};
+
+// flat_map is interleave with a cycle of one. The inner datasets' elements are materialised at
+// once: their nodes die with the inner pass.
+struct InterleaveNode final : UnaryNode {
+  std::function<Dataset(Element)> fn;
+  std::int64_t cycle_length = 1, block_length = 1;
+  const char* who = "Dataset.interleave";
+  struct Open {
+    NodePtr node;  // keeps the inner dataset alive while its pass runs
+    IterPtr it;
+  };
+  struct It final : IteratorImpl {
+    const InterleaveNode* node;
+    IterPtr in;
+    std::vector<std::optional<Open>> cycle;
+    std::size_t index = 0;
+    std::int64_t in_block = 0, open = 0;
+    bool input_done = false;
+    void advance() {
+      in_block = 0;
+      index = (index + 1) % cycle.size();
+    }
+    // tf.data's order: at the current slot take an element, or open the next input element's
+    // dataset there if it is empty, or move on when the input has ended.
+    std::optional<Item> next() override {
+      while (!input_done || open > 0) {
+        auto& slot = cycle[index];
+        if (slot) {
+          if (auto item = slot->it->next()) {
+            if (++in_block >= node->block_length) advance();
+            return Item{std::move(*item).materialize()};
+          }
+          slot.reset();
+          --open;
+          advance();
+        } else if (!input_done) {
+          auto e = in->next();
+          if (!e) {
+            input_done = true;
+            continue;
+          }
+          Dataset d = node->fn(std::move(*e).materialize());
+          if (!d.node()) fail(node->who, "the function returned an empty Dataset handle");
+          slot = Open{d.node(), d.node()->iterate()};
+          ++open;
+        } else {
+          advance();
+        }
+      }
+      return std::nullopt;
+    }
+  };
+  IterPtr iterate() const override {
+    auto it = std::make_unique<It>();
+    it->node = this;
+    it->in = input->iterate();
+    it->cycle.resize(std::size_t(cycle_length));
+    return it;
+  }
+  std::int64_t cardinality() const override {
+    return input->cardinality() == 0 ? 0 : kUnknownCardinality;
+  }
+};
+
 // Owns the top node, so a pass stays valid even when every Dataset handle is gone; `in` is
 // destroyed (threads joined) before `node`.
 struct Root final : IteratorImpl {
@@ -802,6 +933,42 @@ Dataset Dataset::shard(std::int64_t num_shards, std::int64_t index) const {
   auto n = unary<ShardNode>(node_);
   n->num_shards = num_shards;
   n->index = index;
+  return Dataset(std::move(n));
+}
+
+Dataset Dataset::filter(std::function<bool(const Element&)> pred) const {
+  if (!pred) fail("Dataset.filter", "the predicate is empty");
+  auto n = unary<FilterNode>(node_);
+  n->pred = std::move(pred);
+  return Dataset(std::move(n));
+}
+
+Dataset Dataset::concatenate(const Dataset& other) const {
+  auto n = std::make_shared<ConcatenateNode>();
+  n->first = node_;
+  n->second = other.node_;
+  return Dataset(std::move(n));
+}
+
+Dataset Dataset::flat_map(std::function<Dataset(Element)> fn) const {
+  if (!fn) fail("Dataset.flat_map", "the function is empty");
+  auto n = unary<InterleaveNode>(node_);
+  n->fn = std::move(fn);
+  n->who = "Dataset.flat_map";
+  return Dataset(std::move(n));
+}
+
+Dataset Dataset::interleave(std::function<Dataset(Element)> fn, std::int64_t cycle_length,
+                            std::int64_t block_length) const {
+  if (!fn) fail("Dataset.interleave", "the function is empty");
+  if (cycle_length <= 0)
+    fail("Dataset.interleave", "cycle_length must be positive, got ", cycle_length);
+  if (block_length <= 0)
+    fail("Dataset.interleave", "block_length must be positive, got ", block_length);
+  auto n = unary<InterleaveNode>(node_);
+  n->fn = std::move(fn);
+  n->cycle_length = cycle_length;
+  n->block_length = block_length;
   return Dataset(std::move(n));
 }
 

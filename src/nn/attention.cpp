@@ -119,10 +119,38 @@ AttentionResult MultiHeadAttention::attend(const Tensor& query_in, const Tensor&
   const DType dt = opt_.dtype;
   const Tensor query = in_dtype(query_in, dt), value = in_dtype(value_in, dt),
                key = in_dtype(key_given, dt);
-  const Tensor q = project(query, wq_, bq_), k = project(key, wk_, bk_),
-               v = project(value, wv_, bv_);
-  const std::int64_t B = query.dim(0), T = query.dim(1), S = value.dim(1);
-  const bool causal = c.use_causal_mask || opt_.use_causal_mask;
+  const Tensor q = project(query, wq_, bq_);
+  Tensor k = project(key, wk_, bk_), v = project(value, wv_, bv_);
+  const std::int64_t past = c.cache ? c.cache->length() : 0;
+  if (c.cache) {
+    if (past > 0) {
+      if (c.cache->key.dim(0) != k.dim(0) || c.cache->key.device() != k.device() ||
+          c.cache->key.dtype() != k.dtype())
+        fail(kType, "layer '", name(), "': the KV cache holds keys ",
+             shape_str(c.cache->key.shape()), " ", c.cache->key.dtype(), " on ",
+             c.cache->key.device().str(), ", the new ones are ", shape_str(k.shape()), " ",
+             k.dtype(), " on ", k.device().str(), " (reset it for a new batch)");
+      k = concat({c.cache->key, k}, 2);
+      v = concat({c.cache->value, v}, 2);
+    }
+    c.cache->key = k;
+    c.cache->value = v;
+  }
+  const std::int64_t B = query.dim(0), T = query.dim(1), S = k.dim(2);
+  bool causal = c.use_causal_mask || opt_.use_causal_mask;
+  // With a cache the causal mask is bottom-right (query i is position past + i): the op's
+  // top-left rule holds for past = 0, a single new query sees every key, else an explicit mask.
+  Tensor cache_mask;
+  if (causal && past > 0) {
+    causal = false;
+    if (T > 1) {
+      std::vector<double> cm(std::size_t(T * S));
+      for (std::int64_t i = 0; i < T; ++i)
+        for (std::int64_t j = 0; j < S; ++j) cm[std::size_t(i * S + j)] = j <= past + i ? 1.0 : 0.0;
+      cache_mask = cast(constant(cm, {T, S}), DType::boolean);
+      if (q.device() != cache_mask.device()) cache_mask = cache_mask.to(q.device());
+    }
+  }
 
   // The mask as bool [B or 1, 1, T or 1, S or 1] for the op.
   Tensor mask;
@@ -134,6 +162,7 @@ AttentionResult MultiHeadAttention::attend(const Tensor& query_in, const Tensor&
     if (m.rank() == 2) m = expand_dims(m, 0);
     mask = expand_dims(m.dtype() == DType::boolean ? m : not_equal(m, zeros_like(m)), 1);
   }
+  if (cache_mask.defined()) mask = mask.defined() ? logical_and(mask, cache_mask) : cache_mask;
 
   const bool weights_wanted = c.return_attention_scores || (training() && opt_.dropout > 0.0);
   AttentionResult r;
@@ -210,20 +239,13 @@ std::vector<LoweredValue> MultiHeadAttention::lower(Lowering& l,
     return l.emit1("transpose", {y}, {{"perm", perm}});
   };
   const std::string q = project(query, "query", wq_, bq_, {0, 2, 1, 3});
-  const std::string kt = project(key, "key", wk_, bk_, {0, 2, 3, 1});
+  const std::string k = project(key, "key", wk_, bk_, {0, 2, 1, 3});
   const std::string v = project(value, "value", wv_, bv_, {0, 2, 1, 3});
-  std::string s = l.emit1("multiply", {l.emit1("matmul", {q, kt}),
-                                       l.scalar(1.0 / std::sqrt(double(key_dim_)))});
-  if (opt_.use_causal_mask) {
-    const std::int64_t T = query.shape.size() > 1 ? query.shape[1] : -1;
-    const std::int64_t S = key.shape.size() > 1 ? key.shape[1] : -1;
-    if (T < 0 || S < 0) l.fail(describe(*this) + ": the causal mask needs known sequence lengths");
-    std::vector<double> m(std::size_t(T * S));
-    for (std::int64_t i = 0; i < T; ++i)
-      for (std::int64_t j = 0; j < S; ++j) m[std::size_t(i * S + j)] = j <= i ? 0.0 : -1e30;
-    s = l.emit1("add", {s, l.weight("causal_mask", cast(constant(m, {T, S}), l.float_dtype()))});
-  }
-  std::string o = l.emit1("matmul", {l.emit1("softmax", {s}, {{"axis", std::int64_t(-1)}}), v});
+  // The attention as the op itself (the ONNX exporter writes MatMul/Softmax/Where for it); the
+  // scale explicit, since the consumer may not know the head size.
+  std::string o = l.emit1("scaled_dot_product_attention", {q, k, v},
+                          {{"causal", opt_.use_causal_mask},
+                           {"scale", 1.0 / std::sqrt(double(key_dim_))}});
   const Shape& wos = wo_.value().shape();
   o = l.emit1("reshape", {l.emit1("transpose", {o}, {{"perm", Ints{0, 2, 1, 3}}})},
               {{"shape", Ints{0, 0, wos[0] * wos[1]}}});

@@ -5,9 +5,11 @@
 
 #include <cmath>
 
+#include "soma/autograd.hpp"
 #include "soma/nn/attention.hpp"
 #include "soma/nn/config.hpp"
 #include "soma/nn/layers.hpp"
+#include "soma/nn/lowering.hpp"
 #include "soma/nn/normalization.hpp"
 #include "soma/ops.hpp"
 
@@ -116,13 +118,13 @@ void TransformerEncoderLayer::build(const Shape& s) {
   finish_build(*this, s, opt_.dim_feedforward);
 }
 
-Tensor TransformerEncoderLayer::run(const Tensor& src, const Tensor& mask) {
+Tensor TransformerEncoderLayer::run(const Tensor& src, const Tensor& mask, KVCache* cache) {
   check_input("TransformerEncoderLayer", name(), "the input", src, d_model_);
   build_for(src.shape());
   auto& attn = static_cast<MultiHeadAttention&>(*self_attn_);
   Tensor x = in_dtype(src, opt_.dtype);
   auto sa = [&](const Tensor& h) {
-    return (*dropout1_)(attn(h, h, {.attention_mask = mask}));
+    return (*dropout1_)(attn(h, h, {.attention_mask = mask, .cache = cache}));
   };
   auto ff = [&](const Tensor& h) {
     return (*dropout2_)((*linear2_)((*dropout_)((*linear1_)(h))));
@@ -139,11 +141,43 @@ Tensor TransformerEncoderLayer::run(const Tensor& src, const Tensor& mask) {
 
 Tensor TransformerEncoderLayer::forward(const Tensor& x) { return run(x, Tensor()); }
 
+Tensor TransformerEncoderLayer::forward_incremental(const Tensor& x, std::int64_t start,
+                                                    KVCache& cache) {
+  if (start != cache.length())
+    fail("TransformerEncoderLayer", "layer '", name(), "': generation at position ", start,
+         " with a KV cache of ", cache.length(), " positions (reset the cache for a new sequence)");
+  return run(x, Tensor(), &cache);
+}
+
 std::vector<Tensor> TransformerEncoderLayer::call(const std::vector<Tensor>& inputs) {
   if (inputs.empty() || inputs.size() > 2)
     fail("TransformerEncoderLayer", "layer '", name(), "' takes {src [, attention_mask]}, got ",
          inputs.size(), " inputs");
   return {run(inputs[0], inputs.size() > 1 ? inputs[1] : Tensor())};
+}
+
+std::vector<LoweredValue> TransformerEncoderLayer::lower(Lowering& l,
+                                                         const std::vector<LoweredValue>& in) {
+  if (in.size() != 1) l.unsupported("an attention_mask input");
+  if (!built()) l.fail(describe(*this) + " is not built");
+  auto sub = [&](Module& m, const LoweredValue& v) { return l.lower(m, {v}).at(0); };
+  auto add = [&](const LoweredValue& a, const LoweredValue& b) {
+    return LoweredValue{l.emit1("add", {a.name, b.name}), a.shape};
+  };
+  auto sa = [&](const LoweredValue& h) { return sub(*dropout1_, sub(*self_attn_, h)); };
+  auto ff = [&](const LoweredValue& h) {
+    return sub(*dropout2_, sub(*linear2_, sub(*dropout_, sub(*linear1_, h))));
+  };
+  LoweredValue x = in[0];
+  if (opt_.norm_first) {
+    x = add(x, sa(sub(*norm1_, x)));
+    x = add(x, ff(sub(*norm2_, x)));
+  } else {
+    x = sub(*norm1_, add(x, sa(x)));
+    x = sub(*norm2_, add(x, ff(x)));
+  }
+  x.shape = in[0].shape;
+  return {x};
 }
 
 // ---- TransformerDecoderLayer -----------------------------------------------------------------
@@ -233,13 +267,50 @@ void PositionalEmbedding::build(const Shape& s) {
 }
 
 Tensor PositionalEmbedding::forward(const Tensor& x) {
+  KVCache none;
+  return forward_incremental(x, 0, none);
+}
+
+Tensor PositionalEmbedding::forward_incremental(const Tensor& x, std::int64_t start, KVCache&) {
+  build_for(x.shape());
   const Shape& ws = embeddings_.value().shape();
-  if (x.rank() != 3 || x.dim(2) != ws[1] || x.dim(1) > length_)
+  if (x.rank() != 3 || x.dim(2) != ws[1] || start < 0 || start + x.dim(1) > length_)
     fail("PositionalEmbedding", "layer '", name(), "' was built for [batch, seq <= ", length_,
-         ", ", ws[1], "], got ", shape_str(x.shape()));
-  Tensor pos = soma::slice(embeddings_.value(), {Slice{0, x.dim(1)}, Slice{}});
+         ", ", ws[1], "], got ", shape_str(x.shape()), " at position ", start);
+  Tensor pos = soma::slice(embeddings_.value(), {Slice{start, start + x.dim(1)}, Slice{}});
   if (opt_.add_to_inputs) return in_dtype(x, opt_.dtype) + pos;
   return broadcast_to(pos, {x.dim(0), x.dim(1), ws[1]});
+}
+
+// ---- generation --------------------------------------------------------------------------------
+
+Tensor decode_step(const std::vector<ModuleRef>& layers, const Tensor& tokens, DecodeCache& cache) {
+  if (!tokens.defined() || tokens.rank() < 2)
+    fail("decode_step", "tokens must be [batch, T, ...], got ",
+         tokens.defined() ? shape_str(tokens.shape()) : std::string("an undefined Tensor"));
+  NoGradScope no_grad;
+  Tensor x = tokens;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    // The one capability query: a layer with generation state (cache, positions) steps with it.
+    if (auto* inc = dynamic_cast<IncrementalLayer*>(layers[i].get()))
+      x = inc->forward_incremental(x, cache.length(), cache.layer(i));
+    else
+      x = (*layers[i])(x);
+  }
+  cache.advance(tokens.dim(1));
+  return x;
+}
+
+std::vector<LoweredValue> PositionalEmbedding::lower(Lowering& l, const std::vector<LoweredValue>& in) {
+  if (in.size() != 1) l.fail(describe(*this) + " takes one input");
+  if (!built()) l.fail(describe(*this) + " is not built");
+  if (!opt_.add_to_inputs) l.unsupported("add_to_inputs = false (the broadcast embeddings)");
+  const LoweredValue& x = in[0];
+  const std::int64_t T = x.shape.size() == 3 ? x.shape[1] : -1;
+  if (T < 0 || T > length_)
+    l.fail(describe(*this) + ": needs a known sequence length <= " + std::to_string(length_));
+  Tensor rows = soma::slice(embeddings_.value(), {Slice{0, T}, Slice{}});
+  return {{l.emit1("add", {x.name, l.weight("embeddings", rows)}), x.shape}};
 }
 
 // ---- sinusoidal and rotary tables -------------------------------------------------------------
@@ -281,6 +352,14 @@ SinePositionEncoding::SinePositionEncoding(double max_wavelength, bool add_to_in
 void SinePositionEncoding::visit_config(ConfigVisitor& v) {
   v.field("max_wavelength", max_wavelength_);
   v.field("add_to_inputs", add_);
+}
+
+Tensor SinePositionEncoding::forward_incremental(const Tensor& x, std::int64_t start, KVCache&) {
+  if (x.rank() != 3 || !is_floating(x.dtype()))
+    fail("SinePositionEncoding", "layer '", name(), "': the input must be floating [batch, seq, "
+         "features], got ", shape_str(x.shape()), " ", x.dtype());
+  Tensor t = sine_position_encoding(x.dim(1), x.dim(2), max_wavelength_, x.dtype(), x.device(), start);
+  return add_ ? x + t : broadcast_to(t, x.shape());
 }
 
 Tensor SinePositionEncoding::forward(const Tensor& x) {

@@ -288,6 +288,46 @@ Names recurrent(Exporter& e, const Names& in, const Attrs& a, int num_outputs, c
   return outs;
 }
 
+// scaled_dot_product_attention (q [B, H, T, d], k [B, H, S, d], v [B, H, S, dv] [, mask]) as
+// softmax(where(allowed, q k^T * scale, -1e30)) v: Transpose, MatMul, Mul, Where, Softmax,
+// MatMul. The causal mask (query i sees keys j <= i) is made from the scores' shape: Shape,
+// Slice, Expand of a 1, Trilu (opset 14), Cast to bool; a boolean mask input (true: attend) is
+// combined with it by And. Only the output is written (not the op's lse).
+Names attention(Exporter& e, const Names& in, const Attrs& a, int num_outputs) {
+  if (in.size() < 3 || in.size() > 4 || num_outputs != 1)
+    soma::fail(kWho, e.where(), ": scaled_dot_product_attention takes q, k, v [, mask] and ",
+               "gives one output here, got ", in.size(), " inputs and ", num_outputs, " outputs");
+  const double scale = a.has("scale") ? a.f("scale") : 0.0;
+  if (!(scale > 0.0))
+    soma::fail(kWho, e.where(), ": scaled_dot_product_attention needs an explicit scale to be "
+               "written (the head size is not known here)");
+  ::onnx::NodeProto* n = nullptr;
+  const std::string kt = e.op("Transpose", {in[1]}, &n);
+  attr(*n, "perm", Ints{0, 1, 3, 2});
+  const std::string s = e.op("Mul", {e.op("MatMul", {in[0], kt}), e.scalar(scale)});
+  std::string allowed = in.size() > 3 && !in[3].empty() ? in[3] : "";
+  if (a.has("causal") && a.b("causal")) {
+    if (e.opset() < 14)
+      soma::fail(kWho, e.where(), ": a causal scaled_dot_product_attention needs opset 14 or "
+                 "later (Trilu), got ", e.opset());
+    const std::string ts = e.op("Slice", {e.op("Shape", {s}), e.ints("attn_starts", {2}),
+                                          e.ints("attn_ends", {4})});
+    ::onnx::NodeProto* tri = nullptr;
+    const std::string lower = e.op("Trilu", {e.op("Expand", {e.scalar(1.0), ts})}, &tri);
+    attr(*tri, "upper", std::int64_t(0));
+    ::onnx::NodeProto* c = nullptr;
+    const std::string causal = e.op("Cast", {lower}, &c);
+    attr(*c, "to", std::int64_t(TP::BOOL));
+    allowed = allowed.empty() ? causal : e.op("And", {allowed, causal});
+  }
+  std::string logits = s;
+  if (!allowed.empty()) logits = e.op("Where", {allowed, s, e.scalar(-1e30)});
+  ::onnx::NodeProto* sm = nullptr;
+  const std::string p = e.op("Softmax", {logits}, &sm);
+  attr(*sm, "axis", std::int64_t(-1));
+  return {e.op("MatMul", {p, in[2]})};
+}
+
 const std::vector<OpWriter>& op_writers() {
   using A = const Attrs&;
   static const std::vector<OpWriter> table = {
@@ -364,6 +404,8 @@ const std::vector<OpWriter>& op_writers() {
          attr(*n, "epsilon", a.f("epsilon"));
          return {y};
        }},
+      {"scaled_dot_product_attention", 13,
+       [](Exporter& e, const Names& in, A a, int k) { return attention(e, in, a, k); }},
       {"add_n", 11, [](Exporter& e, const Names& in, A, int) { return one(e, "Sum", in); }},
       {"mean_n", 11, [](Exporter& e, const Names& in, A, int) { return one(e, "Mean", in); }},
       {"lstm", 11,

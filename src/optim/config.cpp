@@ -10,23 +10,27 @@ namespace soma::optim {
 
 // ---- optimisers ------------------------------------------------------------------------------
 void Optimizer::visit_common_config(nn::ConfigVisitor& v, double& weight_decay, std::optional<double>& clipnorm,
-                                    std::optional<double>& clipvalue, std::optional<double>& global_clipnorm) {
+                                    std::optional<double>& clipvalue, std::optional<double>& global_clipnorm,
+                                    std::optional<std::int64_t>& gradient_accumulation_steps) {
   // A schedule is written as its config (it follows the saved "iterations"), else the constant.
   v.field("learning_rate", options_.learning_rate);
   v.field("weight_decay", weight_decay);
   v.field("clipnorm", clipnorm);
   v.field("clipvalue", clipvalue);
   v.field("global_clipnorm", global_clipnorm);
+  v.field("gradient_accumulation_steps", gradient_accumulation_steps);
 }
 
 void SGD::visit_config(nn::ConfigVisitor& v) {
-  visit_common_config(v, o_.weight_decay, o_.clipnorm, o_.clipvalue, o_.global_clipnorm);
+  visit_common_config(v, o_.weight_decay, o_.clipnorm, o_.clipvalue, o_.global_clipnorm,
+                      o_.gradient_accumulation_steps);
   v.field("momentum", o_.momentum);
   v.field("nesterov", o_.nesterov);
 }
 
 void Adam::visit_config(nn::ConfigVisitor& v) {
-  visit_common_config(v, o_.weight_decay, o_.clipnorm, o_.clipvalue, o_.global_clipnorm);
+  visit_common_config(v, o_.weight_decay, o_.clipnorm, o_.clipvalue, o_.global_clipnorm,
+                      o_.gradient_accumulation_steps);
   v.field("beta_1", o_.beta_1);
   v.field("beta_2", o_.beta_2);
   v.field("epsilon", o_.epsilon);
@@ -34,7 +38,8 @@ void Adam::visit_config(nn::ConfigVisitor& v) {
 }
 
 void AdamW::visit_config(nn::ConfigVisitor& v) {
-  visit_common_config(v, ow_.weight_decay, ow_.clipnorm, ow_.clipvalue, ow_.global_clipnorm);
+  visit_common_config(v, ow_.weight_decay, ow_.clipnorm, ow_.clipvalue, ow_.global_clipnorm,
+                      ow_.gradient_accumulation_steps);
   v.field("beta_1", ow_.beta_1);
   v.field("beta_2", ow_.beta_2);
   v.field("epsilon", ow_.epsilon);
@@ -42,14 +47,16 @@ void AdamW::visit_config(nn::ConfigVisitor& v) {
 }
 
 void Nadam::visit_config(nn::ConfigVisitor& v) {
-  visit_common_config(v, o_.weight_decay, o_.clipnorm, o_.clipvalue, o_.global_clipnorm);
+  visit_common_config(v, o_.weight_decay, o_.clipnorm, o_.clipvalue, o_.global_clipnorm,
+                      o_.gradient_accumulation_steps);
   v.field("beta_1", o_.beta_1);
   v.field("beta_2", o_.beta_2);
   v.field("epsilon", o_.epsilon);
 }
 
 void RMSprop::visit_config(nn::ConfigVisitor& v) {
-  visit_common_config(v, o_.weight_decay, o_.clipnorm, o_.clipvalue, o_.global_clipnorm);
+  visit_common_config(v, o_.weight_decay, o_.clipnorm, o_.clipvalue, o_.global_clipnorm,
+                      o_.gradient_accumulation_steps);
   v.field("rho", o_.rho);
   v.field("momentum", o_.momentum);
   v.field("epsilon", o_.epsilon);
@@ -57,7 +64,8 @@ void RMSprop::visit_config(nn::ConfigVisitor& v) {
 }
 
 void Adagrad::visit_config(nn::ConfigVisitor& v) {
-  visit_common_config(v, o_.weight_decay, o_.clipnorm, o_.clipvalue, o_.global_clipnorm);
+  visit_common_config(v, o_.weight_decay, o_.clipnorm, o_.clipvalue, o_.global_clipnorm,
+                      o_.gradient_accumulation_steps);
   v.field("initial_accumulator_value", o_.initial_accumulator_value);
   v.field("epsilon", o_.epsilon);
 }

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <regex>
 
 #include "internal/copy.hpp"
 #include "internal/optim_updates.hpp"
@@ -57,6 +58,8 @@ Optimizer::Optimizer(const Optimizer& other)
       iterations_(other.iterations_),
       params_(other.params_),
       step_lr_(other.step_lr_),
+      accumulated_(other.accumulated_),
+      decay_filter_(other.decay_filter_),
       slots_(other.slots_) {
   NoGradScope no_grad;
   for (auto& [key, entry] : slots_)
@@ -69,6 +72,8 @@ Optimizer& Optimizer::operator=(const Optimizer& other) {
     iterations_ = other.iterations_;
     params_ = other.params_;
     step_lr_ = other.step_lr_;
+    accumulated_ = other.accumulated_;
+    decay_filter_ = other.decay_filter_;
     slots_ = other.slots_;
     NoGradScope no_grad;
     for (auto& [key, entry] : slots_)
@@ -198,6 +203,27 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
          " variables: the loss does not depend on them (was it computed inside the tape?)");
 
   NoGradScope no_grad;
+  const std::int64_t k = gradient_accumulation_steps();
+  if (k > 1) {
+    // Sum into the accumulators; the k-th call updates with the mean and zeroes them.
+    for (std::size_t j = 0; j < gs.size(); ++j) {
+      Variable var = vars[index[j]];
+      Tensor& acc = slot(slots_for(var), "gradient_accumulator", var);
+      write(acc, acc + cast(gs[j], var.dtype()));
+    }
+    if (++accumulated_ < k) return;
+    accumulated_ = 0;
+    gs.clear();
+    index.clear();
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      auto& sl = slots_for(vars[i]);
+      auto a = sl.find("gradient_accumulator");
+      if (a == sl.end()) continue;
+      gs.push_back(a->second * (1.0 / double(k)));
+      write(a->second, zeros_like(a->second));
+      index.push_back(i);
+    }
+  }
   // Clipping (Keras: clipnorm or global_clipnorm, then clipvalue).
   const bool on_host = vars[index[0]].value().device().is_cpu();
   if (!on_host && (options_.clipnorm || options_.global_clipnorm)) {
@@ -235,8 +261,10 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
   for (std::size_t k = 0; k < gs.size(); ++k) {
     Variable var = vars[index[k]];
     Tensor g = contiguous(cast(gs[k], var.dtype()));
+    decay_now_ = decays(var);
     update(var, g, slots_for(var));
   }
+  decay_now_ = true;
   ++iterations_;
 }
 
@@ -245,6 +273,8 @@ std::map<std::string, Tensor> Optimizer::state_dict(const std::vector<Variable>&
   std::map<std::string, Tensor> out;
   out["iterations"] = scalar(double(iterations_), DType::i64);
   out["learning_rate"] = scalar(learning_rate(), DType::f64);
+  if (gradient_accumulation_steps() > 1)
+    out["accumulated_steps"] = scalar(double(accumulated_), DType::i64);
   save_extra_state(out);
   for (std::size_t i = 0; i < vars.size(); ++i) {
     if (!vars[i].defined()) continue;
@@ -268,7 +298,9 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state,
   // Check everything before changing anything.
   std::vector<Slots> per(vars.size());
   for (const auto& [key, t] : state) {
-    if (key == "iterations" || key == "learning_rate" || is_extra_state_key(key)) continue;
+    if (key == "iterations" || key == "learning_rate" || key == "accumulated_steps" ||
+        is_extra_state_key(key))
+      continue;
     const auto slash = key.find('/');
     std::size_t idx = 0, used = 0;
     bool ok = slash != std::string::npos && slash > 0 && slash + 1 < key.size();
@@ -303,14 +335,45 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state,
   load_extra_state(state);
 
   iterations_ = iterations;
+  auto acc = state.find("accumulated_steps");
+  accumulated_ = acc == state.end() ? 0 : acc->second.item<std::int64_t>();
   if (load_lr) options_.learning_rate = LearningRate(lr->second.item<double>());
 
   for (std::size_t i = 0; i < vars.size(); ++i) slots_for(vars[i]) = std::move(per[i]);
 }
 
+void Optimizer::exclude_from_weight_decay(const std::vector<Variable>& var_list,
+                                          const std::vector<std::string>& var_names) {
+  std::vector<std::weak_ptr<TensorImpl>> ids;
+  for (const auto& v : var_list) {
+    if (!v.defined()) fail(name() + ".exclude_from_weight_decay", "a variable in var_list is undefined");
+    ids.push_back(v.value().impl_ptr());
+  }
+  std::vector<std::regex> patterns;
+  for (const auto& n : var_names) {
+    try {
+      patterns.emplace_back(n);
+    } catch (const std::regex_error& e) {
+      fail(name() + ".exclude_from_weight_decay", "var_names entry '", n,
+           "' is not a regular expression: ", e.what());
+    }
+  }
+  VariableFilter before = std::move(decay_filter_);
+  decay_filter_ = [before = std::move(before), ids = std::move(ids),
+                   patterns = std::move(patterns)](const Variable& v) {
+    if (before && !before(v)) return false;
+    for (const auto& id : ids)
+      if (id.lock() == v.value().impl_ptr()) return false;
+    for (const auto& p : patterns)
+      if (std::regex_search(v.name(), p)) return false;
+    return true;
+  };
+}
+
 void Optimizer::reset_state() {
   slots_.clear();
   iterations_ = 0;
+  accumulated_ = 0;
   reset_extra_state();
 }
 

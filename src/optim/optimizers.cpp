@@ -40,6 +40,9 @@ CommonOptions common_of(const std::string& who, const O& o) {
   c.clipnorm = o.clipnorm;
   c.clipvalue = o.clipvalue;
   c.global_clipnorm = o.global_clipnorm;
+  if (o.gradient_accumulation_steps && *o.gradient_accumulation_steps < 1)
+    fail(who, "gradient_accumulation_steps must be >= 1, got ", *o.gradient_accumulation_steps);
+  c.gradient_accumulation_steps = o.gradient_accumulation_steps;
   return c;
 }
 
@@ -114,7 +117,8 @@ AdamW::AdamW(AdamWOptions o)
                        .weight_decay = o.weight_decay,
                        .clipnorm = o.clipnorm,
                        .clipvalue = o.clipvalue,
-                       .global_clipnorm = o.global_clipnorm},
+                       .global_clipnorm = o.global_clipnorm,
+                       .gradient_accumulation_steps = o.gradient_accumulation_steps},
            "AdamW"),
       ow_(std::move(o)) {}
 

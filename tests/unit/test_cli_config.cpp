@@ -2,7 +2,10 @@
 // through the layer's own config fields (serialization::layer_fields): each layer type with a
 // config is tested here from the registry, so a new layer is covered with no test of its own.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "../../apps/soma/models.cpp"  // the CLI is an executable: its config reader, compiled in
@@ -148,3 +151,43 @@ TEST(CliConfig, KerasThreeEntriesAndChannelsLast) {
 }
 
 }  // namespace
+
+// `soma train --config` builds examples/char_transformer's GPT (issue 26): int64 token inputs,
+// Embedding, PositionalEmbedding, causal TransformerEncoderLayers, LayerNormalization, Dense.
+TEST(CliConfig, BuildsTheCharTransformerGpt) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("soma_cli_gpt_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  json layers = json::array({{{"type", "Embedding"}, {"input_dim", 256}, {"output_dim", 32}},
+                             {{"type", "PositionalEmbedding"}, {"sequence_length", 16},
+                              {"add_to_inputs", true}}});
+  for (int i = 0; i < 2; ++i)
+    layers.push_back({{"type", "TransformerEncoderLayer"}, {"d_model", 32}, {"nhead", 4},
+                      {"dim_feedforward", 64}, {"dropout", 0.1}, {"activation", "gelu"},
+                      {"norm_first", true}, {"causal", true}});
+  layers.push_back({{"type", "LayerNormalization"}});
+  layers.push_back({{"type", "Dense"}, {"units", 256}});
+  const fs::path path = dir / "gpt.json";
+  std::ofstream(path) << json{{"layers", layers}}.dump();
+  auto m = soma::cli::model_from_config(path.string(), {16}, soma::DType::i64);
+  EXPECT_EQ(m->layers().size(), 6u);
+  soma::Tensor x = soma::cast(soma::floor(soma::random_uniform({2, 16}, 0.0, 255.0)), soma::DType::i64);
+  EXPECT_EQ(m->predict(x, {.verbose = 0}).shape(), (soma::Shape{2, 16, 256}));
+  // The causal mask reached the layers: a later token does not change earlier outputs.
+  m->eval();
+  soma::Tensor y1 = (*m)(x);
+  std::vector<std::int64_t> v = x.to_vector<std::int64_t>();
+  v[15] = (v[15] + 1) % 256;
+  soma::Tensor y2 = (*m)(soma::constant(v, {2, 16}));
+  const soma::Tensor d = soma::slice(y1, {soma::Slice{0, 1}, soma::Slice{0, 15}}) -
+                        soma::slice(y2, {soma::Slice{0, 1}, soma::Slice{0, 15}});
+  EXPECT_LT(soma::max(soma::abs(d)).item<double>(), 1e-6);
+  // The shipped config (examples/char_transformer/gpt.json) too, when the source tree is here.
+  const fs::path shipped = fs::path(__FILE__).parent_path() / "../../examples/char_transformer/gpt.json";
+  if (fs::exists(shipped)) {
+    auto g = soma::cli::model_from_config(shipped.string(), {128}, soma::DType::i64);
+    EXPECT_EQ(g->layers().size(), 8u);
+    EXPECT_GT(g->count_params(), 800000);
+  }
+  fs::remove_all(dir);
+}

@@ -16,6 +16,7 @@
 //     return e;
 //   }, 4);
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "soma/tensor.hpp"
@@ -67,6 +68,38 @@ Tensor random_rotation(const Tensor& images, const RotationOptions& options = {}
 Tensor rotate(const Tensor& images, double degrees,
               Interpolation interpolation = Interpolation::bilinear, Layout layout = Layout::hwc,
               double fill = 0.0);
+
+// Keras' RandomZoom: each axis scaled about the centre by 1 + f, f drawn uniformly from
+// [-factor, factor] (f > 0 zooms out: the image shrinks and `fill` shows at the borders; f < 0
+// zooms in). Without width_factor both axes take the same f (the aspect ratio is kept).
+struct ZoomOptions {
+  double height_factor = 0.1;  // in [0, 1)
+  std::optional<double> width_factor;
+  Interpolation interpolation = Interpolation::bilinear;
+  std::uint64_t seed = 0;
+  Layout layout = Layout::hwc;
+  double fill = 0.0;
+};
+Tensor random_zoom(const Tensor& images, const ZoomOptions& options = {});
+// Every image: out(y, x) = in(cy + zoom_y * (y - cy), cx + zoom_x * (x - cx)) (> 1 zooms out).
+Tensor zoom(const Tensor& images, double zoom_y, double zoom_x,
+            Interpolation interpolation = Interpolation::bilinear, Layout layout = Layout::hwc,
+            double fill = 0.0);
+
+// Keras' RandomShear: shear factors drawn uniformly from [-x_factor, x_factor] and
+// [-y_factor, y_factor] (tangents of the shear angles).
+struct ShearOptions {
+  double x_factor = 0.1, y_factor = 0.0;
+  Interpolation interpolation = Interpolation::bilinear;
+  std::uint64_t seed = 0;
+  Layout layout = Layout::hwc;
+  double fill = 0.0;
+};
+Tensor random_shear(const Tensor& images, const ShearOptions& options = {});
+// Every image, about its centre: out(y, x) = in(y + shear_y * (x - cx), x + shear_x * (y - cy)).
+Tensor shear(const Tensor& images, double shear_x, double shear_y,
+             Interpolation interpolation = Interpolation::bilinear, Layout layout = Layout::hwc,
+             double fill = 0.0);
 
 // (x - mean[c]) / std[c] per channel; one value each applies to every channel. The result is
 // f64 for f64 input and f32 otherwise.

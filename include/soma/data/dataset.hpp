@@ -105,6 +105,20 @@ class Dataset {
   // Every num_shards-th element, starting with element `index`.
   Dataset shard(std::int64_t num_shards, std::int64_t index) const;
   Dataset zip(const Dataset& other) const { return zip({*this, other}); }
+  // tf.data's filter: the elements for which pred is true (cardinality unknown).
+  Dataset filter(std::function<bool(const Element&)> pred) const;
+  // tf.data's flat_map: fn(element) gives a Dataset per input element; their elements one after
+  // another, in order.
+  Dataset flat_map(std::function<Dataset(Element)> fn) const;
+  // This dataset's elements, then other's; both must have the same number of tensors per
+  // element.
+  Dataset concatenate(const Dataset& other) const;
+  // tf.data's interleave: fn(element) gives a Dataset per input element; cycle_length of them
+  // are open at a time and block_length consecutive elements are taken from each in turn; when
+  // one ends, the next input element's dataset takes its place in the cycle. cycle_length 1 is
+  // flat_map. Runs on the iterating thread (no parallel calls).
+  Dataset interleave(std::function<Dataset(Element)> fn, std::int64_t cycle_length,
+                     std::int64_t block_length = 1) const;
 
   // Number of elements of a pass, or kUnknownCardinality / kInfiniteCardinality.
   std::int64_t cardinality() const;

@@ -39,12 +39,25 @@ struct MultiHeadAttentionOptions {
   DType dtype = DType::f32;  // of the weights; inputs are cast to it
 };
 
+// The projected keys and values of the positions seen so far, so that generating one token
+// costs O(n) (project its k/v, append them, attend over the cache) rather than re-running the
+// whole context. One per self-attention layer; empty at the start of a sequence.
+struct KVCache {
+  Tensor key, value;  // [B, H, n, key_dim] and [B, H, n, value_dim]
+  std::int64_t length() const { return key.defined() ? key.dim(2) : 0; }
+  void reset() { key = value = Tensor(); }
+};
+
 // Keras' call arguments after query and value.
 struct AttentionCallOptions {
   Tensor key;             // undefined: key = value
   Tensor attention_mask;  // undefined: none; else broadcastable to [B, T, S], bool or numeric
   bool use_causal_mask = false;
   bool return_attention_scores = false;  // attend() only
+  // Self-attention during generation: the new positions' keys and values are appended to the
+  // cache and the query attends over all of it. With the causal mask, query i (of T new ones)
+  // sees cache positions j <= cache.length() + i (the mask is aligned bottom-right).
+  KVCache* cache = nullptr;
 };
 
 struct AttentionResult {
@@ -65,8 +78,9 @@ class MultiHeadAttention : public Module {
   // inputs {query, value [, key [, attention_mask]]} (one input: self-attention); one output.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
   Shape output_shape(const Shape& query_shape) override;
-  // As matmul, softmax and reshapes (ONNX export); inputs {query [, value [, key]]}, the causal
-  // mask as a constant (needs known sequence lengths). An attention_mask input is not lowered.
+  // As projections, the scaled_dot_product_attention op (the ONNX exporter writes it as
+  // MatMul/Softmax/Where, the causal mask made from the scores' shape) and reshapes; inputs
+  // {query [, value [, key]]}. An attention_mask input is not lowered.
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
 
   std::int64_t num_heads() const { return heads_; }

@@ -21,9 +21,46 @@
 #include <string>
 #include <vector>
 
+#include "soma/nn/attention.hpp"
 #include "soma/nn/module.hpp"
 
 namespace soma::nn {
+
+// A layer that generation can step through with state (a KV cache, a position offset): x holds
+// the positions start .. start + T - 1 of the sequence and `cache` is this layer's, kept by the
+// caller between calls (decode_step below does that for a stack of layers).
+class IncrementalLayer {
+ public:
+  virtual ~IncrementalLayer() = default;
+  virtual Tensor forward_incremental(const Tensor& x, std::int64_t start, KVCache& cache) = 0;
+};
+
+// One generation step through a stack of layers (a Sequential's layers()): layers that are
+// IncrementalLayers get their cache and the position offset, the others (Embedding, Dense,
+// norms: position-wise) are called as usual. tokens [B, T] (or the first layer's input) are
+// the next T positions; returns the last layer's output for them. No tape is recorded; put the
+// model in eval mode (model.eval()) first so that dropout is off.
+//   nn::DecodeCache cache;
+//   Tensor logits = nn::decode_step(model.layers(), prompt, cache);      // prefill
+//   ... logits = nn::decode_step(model.layers(), next_token /*[B, 1]*/, cache);   // O(n) each
+class DecodeCache {
+ public:
+  std::int64_t length() const { return length_; }  // positions seen so far
+  void reset() {
+    layers_.clear();
+    length_ = 0;
+  }
+  KVCache& layer(std::size_t i) {
+    if (layers_.size() <= i) layers_.resize(i + 1);
+    return layers_[i];
+  }
+  void advance(std::int64_t n) { length_ += n; }
+
+ private:
+  std::vector<KVCache> layers_;
+  std::int64_t length_ = 0;
+};
+Tensor decode_step(const std::vector<ModuleRef>& layers, const Tensor& tokens, DecodeCache& cache);
 
 struct TransformerLayerOptions {
   std::int64_t dim_feedforward = 2048;
@@ -39,13 +76,19 @@ struct TransformerLayerOptions {
   DType dtype = DType::f32;  // of the weights; inputs are cast to it
 };
 
-class TransformerEncoderLayer : public Module {
+class TransformerEncoderLayer : public Module, public IncrementalLayer {
  public:
   TransformerEncoderLayer(std::int64_t d_model, std::int64_t nhead,
                           TransformerLayerOptions options = {});
   std::string type_name() const override { return "TransformerEncoderLayer"; }
   // inputs {src [, attention_mask]}: the mask broadcastable to [B, T, T], true where allowed.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
+  // Self-attention over the cached keys/values plus x's (KVCache in attention.hpp); with
+  // `causal`, x's positions see the cache and themselves up to their own position.
+  Tensor forward_incremental(const Tensor& x, std::int64_t start, KVCache& cache) override;
+  // ONNX export: its submodules' lowerings and the residual adds; inputs {src} (an
+  // attention_mask input is not lowered).
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   std::int64_t d_model() const { return d_model_; }
   std::int64_t nhead() const { return nhead_; }
@@ -57,7 +100,7 @@ class TransformerEncoderLayer : public Module {
   Tensor forward(const Tensor& x) override;
 
  private:
-  Tensor run(const Tensor& x, const Tensor& mask);
+  Tensor run(const Tensor& x, const Tensor& mask, KVCache* cache = nullptr);
   std::int64_t d_model_, nhead_;
   TransformerLayerOptions opt_;
   ModuleRef self_attn_, linear1_, linear2_, norm1_, norm2_, dropout_, dropout1_, dropout2_;
@@ -99,10 +142,14 @@ struct PositionalEmbeddingOptions {
 // keras_nlp.layers.PositionEmbedding: a learned table `embeddings` [sequence_length, D]; on
 // inputs [B, T, D] (T <= sequence_length) gives embeddings[:T] broadcast to [B, T, D] (or, with
 // add_to_inputs, the inputs plus that, usable in a Sequential after an Embedding).
-class PositionalEmbedding : public Module {
+class PositionalEmbedding : public Module, public IncrementalLayer {
  public:
   explicit PositionalEmbedding(std::int64_t sequence_length, PositionalEmbeddingOptions options = {});
   std::string type_name() const override { return "PositionalEmbedding"; }
+  // Rows start .. start + T - 1 (generation with a cache); start + T <= sequence_length.
+  Tensor forward_incremental(const Tensor& x, std::int64_t start, KVCache& cache) override;
+  // ONNX export with add_to_inputs: x + the first T rows (T known from the input shape).
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   std::int64_t sequence_length() const { return length_; }
   const PositionalEmbeddingOptions& options() const { return opt_; }
@@ -128,10 +175,12 @@ Tensor sine_position_encoding(std::int64_t seq, std::int64_t dim, double max_wav
 // keras_nlp.layers.SinePositionEncoding: no weights; inputs [B, T, D] -> the encoding broadcast
 // to [B, T, D] (or the inputs plus it, with add_to_inputs). The table is made once per length,
 // dtype and device and kept (no host constant per step).
-class SinePositionEncoding : public Module {
+class SinePositionEncoding : public Module, public IncrementalLayer {
  public:
   explicit SinePositionEncoding(double max_wavelength = 10000.0, bool add_to_inputs = false);
   std::string type_name() const override { return "SinePositionEncoding"; }
+  // Positions start .. start + T - 1 (generation with a cache).
+  Tensor forward_incremental(const Tensor& x, std::int64_t start, KVCache& cache) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   double max_wavelength() const { return max_wavelength_; }
   bool add_to_inputs() const { return add_; }

@@ -5,14 +5,22 @@
 //
 // One apply_gradients call, as in Keras 3:
 //   1. variables whose gradient is an undefined Tensor are skipped (not connected to the loss);
+//   1b. with gradient_accumulation_steps = k (Keras 3's optimiser argument), the gradients are
+//      added to a per-variable accumulator and nothing else happens until the k-th call, which
+//      goes on with their mean (sum / k) and zeroes the accumulators: k micro-batches of a
+//      mean-reduced loss make one update, as one batch k times larger would. Unlike Keras 3,
+//      iterations() counts updates, not calls, so schedules and Adam's bias correction see the
+//      same steps as the large batch;
 //   2. gradients are clipped: clipnorm (each gradient to that L2 norm) or global_clipnorm (all
 //      together), then clipvalue (each element to [-v, v]);
 //   3. lr = schedule(iterations()) or the constant rate;
-//   4. decoupled weight decay: var -= lr * weight_decay * var;
+//   4. decoupled weight decay: var -= lr * weight_decay * var, for the variables the weight
+//      decay filter keeps (all by default, as Keras; exclude_from_weight_decay);
 //   5. the optimiser's update rule, in place (no reallocation of variables or slots);
 //   6. iterations() += 1.
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -64,6 +72,9 @@ struct CommonOptions {
   std::optional<double> clipnorm;         // clip each gradient to this L2 norm
   std::optional<double> clipvalue;        // clip each gradient element to [-v, v]
   std::optional<double> global_clipnorm;  // clip all gradients jointly to this global norm
+  // Keras 3's gradient_accumulation_steps (unset or 1: off): one update every k calls, with the
+  // mean of the k gradients (see apply_gradients above).
+  std::optional<std::int64_t> gradient_accumulation_steps;
 };
 
 class Optimizer {
@@ -96,6 +107,23 @@ class Optimizer {
   virtual bool has_schedule() const { return options_.learning_rate.is_schedule(); }
   virtual std::int64_t iterations() const { return iterations_; }
   const CommonOptions& common_options() const { return options_; }
+  std::int64_t gradient_accumulation_steps() const {
+    return options_.gradient_accumulation_steps.value_or(1);
+  }
+  // Calls since the last update (0 .. k-1) while accumulating gradients.
+  std::int64_t accumulated_steps() const { return accumulated_; }
+
+  // Keras' exclude_from_weight_decay: no weight decay for the variables in var_list, nor for
+  // those whose name (the layer's name / the weight's, e.g. "layer_normalization/gamma",
+  // "dense_1/bias") matches one of the regular expressions in var_names (std::regex_search, as
+  // Keras' re.search). Calls add up. Nothing is excluded unless asked:
+  //   opt.exclude_from_weight_decay({}, {"bias", "gamma", "beta", "scale"});
+  void exclude_from_weight_decay(const std::vector<Variable>& var_list = {},
+                                 const std::vector<std::string>& var_names = {});
+  // Or a predicate: weight decay applies where it returns true (replaces the exclusions).
+  using VariableFilter = std::function<bool(const Variable&)>;
+  void set_weight_decay_filter(VariableFilter decays) { decay_filter_ = std::move(decays); }
+  bool decays(const Variable& v) const { return !decay_filter_ || decay_filter_(v); }
   // Lists the optimiser's config fields, once (soma/nn/config.hpp): optimizer_config() and model
   // files read this list. None by default.
   virtual void visit_config(nn::ConfigVisitor& v) { (void)v; }
@@ -156,10 +184,12 @@ class Optimizer {
   // The fields every optimiser lists first: the current learning rate (which set_learning_rate /
   // set_schedule may have changed since construction), weight decay and clipping.
   void visit_common_config(nn::ConfigVisitor& v, double& weight_decay, std::optional<double>& clipnorm,
-                           std::optional<double>& clipvalue, std::optional<double>& global_clipnorm);
+                           std::optional<double>& clipvalue, std::optional<double>& global_clipnorm,
+                           std::optional<std::int64_t>& gradient_accumulation_steps);
 
   double step_lr() const { return step_lr_; }  // the rate of the step being applied
-  double decay_factor() const { return step_lr_ * options_.weight_decay; }  // lr * wd
+  // lr * wd for the variable being updated (0 when the filter excludes it).
+  double decay_factor() const { return decay_now_ ? step_lr_ * options_.weight_decay : 0.0; }
 
   CommonOptions options_;
   std::int64_t iterations_ = 0;
@@ -176,6 +206,9 @@ class Optimizer {
 
   std::vector<Variable> params_;
   double step_lr_ = 0.0;
+  bool decay_now_ = true;
+  std::int64_t accumulated_ = 0;
+  VariableFilter decay_filter_;
   std::map<const void*, Entry> slots_;  // keyed by the variable (its TensorImpl)
 };
 using OptimizerRef = Ref<Optimizer>;

@@ -4,6 +4,7 @@
 // optimiser first applies the decoupled weight decay var -= lr * weight_decay * var.
 //
 //   optim::Adam({.learning_rate = 1e-3, .amsgrad = true})
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ struct SGDOptions {
   std::optional<double> clipnorm;
   std::optional<double> clipvalue;
   std::optional<double> global_clipnorm;
+  std::optional<std::int64_t> gradient_accumulation_steps;  // Keras 3's; unset: off
 };
 class SGD : public Optimizer {
  public:
@@ -50,6 +52,7 @@ struct AdamOptions {
   std::optional<double> clipnorm;
   std::optional<double> clipvalue;
   std::optional<double> global_clipnorm;
+  std::optional<std::int64_t> gradient_accumulation_steps;  // Keras 3's; unset: off
 };
 class Adam : public Optimizer {
  public:
@@ -77,6 +80,7 @@ struct AdamWOptions {
   std::optional<double> clipnorm;
   std::optional<double> clipvalue;
   std::optional<double> global_clipnorm;
+  std::optional<std::int64_t> gradient_accumulation_steps;  // Keras 3's; unset: off
 };
 class AdamW : public Adam {
  public:
@@ -105,6 +109,7 @@ struct NadamOptions {
   std::optional<double> clipnorm;
   std::optional<double> clipvalue;
   std::optional<double> global_clipnorm;
+  std::optional<std::int64_t> gradient_accumulation_steps;  // Keras 3's; unset: off
 };
 class Nadam : public Optimizer {
  public:
@@ -140,6 +145,7 @@ struct RMSpropOptions {
   std::optional<double> clipnorm;
   std::optional<double> clipvalue;
   std::optional<double> global_clipnorm;
+  std::optional<std::int64_t> gradient_accumulation_steps;  // Keras 3's; unset: off
 };
 class RMSprop : public Optimizer {
  public:
@@ -164,6 +170,7 @@ struct AdagradOptions {
   std::optional<double> clipnorm;
   std::optional<double> clipvalue;
   std::optional<double> global_clipnorm;
+  std::optional<std::int64_t> gradient_accumulation_steps;  // Keras 3's; unset: off
 };
 class Adagrad : public Optimizer {
  public:
