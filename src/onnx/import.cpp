@@ -27,6 +27,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "onnx/import_handlers.hpp"
+#include "onnx/import_node.hpp"
 #include "onnx/onnx_attrs.hpp"
 #include "onnx/proto_util.hpp"
 #include "soma/autograd.hpp"
@@ -54,177 +56,7 @@ std::shared_ptr<nn::Model> load_from_bytes(const std::string&, const LoadOptions
 
 namespace {
 
-using namespace soma::onnx_detail;
-using ::onnx::AttributeProto;
-using ::onnx::NodeProto;
-using AP = AttributeProto;
-constexpr const char* kWho = "onnx::load";
-
-// The default ONNX domain is spelled "" or "ai.onnx".
-bool default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
-
-std::string node_desc(const NodeProto& n, int index) {
-  std::string s = "node ";
-  s += n.name().empty() ? "#" + std::to_string(index) : "'" + n.name() + "'";
-  return s + " (" + n.op_type() + ")";
-}
-
-std::int64_t norm_axis(std::int64_t a, std::int64_t rank) { return a < 0 ? a + rank : a; }
-
-std::string lower(std::string s) {
-  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-template <class C>
-std::string join(const C& items) {
-  std::string s;
-  for (const auto& i : items) (s += s.empty() ? "" : ", ") += i;
-  return s;
-}
-
-// A STRING attribute's value as an enum, by a table (the values are checked at load against the
-// AttrDef's allowed list, so a miss here is an internal error).
-template <class E>
-E keyword(const std::string& value, std::initializer_list<std::pair<std::string_view, E>> table,
-          const std::string& what) {
-  for (const auto& entry : table)
-    if (entry.first == value) return entry.second;
-  fail(kWho, what, ": internal: unexpected value '", value, "'");
-}
-
-// ---- the ONNX side of an operator: its attributes ---------------------------------------------
-
-// One attribute of an ONNX operator (the union over opsets), with ONNX's default.
-struct AttrDef {
-  std::string_view name;
-  OnnxAttrType type;
-  double num = 0;                              // INT and FLOAT default
-  std::string_view str = {};                   // STRING default
-  std::vector<std::string_view> allowed = {};  // STRING: the values soma runs (empty: any)
-};
-AttrDef I(std::string_view n, std::int64_t def = 0) { return {n, AP::INT, double(def)}; }
-// Defaults as float: ONNX FLOAT attributes are floats, so a default equals what a file holds.
-AttrDef F(std::string_view n, float def = 0.0f) { return {n, AP::FLOAT, double(def)}; }
-AttrDef S(std::string_view n, std::string_view def = {}, std::vector<std::string_view> ok = {}) {
-  return {n, AP::STRING, 0, def, std::move(ok)};
-}
-AttrDef Is(std::string_view n) { return {n, AP::INTS}; }
-AttrDef Fs(std::string_view n) { return {n, AP::FLOATS}; }
-AttrDef Ss(std::string_view n) { return {n, AP::STRINGS}; }
-AttrDef T(std::string_view n) { return {n, AP::TENSOR}; }
-
-// A node's attributes, checked at load against the operator's AttrDefs (and, for a mapped op,
-// the mapping's names); read by name with ONNX's default where the node leaves one out.
-class NodeAttrs {
- public:
-  NodeAttrs(const NodeProto& n, const std::vector<AttrDef>& defs, const OnnxMapping* mapping,
-            const OpDef* op, const std::string& what)
-      : defs_(&defs), what_(what) {
-    for (auto& a : n.attribute()) {
-      const AttrDef* d = def(a.name());
-      const OnnxAttrType have = attr_type_of(a);
-      if (d) {
-        if (have != d->type && have != AP::UNDEFINED)
-          fail(kWho, what, ": attribute '", a.name(), "' has type ", attr_type_name(have),
-               ", expected ", attr_type_name(d->type));
-        if (!d->allowed.empty() &&
-            std::find(d->allowed.begin(), d->allowed.end(), a.s()) == d->allowed.end())
-          fail(kWho, what, ": attribute '", a.name(), "' is '", a.s(), "', soma supports ",
-               join(quoted(d->allowed)));
-      } else if (!mapped(a.name(), mapping)) {
-        std::vector<std::string> names;
-        for (auto& k : defs) names.emplace_back(k.name);
-        if (mapping)
-          for (auto& m : mapping->attrs)
-            if (!def(m.onnx)) names.push_back(m.onnx);
-        fail(kWho, what, ": attribute '", a.name(), "' is not an attribute of ", n.op_type(),
-             op ? " (soma op '" + op->name + "')" : std::string(), "; ",
-             names.empty() ? std::string("it takes none") : "allowed: " + join(names));
-      }
-      items_.push_back(&a);
-    }
-  }
-
-  const AttributeProto* find(std::string_view name) const {
-    for (auto* a : items_)
-      if (a->name() == name) return a;
-    return nullptr;
-  }
-  bool has(std::string_view name) const { return find(name) != nullptr; }
-  std::int64_t i(std::string_view name) const {
-    auto* a = find(name);
-    return a ? a->i() : std::int64_t(known(name).num);
-  }
-  std::int64_t i(std::string_view name, std::int64_t def) const {  // an opset-dependent default
-    auto* a = find(name);
-    return a ? a->i() : def;
-  }
-  double f(std::string_view name) const {
-    auto* a = find(name);
-    return a ? double(a->f()) : known(name).num;
-  }
-  std::string s(std::string_view name) const {
-    auto* a = find(name);
-    return a ? a->s() : std::string(known(name).str);
-  }
-  std::vector<std::int64_t> ints(std::string_view name) const {
-    auto* a = find(name);
-    if (!a) return {};
-    return {a->ints().begin(), a->ints().end()};
-  }
-  // The operator's definition of an attribute (nullptr: not listed).
-  const AttrDef* def(std::string_view name) const {
-    for (auto& d : *defs_)
-      if (d.name == name) return &d;
-    return nullptr;
-  }
-
- private:
-  static std::vector<std::string> quoted(const std::vector<std::string_view>& v) {
-    std::vector<std::string> r;
-    for (auto s : v) r.push_back(std::string(1, '\'').append(s).append(1, '\''));
-    return r;
-  }
-  static bool mapped(const std::string& name, const OnnxMapping* m) {
-    if (m)
-      for (auto& a : m->attrs)
-        if (a.onnx == name) return true;
-    return false;
-  }
-  const AttrDef& known(std::string_view name) const {
-    const AttrDef* d = def(name);
-    if (!d) fail(kWho, what_, ": internal: attribute '", std::string(name), "' is not listed");
-    return *d;
-  }
-  const std::vector<AttrDef>* defs_;
-  std::string what_;
-  std::vector<const AttributeProto*> items_;
-};
-
-// What a handler sees.
-struct Node {
-  const NodeProto& proto;
-  const std::string& what;
-  const NodeAttrs& attr;
-  const std::vector<Tensor>& in;
-  std::int64_t opset;
-  bool training;
-  const Tensor& arg(std::size_t i) const {
-    if (i >= in.size() || !in[i].defined()) fail(kWho, what, ": input ", i, " is missing");
-    return in[i];
-  }
-  bool has(std::size_t i) const { return i < in.size() && in[i].defined(); }
-  const Tensor& x() const { return arg(0); }
-  double number(std::size_t i) const { return cast(in[i], DType::f64).item<double>(); }
-};
-using Handler = std::vector<Tensor> (*)(const Node&);
-
-// Reads an integer tensor's values (Reshape's shape, Slice's starts, ...).
-std::vector<std::int64_t> ints_of(const Tensor& t) {
-  if (!t.defined()) return {};
-  return cast(t, DType::i64).to_vector<std::int64_t>();
-}
+using namespace soma::onnx::importer;
 
 // ---- handlers: operators that need more than one soma op ----------------------------------------
 
@@ -1527,32 +1359,6 @@ std::vector<Tensor> top_k(const Node& n) {
 
 // ---- checks at load: what a handler cannot run, refused before anything runs ---------------------
 
-// What the file declares about a value: rank (-1: unknown) and ONNX element type (0: unknown).
-struct Declared {
-  std::int64_t rank = -1;
-  int elem = 0;
-};
-struct LoadCheck {
-  const NodeProto& proto;
-  const NodeAttrs& attr;
-  const std::string& what;
-  const std::unordered_map<std::string, Declared>& declared;
-  std::int64_t opset;
-  const std::unordered_map<std::string, Tensor>& constants;  // initialisers and Constant outputs
-  Declared input(int i) const {
-    if (i >= proto.input_size()) return {};
-    auto it = declared.find(proto.input(i));
-    return it == declared.end() ? Declared{} : it->second;
-  }
-  bool has_input(int i) const { return i < proto.input_size() && !proto.input(i).empty(); }
-  bool has_output(int i) const { return i < proto.output_size() && !proto.output(i).empty(); }
-};
-using Check = void (*)(const LoadCheck&);
-
-bool floating_elem(int e) {
-  using TP = ::onnx::TensorProto;
-  return e == TP::FLOAT || e == TP::DOUBLE || e == TP::FLOAT16 || e == TP::BFLOAT16;
-}
 // Conv / pooling: 1-D and 2-D windows on floating inputs.
 void check_window(const LoadCheck& c, bool pool) {
   const auto ks = c.attr.ints("kernel_shape");
@@ -1851,15 +1657,6 @@ void check_resize(const LoadCheck& c) {
 
 // ---- the table -----------------------------------------------------------------------------------
 
-// An ONNX operator soma knows: its attributes (the union over opsets, with ONNX's defaults) and
-// a handler, or none where an op definition maps to it one-to-one (OpDef::onnx).
-struct OnnxOp {
-  Handler run = nullptr;
-  std::vector<AttrDef> attrs = {};
-  std::vector<int> statistics = {};  // inputs holding running statistics: weights not trained
-  bool at_load = false;              // no inputs: evaluated once at load, its outputs constants
-  Check check = nullptr;             // refuses at load what the handler cannot run
-};
 
 // Attributes of opset-1 operators that later opsets dropped (ignored, as other runtimes do).
 std::vector<AttrDef> legacy(std::vector<AttrDef> more = {}) {
@@ -2089,7 +1886,9 @@ struct Step {
   const OpDef* def = nullptr;  // a mapped op (run == nullptr)
   Attrs def_attrs;
   std::unique_ptr<NodeAttrs> attrs;
+  Subgraphs graphs;  // its GRAPH attributes (If's branches, Loop's body), resolved
 };
+std::unique_ptr<Subgraph> make_subgraph(const ::onnx::GraphProto& g, std::int64_t opset);
 
 const std::vector<AttrDef> kNoAttrs;
 
@@ -2141,8 +1940,13 @@ Step resolve(const NodeProto& n, int index, std::int64_t opset) {
         fail(kWho, s.what, ": sub-graphs are not supported");
   };
   if (s.op && s.op->run) {
-    no_subgraphs();
+    for (auto& a : n.attribute())  // a GRAPH attribute the handler lists is one it runs
+      if ((a.type() == AP::GRAPH || a.type() == AP::GRAPHS) &&
+          !std::any_of(defs.begin(), defs.end(), [&](const AttrDef& d) { return d.name == a.name(); }))
+        fail(kWho, s.what, ": sub-graphs are not supported");
     s.attrs = std::make_unique<NodeAttrs>(n, defs, nullptr, nullptr, s.what);
+    for (auto& a : n.attribute())
+      if (a.type() == AP::GRAPH) s.graphs[a.name()] = make_subgraph(a.g(), opset);
     return s;
   }
   auto m = mapped_ops().find(n.op_type());
@@ -2181,6 +1985,153 @@ std::vector<Tensor> run_mapped(const Step& s, const std::vector<Tensor>& in) {
   return call_op(*s.def, in, s.def_attrs);
 }
 
+// ---- graphs: the main graph and sub-graphs, resolved at load --------------------------------------
+
+// A graph resolved at load: one step per node, its constants (non-float initialisers of the main
+// graph, every initialiser of a sub-graph, Constant nodes' outputs) and what it declares about
+// its values; run on an environment of named values.
+struct Program {
+  std::int64_t opset = 0;
+  std::vector<Step> steps;  // one per node, in graph order
+  std::unordered_map<std::string, Tensor> constants;
+  std::unordered_map<std::string, Declared> declared;
+
+  // Every node is resolved before anything runs, so an unsupported operator or attribute fails
+  // at load (in sub-graphs too).
+  void resolve_nodes(const ::onnx::GraphProto& g) {
+    for (int i = 0; i < g.node_size(); ++i) {
+      const auto& n = g.node(i);
+      if (!default_domain(n.domain()))
+        fail(kWho, node_desc(n, i), ": operator '", n.op_type(), "' of domain '", n.domain(),
+             "' is not supported (soma runs operators of the default ONNX domain)");
+      steps.push_back(resolve(n, i, opset));
+    }
+  }
+  // Nodes without inputs (Constant) are evaluated once, here; they are constants, not weights.
+  void eval_at_load() {
+    for (auto& s : steps) {
+      if (!s.op || !s.op->at_load) continue;
+      Env env;
+      const Scope scope{&env, nullptr};
+      auto out = run_node(s, {}, {}, scope, false);
+      for (int k = 0; k < s.proto->output_size() && std::size_t(k) < out.size(); ++k)
+        if (!s.proto->output(k).empty() && out[std::size_t(k)].is_tensor())
+          constants[s.proto->output(k)] = out[std::size_t(k)].tensor;
+    }
+  }
+  // What the file declares about each value, then each handler's checks.
+  void check(const ::onnx::GraphProto& g) {
+    auto declare = [&](const ::onnx::ValueInfoProto& vi) {
+      if (!vi.type().has_tensor_type()) return;
+      const auto& tt = vi.type().tensor_type();
+      declared[vi.name()] = {tt.has_shape() ? std::int64_t(tt.shape().dim_size()) : -1,
+                             tt.elem_type()};
+    };
+    for (auto& vi : g.input()) declare(vi);
+    for (auto& vi : g.value_info()) declare(vi);
+    for (auto& vi : g.output()) declare(vi);
+    for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
+    for (auto& s : steps)
+      if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset, constants});
+  }
+
+  std::vector<Value> run_node(const Step& s, const std::vector<Value>& values,
+                              const std::vector<Tensor>& in, const Scope& scope,
+                              bool training) const {
+    if (s.def) {
+      auto t = run_mapped(s, in);
+      return {t.begin(), t.end()};
+    }
+    const Node node{*s.proto, s.what, *s.attrs, in, opset, training, values, &scope, &s.graphs};
+    return s.op->run(node);
+  }
+
+  // Runs every node on `env` (which holds the graph's inputs and constants); names the graph
+  // does not define come from `outer`.
+  void run(Env& env, const Scope* outer, bool training) const {
+    const Scope scope{&env, outer};
+    for (const Step& s : steps) {
+      if (s.op && s.op->at_load) continue;
+      const NodeProto& n = *s.proto;
+      const bool takes_values = s.op && s.op->run.values;
+      std::vector<Value> values;
+      std::vector<Tensor> in;
+      for (auto& name : n.input()) {
+        if (name.empty()) {  // an omitted optional input
+          values.emplace_back();
+          in.emplace_back();
+          continue;
+        }
+        const Value* v = scope.find(name);
+        if (!v)
+          fail(kWho, s.what, ": input '", name, "' is not computed before the node "
+               "(the graph is not topologically sorted, or the name is unknown)");
+        if (!takes_values && v->is_sequence())
+          fail(kWho, s.what, ": input '", name, "' is a sequence; ", n.op_type(), " takes tensors");
+        values.push_back(*v);
+        in.push_back(v->is_tensor() ? v->tensor : Tensor());
+      }
+      if (!takes_values && (in.empty() || !in[0].defined()))
+        fail(kWho, s.what, ": input 0 is missing");
+      std::vector<Value> out;
+      try {
+        out = run_node(s, values, in, scope, training);
+      } catch (const Error& e) {
+        const std::string msg = e.what();
+        if (msg.rfind(kWho, 0) == 0) throw;
+        fail(kWho, s.what, ": ", msg);
+      }
+      for (int k = 0; k < n.output_size(); ++k) {
+        if (n.output(k).empty()) continue;
+        const std::size_t ku = std::size_t(k);
+        if (ku >= out.size() || (!takes_values && !out[ku].is_tensor()))
+          fail(kWho, s.what, ": output ", k, " ('", n.output(k), "') is not supported");
+        env[n.output(k)] = out[ku];
+      }
+    }
+  }
+};
+
+// A GRAPH attribute: its own inputs, outputs, initialisers and nodes.
+class GraphBody final : public Subgraph {
+ public:
+  GraphBody(const ::onnx::GraphProto& g, std::int64_t opset) {
+    prog_.opset = opset;
+    prog_.resolve_nodes(g);
+    for (auto& t : g.initializer()) prog_.constants[t.name()] = from_proto(t);
+    prog_.eval_at_load();
+    for (auto& vi : g.input()) inputs_.push_back(vi.name());
+    for (auto& vo : g.output()) outputs_.push_back(vo.name());
+    prog_.check(g);
+  }
+  std::vector<Value> run(const std::vector<Value>& inputs, const Scope& outer) const override {
+    if (inputs.size() != inputs_.size())
+      fail(kWho, "a sub-graph takes ", inputs_.size(), " input(s), got ", inputs.size());
+    Env env;
+    for (auto& [n, t] : prog_.constants) env[n] = t;
+    for (std::size_t i = 0; i < inputs.size(); ++i) env[inputs_[i]] = inputs[i];
+    prog_.run(env, &outer, false);
+    const Scope scope{&env, &outer};
+    std::vector<Value> out;
+    for (auto& o : outputs_) {
+      const Value* v = scope.find(o);
+      if (!v) fail(kWho, "sub-graph output '", o, "' is never computed");
+      out.push_back(*v);
+    }
+    return out;
+  }
+  std::size_t num_inputs() const override { return inputs_.size(); }
+  std::size_t num_outputs() const override { return outputs_.size(); }
+
+ private:
+  Program prog_;
+  std::vector<std::string> inputs_, outputs_;
+};
+
+std::unique_ptr<Subgraph> make_subgraph(const ::onnx::GraphProto& g, std::int64_t opset) {
+  return std::make_unique<GraphBody>(g, opset);
+}
+
 // ---- the model -----------------------------------------------------------------------------------
 
 class OnnxModel : public nn::Model {
@@ -2203,8 +2154,8 @@ class OnnxModel : public nn::Model {
   }
 
   void summary(std::ostream& os) const override {
-    os << "Model: \"" << name() << "\" (ONNX graph '" << graph().name() << "', opset " << opset_
-       << ", " << graph().node_size() << " nodes)\n";
+    os << "Model: \"" << name() << "\" (ONNX graph '" << graph().name() << "', opset "
+       << prog_.opset << ", " << graph().node_size() << " nodes)\n";
     for (auto& i : inputs_) os << "  input  " << i.name << " " << format_dims(i.shape) << "\n";
     for (auto& o : output_names_) os << "  output " << o << "\n";
     print_totals(os);
@@ -2226,51 +2177,29 @@ class OnnxModel : public nn::Model {
       r += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
     return r + "]";
   }
-  using Env = std::unordered_map<std::string, Tensor>;
-  std::vector<Tensor> run_step(const Step& s, const std::vector<Tensor>& in) const {
-    if (s.def) return run_mapped(s, in);
-    const Node node{*s.proto, s.what, *s.attrs, in, opset_, training()};
-    return s.op->run(node);
-  }
 
   ::onnx::ModelProto proto_;
-  std::int64_t opset_ = 0;
-  std::vector<Step> steps_;  // one per node, in graph order
+  Program prog_;
   std::vector<Input> inputs_;
   std::vector<std::string> output_names_;
-  std::unordered_map<std::string, Tensor> constants_;  // integer initialisers, Constant nodes
 };
 
 OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
     : proto_(std::move(proto)) {
   for (auto& os : proto_.opset_import())
-    if (default_domain(os.domain())) opset_ = os.version();
-  if (opset_ == 0) fail(kWho, "the model imports no opset of the default ONNX domain");
+    if (default_domain(os.domain())) prog_.opset = os.version();
+  if (prog_.opset == 0) fail(kWho, "the model imports no opset of the default ONNX domain");
   const auto& g = graph();
   if (!g.name().empty()) {
     std::string n;
     for (char c : g.name()) n += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
     set_name(n);
   }
-  // Every node is resolved before anything runs, so an unsupported operator or attribute fails
-  // at load.
-  for (int i = 0; i < g.node_size(); ++i) {
-    const auto& n = g.node(i);
-    if (!default_domain(n.domain()))
-      fail(kWho, node_desc(n, i), ": operator '", n.op_type(), "' of domain '", n.domain(),
-           "' is not supported (soma runs operators of the default ONNX domain)");
-    steps_.push_back(resolve(n, i, opset_));
-  }
-  // Nodes without inputs (Constant) are evaluated once, here; they are constants, not weights.
-  for (auto& s : steps_) {
-    if (!s.op || !s.op->at_load) continue;
-    auto out = run_step(s, {});
-    for (int k = 0; k < s.proto->output_size() && std::size_t(k) < out.size(); ++k)
-      if (!s.proto->output(k).empty()) constants_[s.proto->output(k)] = out[std::size_t(k)];
-  }
+  prog_.resolve_nodes(g);
+  prog_.eval_at_load();
   // Running statistics (BatchNormalization's) are weights that training leaves alone.
   std::set<std::string> statistics;
-  for (auto& s : steps_)
+  for (auto& s : prog_.steps)
     if (s.op)
       for (int k : s.op->statistics)
         if (k < s.proto->input_size()) statistics.insert(s.proto->input(k));
@@ -2283,7 +2212,7 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
     if (is_floating(v.dtype())) {
       add_weight(t.name(), v, options.trainable && !statistics.count(t.name()));
     } else {
-      constants_[t.name()] = v;
+      prog_.constants[t.name()] = v;
     }
   }
   for (auto& vi : g.input()) {
@@ -2298,21 +2227,12 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
       in.shape = {};  // unknown rank
     inputs_.push_back(in);
   }
-  // What the file declares about each value, for the checks at load.
-  std::unordered_map<std::string, Declared> declared;
-  auto declare = [&](const ::onnx::ValueInfoProto& vi) {
-    if (!vi.type().has_tensor_type()) return;
-    const auto& tt = vi.type().tensor_type();
-    declared[vi.name()] = {tt.has_shape() ? std::int64_t(tt.shape().dim_size()) : -1,
-                           tt.elem_type()};
-  };
-  for (auto& vi : g.input()) declare(vi);
-  for (auto& vi : g.value_info()) declare(vi);
-  for (auto& vi : g.output()) declare(vi);
-  for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
-  for (auto& s : steps_)
-    if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset_, constants_});
-  for (auto& vo : g.output()) output_names_.push_back(vo.name());
+  prog_.check(g);
+  for (auto& vo : g.output()) {
+    if (!vo.type().has_tensor_type())
+      fail(kWho, "graph output '", vo.name(), "' is not a tensor");
+    output_names_.push_back(vo.name());
+  }
   if (output_names_.empty()) fail(kWho, "the graph has no outputs");
 }
 
@@ -2324,7 +2244,7 @@ std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
       return s;
     }(), "), got ", inputs.size());
   Env env;
-  for (auto& [n, t] : constants_) env[n] = t;
+  for (auto& [n, t] : prog_.constants) env[n] = t;
   for (auto& [n, v] : named_parameters(false)) env[n] = v.value();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Input& want = inputs_[i];
@@ -2339,42 +2259,13 @@ std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
     if (x.dtype() != want.dtype) x = cast(x, want.dtype);
     env[want.name] = x;
   }
-  for (const Step& s : steps_) {
-    if (s.op && s.op->at_load) continue;
-    const NodeProto& n = *s.proto;
-    std::vector<Tensor> in;
-    for (auto& name : n.input()) {
-      if (name.empty()) {
-        in.emplace_back();  // an omitted optional input
-        continue;
-      }
-      auto it = env.find(name);
-      if (it == env.end())
-        fail(kWho, s.what, ": input '", name, "' is not computed before the node "
-             "(the graph is not topologically sorted, or the name is unknown)");
-      in.push_back(it->second);
-    }
-    if (in.empty() || !in[0].defined()) fail(kWho, s.what, ": input 0 is missing");
-    std::vector<Tensor> out;
-    try {
-      out = run_step(s, in);
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      if (msg.rfind(kWho, 0) == 0) throw;
-      fail(kWho, s.what, ": ", msg);
-    }
-    for (int k = 0; k < n.output_size(); ++k) {
-      if (n.output(k).empty()) continue;
-      if (std::size_t(k) >= out.size() || !out[std::size_t(k)].defined())
-        fail(kWho, s.what, ": output ", k, " ('", n.output(k), "') is not supported");
-      env[n.output(k)] = out[std::size_t(k)];
-    }
-  }
+  prog_.run(env, nullptr, training());
   std::vector<Tensor> outs;
   for (auto& o : output_names_) {
     auto it = env.find(o);
     if (it == env.end()) fail(kWho, "graph output '", o, "' is never computed");
-    outs.push_back(it->second);
+    if (!it->second.is_tensor()) fail(kWho, "graph output '", o, "' is not a tensor");
+    outs.push_back(it->second.tensor);
   }
   return outs;
 }
