@@ -1,12 +1,20 @@
 #pragma once
 // Handlers of the ONNX importer's table (import.cpp, onnx_ops()) that live in their own files:
-// import_control.cpp (If, Loop, Scan, sequences, optionals), import_more.cpp (signal processing,
-// attention variants, pooling in any rank, ...). Each is listed in the table with its
-// attributes; the checks at load sit beside it.
+// import_control.cpp (If, Loop, Scan, sequences, optionals) and import_more.cpp (attention and
+// convolution with state, windows, signal processing, ...). Each is listed in the table with its
+// attributes.
 #include <vector>
 
 #include "onnx/import_node.hpp"
 
 namespace soma::onnx::importer {
+
+// import_more.cpp
+std::vector<Tensor> linear_attention(const Node& n);
+std::vector<Tensor> causal_conv_with_state(const Node& n);
+std::vector<Tensor> swiglu(const Node& n);
+template <int Kind>  // 0 Hann, 1 Hamming, 2 Blackman
+std::vector<Tensor> window(const Node& n);
+std::vector<Tensor> lrn(const Node& n);
 
 }  // namespace soma::onnx::importer

@@ -1,0 +1,161 @@
+// ONNX operators written with soma ops, kept out of import.cpp's table file: recurrent attention
+// and convolution with state (opset 27), SwiGLU, window functions, LRN. Each handler's
+// attributes are listed in onnx_ops() (import.cpp) and checked there at load.
+#ifdef SOMA_HAS_ONNX
+#include <cmath>
+#include <numbers>
+
+#include "onnx/import_handlers.hpp"
+#include "soma/nn_ops.hpp"
+
+namespace soma::onnx::importer {
+
+namespace {
+// [B, T, H*D] -> [B, H, T, D]
+Tensor heads_first(const Tensor& x, std::int64_t heads) {
+  return transpose(reshape(x, {x.dim(0), x.dim(1), heads, x.dim(2) / heads}), {0, 2, 1, 3});
+}
+// The slice t[:, :, i] (keeping the axis) of a [B, H, T, ...] tensor.
+Tensor step_of(const Tensor& t, std::int64_t i) {
+  std::vector<Slice> s(std::size_t(t.rank()));
+  s[2] = Slice{i, i + 1};
+  return slice(t, s);
+}
+}  // namespace
+
+// LinearAttention (opset 27), as ONNX's reference: a state S [B, Hkv, dk, dv] per sequence,
+// decayed by exp(decay) (gated rules), corrected toward v by beta (delta rules), written with
+// k v^T and read by q (grouped heads share their KV head's state); computed in f32.
+std::vector<Tensor> linear_attention(const Node& n) {
+  const Tensor &query = n.x(), &key = n.arg(1), &value = n.arg(2);
+  const std::string rule = n.attr.s("update_rule");
+  const bool gating = rule == "gated" || rule == "gated_delta";
+  const bool delta = rule == "delta" || rule == "gated_delta";
+  const std::int64_t hq = n.attr.i("q_num_heads"), hkv = n.attr.i("kv_num_heads");
+  if (hq <= 0 || hkv <= 0 || hq % hkv != 0)
+    fail(kWho, n.what, ": q_num_heads (", hq, ") must be a positive multiple of kv_num_heads (",
+         hkv, ")");
+  if (gating != n.has(4))
+    fail(kWho, n.what, ": update_rule '", rule, "' ", gating ? "needs" : "takes no", " decay input");
+  if (delta != n.has(5))
+    fail(kWho, n.what, ": update_rule '", rule, "' ", delta ? "needs" : "takes no", " beta input");
+  for (const Tensor* t : {&query, &key, &value})
+    if (t->rank() != 3) fail(kWho, n.what, ": query, key and value must have rank 3 [B, T, H*D]");
+  const std::int64_t b = query.dim(0), len = query.dim(1);
+  const std::int64_t dk = query.dim(2) / hq, dv = value.dim(2) / hkv, group = hq / hkv;
+  auto f32 = [](const Tensor& t) { return cast(t, DType::f32); };
+  const Tensor q = f32(heads_first(query, hq)), k = f32(heads_first(key, hkv)),
+               v = f32(heads_first(value, hkv));
+  Tensor decay, beta;
+  if (gating) {
+    const Tensor& d = n.arg(4);
+    if (d.rank() != 3 || (d.dim(2) != hkv && d.dim(2) != hkv * dk))
+      fail(kWho, n.what, ": decay must be [B, T, kv_num_heads] or [B, T, kv_num_heads * d_k]");
+    decay = f32(d.dim(2) == hkv ? transpose(reshape(d, {b, len, hkv, 1}), {0, 2, 1, 3})
+                                : heads_first(d, hkv));
+  }
+  if (delta) {
+    const Tensor& bt = n.arg(5);
+    if (bt.rank() != 3 || (bt.dim(2) != hkv && bt.dim(2) != 1))
+      fail(kWho, n.what, ": beta must be [B, T, kv_num_heads] or [B, T, 1]");
+    beta = f32(transpose(reshape(bt, {b, len, bt.dim(2), 1}), {0, 2, 1, 3}));
+  }
+  DType state_dtype = query.dtype();
+  Tensor state;
+  if (n.has(3)) {
+    const Tensor& past = n.arg(3);
+    if (past.shape() != Shape{b, hkv, dk, dv})
+      fail(kWho, n.what, ": past_state has shape ", shape_str(past.shape()), ", expected ",
+           shape_str(Shape{b, hkv, dk, dv}));
+    state_dtype = past.dtype();
+    state = f32(past);
+  } else {
+    state = zeros({b, hkv, dk, dv}, DType::f32);
+  }
+  const double sc = n.attr.f("scale");
+  const double scale = sc == 0.0 ? 1.0 / std::sqrt(double(dk)) : sc;
+  std::vector<Tensor> outs;
+  for (std::int64_t i = 0; i < len; ++i) {
+    const Tensor kt = step_of(k, i);  // [B, Hkv, 1, dk]
+    Tensor vt = step_of(v, i);        // [B, Hkv, 1, dv]
+    if (gating) state = state * exp(transpose(step_of(decay, i), {0, 1, 3, 2}));
+    if (delta) vt = step_of(beta, i) * (vt - matmul(kt, state));
+    state = state + matmul(transpose(kt, {0, 1, 3, 2}), vt);
+    Tensor read = state;
+    if (group > 1)
+      read = reshape(broadcast_to(expand_dims(state, 2), {b, hkv, group, dk, dv}), {b, hq, dk, dv});
+    outs.push_back(matmul(step_of(q, i), read) * scale);  // [B, Hq, 1, dv]
+  }
+  Tensor out = reshape(transpose(concat(outs, 2), {0, 2, 1, 3}), {b, len, hq * dv});
+  return {cast(out, query.dtype()), cast(state, state_dtype)};
+}
+
+// CausalConvWithState (opset 27): a depthwise 1-D convolution over [past_state, input] (zeros
+// when no state), an optional SiLU, and the last k - 1 positions as the next state.
+std::vector<Tensor> causal_conv_with_state(const Node& n) {
+  const Tensor &x = n.x(), &w = n.arg(1);
+  if (x.rank() != 3 || w.rank() != 3 || w.dim(1) != 1 || w.dim(0) != x.dim(1))
+    fail(kWho, n.what, ": input must be [B, C, L] and weight [C, 1, k], got ", shape_str(x.shape()),
+         " and ", shape_str(w.shape()));
+  const std::int64_t c = x.dim(1), k = w.dim(2);
+  const Tensor past = n.has(3) ? n.arg(3) : zeros({x.dim(0), c, k - 1}, x.dtype());
+  const Tensor padded = concat({past, x}, 2);
+  Tensor y = conv2d(expand_dims(padded, 2), expand_dims(w, 2), Size2(1), Padding("valid"),
+                    Size2(1), c);
+  y = squeeze(y, {2});
+  if (n.has(2)) y = y + reshape(n.arg(2), {1, c, 1});
+  if (n.attr.s("activation") != "none") y = y * sigmoid(y);
+  std::vector<Slice> last(3);
+  last[2] = Slice{padded.dim(2) - (k - 1), std::nullopt};
+  return {y, slice(padded, last)};
+}
+
+// SwiGLU: a * sigmoid(alpha * a) * b, on equal shapes.
+std::vector<Tensor> swiglu(const Node& n) {
+  const Tensor &a = n.x(), &b = n.arg(1);
+  if (a.shape() != b.shape() || a.dtype() != b.dtype())
+    fail(kWho, n.what, ": A and B must have one shape and dtype, got ", shape_str(a.shape()), " ",
+         a.dtype(), " and ", shape_str(b.shape()), " ", b.dtype());
+  return {a * sigmoid(a * n.attr.f("alpha")) * b};
+}
+
+// Hann, Hamming and Blackman windows of `size` points: periodic (N = size) or symmetric
+// (N = size - 1), computed in f64 and cast to output_datatype.
+template <int Kind>
+std::vector<Tensor> window(const Node& n) {
+  const std::int64_t size = std::int64_t(n.number(0));
+  const DType out = soma_dtype(int(n.attr.i("output_datatype")), n.what + " output_datatype");
+  const double len = double(n.attr.i("periodic") ? size : size - 1);
+  const Tensor i = arange(double(size), DType::f64);
+  const double pi = std::numbers::pi;
+  Tensor w;
+  if (Kind == 0) w = square(sin(i * (pi / len)));                              // Hann
+  else if (Kind == 1) w = 25.0 / 46.0 - cos(i * (2 * pi / len)) * (21.0 / 46.0);  // Hamming
+  else w = 0.42 - cos(i * (2 * pi / len)) * 0.5 + cos(i * (4 * pi / len)) * 0.08;  // Blackman
+  return {cast(w, out)};
+}
+template std::vector<Tensor> window<0>(const Node&);
+template std::vector<Tensor> window<1>(const Node&);
+template std::vector<Tensor> window<2>(const Node&);
+
+// LRN across channels: x / (bias + alpha / size * sum of x^2 over the size channels around)^beta.
+std::vector<Tensor> lrn(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t size = n.attr.i("size");
+  if (size <= 0) fail(kWho, n.what, ": size must be positive, got ", size);
+  const std::int64_t before = (size - 1) / 2, after = size - 1 - before;
+  std::vector<std::pair<std::int64_t, std::int64_t>> p(std::size_t(x.rank()), {0, 0});
+  p[1] = {before, after};
+  const Tensor sq = pad(square(x), p);
+  Tensor s = zeros_like(x);
+  std::vector<Slice> win(std::size_t(x.rank()));
+  for (std::int64_t j = 0; j < size; ++j) {
+    win[1] = Slice{j, j + x.dim(1)};
+    s = s + slice(sq, win);
+  }
+  const Tensor base = s * (n.attr.f("alpha") / double(size)) + n.attr.f("bias");
+  return {x / pow(base, scalar(n.attr.f("beta"), x.dtype()))};
+}
+
+}  // namespace soma::onnx::importer
+#endif
