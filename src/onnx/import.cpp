@@ -1843,6 +1843,14 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
          S("value_string"), Ss("value_strings"), {"sparse_value", AP::SPARSE_TENSOR}},
         {},
         true}},
+      // import_control.cpp
+      {"If", {if_, {G("then_branch"), G("else_branch")}}},
+      {"Loop", {loop, {G("body")}}},
+      {"Scan",
+       {scan,
+        {G("body"), I("num_scan_inputs"), Is("scan_input_axes"), Is("scan_input_directions"),
+         Is("scan_output_axes"), Is("scan_output_directions")},
+        {}, false, check_scan}},
       // import_more.cpp
       {"LinearAttention",
        {linear_attention,

@@ -17,4 +17,10 @@ template <int Kind>  // 0 Hann, 1 Hamming, 2 Blackman
 std::vector<Tensor> window(const Node& n);
 std::vector<Tensor> lrn(const Node& n);
 
+// import_control.cpp
+std::vector<Value> if_(const Node& n);
+std::vector<Value> loop(const Node& n);
+std::vector<Tensor> scan(const Node& n);
+void check_scan(const LoadCheck& c);
+
 }  // namespace soma::onnx::importer
