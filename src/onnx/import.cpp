@@ -46,6 +46,11 @@ std::shared_ptr<nn::Model> load(const std::string&, const LoadOptions&) {
        "soma was built without ONNX support (install libonnx-dev and libprotobuf-dev, then "
        "reconfigure)");
 }
+std::vector<Value> run(nn::Model&, const std::vector<Value>&) {
+  fail("onnx::run",
+       "soma was built without ONNX support (install libonnx-dev and libprotobuf-dev, then "
+       "reconfigure)");
+}
 std::shared_ptr<nn::Model> load_from_bytes(const std::string&, const LoadOptions&) {
   fail("onnx::load_from_bytes",
        "soma was built without ONNX support (install libonnx-dev and libprotobuf-dev, then "
@@ -60,7 +65,6 @@ using namespace soma::onnx::importer;
 
 // ---- handlers: operators that need more than one soma op ----------------------------------------
 
-std::vector<Tensor> identity(const Node& n) { return {n.x()}; }
 
 std::vector<Tensor> dropout(const Node& n) {
   const Tensor& x = n.x();
@@ -1711,7 +1715,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Concat", {nullptr, {I("axis", 0)}}},
       {"Cast", {nullptr, {I("to", 1), I("saturate", 1)}}},
       // handlers
-      {"Identity", {identity}},
+      {"Identity", {identity_value}},
       {"Dropout", {dropout, legacy({F("ratio", 0.5f), I("is_test"), I("seed")}), {}, false,
                    check_dropout}},
       {"Div", {divide_, legacy_broadcast()}},
@@ -1851,6 +1855,18 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
         {G("body"), I("num_scan_inputs"), Is("scan_input_axes"), Is("scan_input_directions"),
          Is("scan_output_axes"), Is("scan_output_directions")},
         {}, false, check_scan}},
+      {"SequenceEmpty", {sequence_empty, {I("dtype", 1)}}},
+      {"SequenceConstruct", {sequence_construct}},
+      {"SequenceInsert", {sequence_insert}},
+      {"SequenceAt", {sequence_at}},
+      {"SequenceErase", {sequence_erase}},
+      {"SequenceLength", {sequence_length}},
+      {"ConcatFromSequence", {concat_from_sequence, {I("axis"), I("new_axis")}}},
+      {"SplitToSequence", {split_to_sequence, {I("axis"), I("keepdims", 1)}}},
+      {"SequenceMap", {sequence_map, {G("body")}}},
+      {"Optional", {optional, {{"type", AP::TYPE_PROTO}}}},
+      {"OptionalHasElement", {optional_has_element}},
+      {"OptionalGetElement", {optional_get_element}},
       // import_more.cpp
       {"LinearAttention",
        {linear_attention,
@@ -2158,6 +2174,7 @@ class OnnxModel : public nn::Model {
   OnnxModel(::onnx::ModelProto proto, const LoadOptions& options);
   std::string type_name() const override { return "OnnxModel"; }
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
+  std::vector<Value> run(const std::vector<Value>& inputs);
 
   // The graph with each weight's initialiser holding its current value.
   ::onnx::ModelProto with_current_weights() const {
@@ -2188,6 +2205,8 @@ class OnnxModel : public nn::Model {
     std::string name;
     Shape shape;  // -1 where symbolic or unknown
     DType dtype;
+    bool sequence = false;  // a sequence of tensors of dtype (shape unchecked)
+    bool optional = false;  // may be empty
   };
   const ::onnx::GraphProto& graph() const { return proto_.graph(); }
   static std::string format_dims(const Shape& s) {
@@ -2236,26 +2255,43 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
   }
   for (auto& vi : g.input()) {
     if (init_names.count(vi.name())) continue;  // IR < 4 lists initialisers as inputs too
-    if (!vi.type().has_tensor_type())
-      fail(kWho, "graph input '", vi.name(), "' is not a tensor");
-    const auto& tt = vi.type().tensor_type();
-    Input in{vi.name(), {}, soma_dtype(tt.elem_type(), "graph input '" + vi.name() + "'")};
-    if (tt.has_shape())
+    // A tensor, a sequence of tensors, or an optional of either.
+    const ::onnx::TypeProto* type = &vi.type();
+    const bool optional = type->has_optional_type();
+    if (optional) type = &type->optional_type().elem_type();
+    const bool sequence = type->has_sequence_type();
+    if (sequence) type = &type->sequence_type().elem_type();
+    if (!type->has_tensor_type())
+      fail(kWho, "graph input '", vi.name(), "' is not a tensor, a sequence of tensors or an "
+           "optional of either");
+    const auto& tt = type->tensor_type();
+    Input in{vi.name(), {}, soma_dtype(tt.elem_type(), "graph input '" + vi.name() + "'"),
+             sequence, optional};
+    if (tt.has_shape() && !sequence)
       for (auto& d : tt.shape().dim()) in.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
     else
       in.shape = {};  // unknown rank
     inputs_.push_back(in);
   }
   prog_.check(g);
-  for (auto& vo : g.output()) {
-    if (!vo.type().has_tensor_type())
-      fail(kWho, "graph output '", vo.name(), "' is not a tensor");
-    output_names_.push_back(vo.name());
-  }
+  for (auto& vo : g.output()) output_names_.push_back(vo.name());
   if (output_names_.empty()) fail(kWho, "the graph has no outputs");
 }
 
 std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
+  std::vector<Value> outs = run({inputs.begin(), inputs.end()});
+  std::vector<Tensor> t;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].is_tensor())
+      fail(type_name(), "model '", name(), "': output '", output_names_[i], "' is ",
+           outs[i].is_sequence() ? "a sequence" : "an empty optional",
+           "; run the model with soma::onnx::run");
+    t.push_back(outs[i].tensor);
+  }
+  return t;
+}
+
+std::vector<Value> OnnxModel::run(const std::vector<Value>& inputs) {
   if (inputs.size() != inputs_.size())
     fail(type_name(), "model '", name(), "' takes ", inputs_.size(), " input(s) (", [&] {
       std::string s;
@@ -2267,24 +2303,33 @@ std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
   for (auto& [n, v] : named_parameters(false)) env[n] = v.value();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Input& want = inputs_[i];
-    Tensor x = inputs[i];
-    if (!x.defined()) fail(type_name(), "input '", want.name, "' is undefined");
-    bool ok = want.shape.empty() || x.rank() == std::int64_t(want.shape.size());
-    for (std::size_t d = 0; ok && d < want.shape.size(); ++d)
-      ok = want.shape[d] < 0 || want.shape[d] == x.shape()[d];
-    if (!ok)
-      fail(type_name(), "model '", name(), "': input '", want.name, "' expects shape ",
-           format_dims(want.shape), ", got ", shape_str(x.shape()));
-    if (x.dtype() != want.dtype) x = cast(x, want.dtype);
-    env[want.name] = x;
+    Value v = inputs[i];
+    if (v.kind == Value::Kind::none) {
+      if (!want.optional) fail(type_name(), "input '", want.name, "' is undefined");
+    } else if (v.is_sequence() != want.sequence) {
+      fail(type_name(), "model '", name(), "': input '", want.name, "' expects ",
+           want.sequence ? "a sequence" : "a tensor", ", got ", v.is_sequence() ? "a sequence" : "a tensor");
+    } else if (v.is_sequence()) {
+      for (auto& t : v.items)
+        if (t.dtype() != want.dtype) t = cast(t, want.dtype);
+    } else {
+      Tensor& x = v.tensor;
+      bool ok = want.shape.empty() || x.rank() == std::int64_t(want.shape.size());
+      for (std::size_t d = 0; ok && d < want.shape.size(); ++d)
+        ok = want.shape[d] < 0 || want.shape[d] == x.shape()[d];
+      if (!ok)
+        fail(type_name(), "model '", name(), "': input '", want.name, "' expects shape ",
+             format_dims(want.shape), ", got ", shape_str(x.shape()));
+      if (x.dtype() != want.dtype) x = cast(x, want.dtype);
+    }
+    env[want.name] = v;
   }
   prog_.run(env, nullptr, training());
-  std::vector<Tensor> outs;
+  std::vector<Value> outs;
   for (auto& o : output_names_) {
     auto it = env.find(o);
     if (it == env.end()) fail(kWho, "graph output '", o, "' is never computed");
-    if (!it->second.is_tensor()) fail(kWho, "graph output '", o, "' is not a tensor");
-    outs.push_back(it->second.tensor);
+    outs.push_back(it->second);
   }
   return outs;
 }
@@ -2296,9 +2341,18 @@ std::shared_ptr<nn::Model> build(::onnx::ModelProto proto, const LoadOptions& op
 }  // namespace
 }  // namespace soma::onnx
 
+namespace soma::onnx {
+namespace {
+// The model as load() made it, or nullptr.
+OnnxModel* imported(const nn::Model& model) {
+  return dynamic_cast<OnnxModel*>(const_cast<nn::Model*>(&model));
+}
+}  // namespace
+}  // namespace soma::onnx
+
 namespace soma::onnx_detail {
 bool export_imported(const nn::Model& model, ::onnx::ModelProto& out) {
-  auto* m = dynamic_cast<const soma::onnx::OnnxModel*>(&model);
+  auto* m = soma::onnx::imported(model);
   if (!m) return false;
   out = m->with_current_weights();
   return true;
@@ -2306,6 +2360,12 @@ bool export_imported(const nn::Model& model, ::onnx::ModelProto& out) {
 }  // namespace soma::onnx_detail
 
 namespace soma::onnx {
+
+std::vector<Value> run(nn::Model& model, const std::vector<Value>& inputs) {
+  auto* m = imported(model);
+  if (!m) fail(kWho, "soma::onnx::run takes a model made by soma::onnx::load");
+  return m->run(inputs);
+}
 
 std::shared_ptr<nn::Model> load_from_bytes(const std::string& bytes, const LoadOptions& options) {
   ::onnx::ModelProto m;

@@ -137,5 +137,131 @@ void check_scan(const LoadCheck& c) {
          "model imports opset ", c.opset, ")");
 }
 
+// ---- sequences and optionals ---------------------------------------------------------------------
+
+namespace {
+const std::vector<Tensor>& seq_arg(const Node& n, std::size_t i) {
+  if (i >= n.values.size() || !n.values[i].is_sequence())
+    fail(kWho, n.what, ": input ", i, " must be a sequence");
+  return n.values[i].items;
+}
+// A position in a sequence of `size` (negative: from the end), checked against [-size, hi].
+std::int64_t seq_position(const Node& n, std::size_t i, std::int64_t size, std::int64_t hi) {
+  std::int64_t p = std::int64_t(n.number(i));
+  if (p < -size || p > hi)
+    fail(kWho, n.what, ": position ", p, " is outside [", -size, ", ", hi, "]");
+  return p < 0 ? p + size : p;
+}
+}  // namespace
+
+std::vector<Value> sequence_empty(const Node& n) {
+  (void)soma_dtype(int(n.attr.i("dtype")), n.what + " dtype");  // a dtype soma holds
+  return {Value::sequence({})};
+}
+std::vector<Value> sequence_construct(const Node& n) {
+  std::vector<Tensor> items;
+  for (std::size_t i = 0; i < n.values.size(); ++i) items.push_back(n.arg(i));
+  return {Value::sequence(std::move(items))};
+}
+std::vector<Value> sequence_insert(const Node& n) {
+  std::vector<Tensor> items = seq_arg(n, 0);
+  const std::int64_t size = std::int64_t(items.size());
+  const std::int64_t at = n.has(2) ? seq_position(n, 2, size, size) : size;
+  items.insert(items.begin() + at, n.arg(1));
+  return {Value::sequence(std::move(items))};
+}
+std::vector<Value> sequence_at(const Node& n) {
+  const auto& items = seq_arg(n, 0);
+  const std::int64_t size = std::int64_t(items.size());
+  return {items[std::size_t(seq_position(n, 1, size, size - 1))]};
+}
+std::vector<Value> sequence_erase(const Node& n) {
+  std::vector<Tensor> items = seq_arg(n, 0);
+  const std::int64_t size = std::int64_t(items.size());
+  const std::int64_t at = n.has(1) ? seq_position(n, 1, size, size - 1) : size - 1;
+  if (at < 0) fail(kWho, n.what, ": the sequence is empty");
+  items.erase(items.begin() + at);
+  return {Value::sequence(std::move(items))};
+}
+std::vector<Value> sequence_length(const Node& n) {
+  return {constant(std::vector<std::int64_t>{std::int64_t(seq_arg(n, 0).size())}, Shape{})};
+}
+std::vector<Value> concat_from_sequence(const Node& n) {
+  const auto& items = seq_arg(n, 0);
+  if (items.empty()) fail(kWho, n.what, ": the sequence is empty");
+  const std::int64_t axis = n.attr.i("axis");
+  if (n.attr.i("new_axis")) return {stack(items, norm_axis(axis, items[0].rank() + 1))};
+  return {concat(items, norm_axis(axis, items[0].rank()))};
+}
+// SplitToSequence: parts of `split` sizes (a scalar: equal parts, the last smaller), else one
+// per position (the axis dropped unless keepdims).
+std::vector<Value> split_to_sequence(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t axis = norm_axis(n.attr.i("axis"), x.rank());
+  const std::int64_t len = x.dim(axis);
+  std::vector<std::int64_t> sizes;
+  if (!n.has(1)) {
+    sizes.assign(std::size_t(len), 1);
+  } else if (n.arg(1).rank() == 0) {
+    const std::int64_t k = std::int64_t(n.number(1));
+    if (k <= 0) fail(kWho, n.what, ": split must be positive, got ", k);
+    for (std::int64_t at = 0; at < len; at += k) sizes.push_back(std::min(k, len - at));
+  } else {
+    sizes = ints_of(n.arg(1));
+  }
+  std::vector<Tensor> parts;
+  std::int64_t at = 0;
+  for (auto sz : sizes) {
+    std::vector<Slice> sl(std::size_t(x.rank()));
+    sl[std::size_t(axis)] = Slice{at, at + sz};
+    at += sz;
+    Tensor p = slice(x, sl);
+    if (!n.has(1) && !n.attr.i("keepdims")) p = squeeze(p, {axis});
+    parts.push_back(p);
+  }
+  if (at != len) fail(kWho, n.what, ": split sizes add up to ", at, ", the axis has ", len);
+  return {Value::sequence(std::move(parts))};
+}
+// SequenceMap: the body on each position of the sequence inputs (tensor inputs as they are);
+// each body output collected into a sequence.
+std::vector<Value> sequence_map(const Node& n) {
+  const Subgraph& body = n.graph("body");
+  const std::size_t len = seq_arg(n, 0).size();
+  for (auto& v : n.values)
+    if (v.is_sequence() && v.items.size() != len)
+      fail(kWho, n.what, ": the sequences have lengths ", len, " and ", v.items.size());
+  std::vector<std::vector<Tensor>> outs(body.num_outputs());
+  for (std::size_t i = 0; i < len; ++i) {
+    std::vector<Value> in;
+    for (auto& v : n.values) in.push_back(v.is_sequence() ? Value(v.items[i]) : v);
+    auto out = body.run(in, *n.scope);
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      if (!out[k].is_tensor()) fail(kWho, n.what, ": body output ", k, " is not a tensor");
+      outs[k].push_back(out[k].tensor);
+    }
+  }
+  std::vector<Value> result;
+  for (auto& o : outs) result.push_back(Value::sequence(std::move(o)));
+  return result;
+}
+// Optional: its input, or an empty optional.
+std::vector<Value> optional(const Node& n) {
+  return {n.values.empty() ? Value() : n.values[0]};
+}
+std::vector<Value> optional_has_element(const Node& n) {
+  const bool has = !n.values.empty() && n.values[0].kind != Value::Kind::none;
+  return {constant(std::vector<std::uint8_t>{has}, Shape{}).cast(DType::boolean)};
+}
+std::vector<Value> optional_get_element(const Node& n) {
+  if (n.values.empty() || n.values[0].kind == Value::Kind::none)
+    fail(kWho, n.what, ": the optional is empty");
+  return {n.values[0]};
+}
+// Identity passes any value (a tensor, a sequence, an optional).
+std::vector<Value> identity_value(const Node& n) {
+  if (n.values.empty()) fail(kWho, n.what, ": input 0 is missing");
+  return {n.values[0]};
+}
+
 }  // namespace soma::onnx::importer
 #endif

@@ -22,5 +22,18 @@ std::vector<Value> if_(const Node& n);
 std::vector<Value> loop(const Node& n);
 std::vector<Tensor> scan(const Node& n);
 void check_scan(const LoadCheck& c);
+std::vector<Value> sequence_empty(const Node& n);
+std::vector<Value> sequence_construct(const Node& n);
+std::vector<Value> sequence_insert(const Node& n);
+std::vector<Value> sequence_at(const Node& n);
+std::vector<Value> sequence_erase(const Node& n);
+std::vector<Value> sequence_length(const Node& n);
+std::vector<Value> concat_from_sequence(const Node& n);
+std::vector<Value> split_to_sequence(const Node& n);
+std::vector<Value> sequence_map(const Node& n);
+std::vector<Value> optional(const Node& n);
+std::vector<Value> optional_has_element(const Node& n);
+std::vector<Value> optional_get_element(const Node& n);
+std::vector<Value> identity_value(const Node& n);
 
 }  // namespace soma::onnx::importer

@@ -15,6 +15,7 @@
 #include "onnx/onnx_attrs.hpp"
 #include "onnx/proto_util.hpp"
 #include "soma/error.hpp"
+#include "soma/onnx.hpp"
 #include "soma/ops.hpp"
 
 namespace soma::onnx::importer {
@@ -169,24 +170,7 @@ class NodeAttrs {
   std::vector<const AttributeProto*> items_;
 };
 
-// A value of a graph: a tensor, a sequence of tensors (the Sequence* operators, SplitToSequence),
-// or an empty optional (an optional holding a value is that value).
-struct Value {
-  enum class Kind { tensor, sequence, none };
-  Kind kind = Kind::none;
-  Tensor tensor;
-  std::vector<Tensor> items;
-  Value() = default;
-  Value(Tensor t) : kind(t.defined() ? Kind::tensor : Kind::none), tensor(std::move(t)) {}  // NOLINT
-  static Value sequence(std::vector<Tensor> items) {
-    Value v;
-    v.kind = Kind::sequence;
-    v.items = std::move(items);
-    return v;
-  }
-  bool is_tensor() const { return kind == Kind::tensor; }
-  bool is_sequence() const { return kind == Kind::sequence; }
-};
+using soma::onnx::Value;
 using Env = std::unordered_map<std::string, Value>;
 
 // The values a sub-graph sees besides its own: the enclosing graphs' (ONNX's outer scope).
