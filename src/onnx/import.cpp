@@ -1425,7 +1425,7 @@ void check_lstm(const LoadCheck& c) {
 // separable): each output position maps to a source coordinate by the coordinate
 // transformation mode; nearest gathers the rounded index, linear blends the two neighbours
 // (indices clamped to the edge). tf_crop_and_resize writes extrapolation_value outside the roi.
-constexpr std::string_view kNearest = "nearest";  // Resize's mode (the other: linear)
+constexpr std::string_view kNearest = "nearest";  // Resize's mode (the others: linear, cubic)
 std::vector<Tensor> resize(const Node& n) {
   Tensor y = n.x();
   const std::int64_t r = y.rank();
@@ -1499,6 +1499,10 @@ std::vector<Tensor> resize(const Node& n) {
     }
   }
   const double extrapolation = n.attr.f("extrapolation_value");
+  const bool cubic = n.attr.s("mode") == "cubic", antialias = n.attr.i("antialias") != 0;
+  const bool general = cubic || antialias;
+  const double cubic_a = n.attr.f("cubic_coeff_a");
+  const bool exclude_outside = n.attr.i("exclude_outside") != 0;
   for (std::size_t i = 0; i < k; ++i) {
     const std::int64_t ax = axes[i], in_len = y.dim(ax), out_len = out[i];
     const double scale = scales[i];
@@ -1545,6 +1549,18 @@ std::vector<Tensor> resize(const Node& n) {
         idx[o] = std::clamp<std::int64_t>(std::int64_t(f), 0, in_len - 1);
       }
       z = gather(y, constant(idx, Shape{out_len}), ax);
+    } else if (general) {  // cubic, antialiased: n taps per output position
+      const ResizeTaps taps = resize_taps(src, in_len, scale, cubic, antialias, cubic_a, exclude_outside);
+      for (std::size_t j = 0; j < taps.n; ++j) {
+        std::vector<std::int64_t> idx(static_cast<std::size_t>(out_len));
+        std::vector<double> w(idx.size());
+        for (std::size_t o = 0; o < idx.size(); ++o) {
+          idx[o] = taps.index[o * taps.n + j];
+          w[o] = taps.weight[o * taps.n + j];
+        }
+        Tensor t = gather(y, constant(idx, Shape{out_len}), ax) * cast(constant(w, along), y.dtype());
+        z = j == 0 ? t : z + t;
+      }
     } else {  // linear
       std::vector<std::int64_t> i0(static_cast<std::size_t>(out_len)), i1(i0.size());
       std::vector<double> w(static_cast<std::size_t>(out_len));
@@ -1651,11 +1667,11 @@ void check_resize(const LoadCheck& c) {
   if (c.opset < 11)
     fail(kWho, c.what, ": Resize before opset 11 is not supported (the model imports opset ",
          c.opset, ")");
-  if (c.attr.has("antialias") && c.attr.i("antialias"))
-    fail(kWho, c.what, ": antialias is not supported");
+  if (c.attr.i("antialias") && c.attr.s("mode") == kNearest)
+    fail(kWho, c.what, ": antialias applies to linear and cubic modes only");
   const Declared x = c.input(0);
   if (x.elem && !floating_elem(x.elem) && c.attr.s("mode") != kNearest)
-    fail(kWho, c.what, ": linear resizing of element type ", elem_type_name(x.elem),
+    fail(kWho, c.what, ": ", c.attr.s("mode"), " resizing of element type ", elem_type_name(x.elem),
          " is not supported (floating types only)");
 }
 
@@ -1772,7 +1788,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
             "asymmetric", "tf_crop_and_resize"}),
          F("cubic_coeff_a", -0.75f), I("exclude_outside"), F("extrapolation_value", 0.0f),
          S("keep_aspect_ratio_policy", "stretch", {"stretch", "not_larger", "not_smaller"}),
-         S("mode", "nearest", {"nearest", "linear"}),
+         S("mode", "nearest", {"nearest", "linear", "cubic"}),
          S("nearest_mode", "round_prefer_floor",
            {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})},
         {}, false, check_resize}},

@@ -16,6 +16,15 @@ std::vector<Tensor> swiglu(const Node& n);
 template <int Kind>  // 0 Hann, 1 Hamming, 2 Blackman
 std::vector<Tensor> window(const Node& n);
 std::vector<Tensor> lrn(const Node& n);
+// Resize's taps along one axis for the source coordinates `src`: n per output position, row-major
+// (the index clamped to [0, in_len), its weight).
+struct ResizeTaps {
+  std::size_t n;
+  std::vector<std::int64_t> index;
+  std::vector<double> weight;
+};
+ResizeTaps resize_taps(const std::vector<double>& src, std::int64_t in_len, double scale,
+                       bool cubic, bool antialias, double a, bool exclude_outside);
 
 // import_control.cpp
 std::vector<Value> if_(const Node& n);

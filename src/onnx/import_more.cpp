@@ -2,6 +2,7 @@
 // and convolution with state (opset 27), SwiGLU, window functions, LRN. Each handler's
 // attributes are listed in onnx_ops() (import.cpp) and checked there at load.
 #ifdef SOMA_HAS_ONNX
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -155,6 +156,52 @@ std::vector<Tensor> lrn(const Node& n) {
   }
   const Tensor base = s * (n.attr.f("alpha") / double(size)) + n.attr.f("bias");
   return {x / pow(base, scalar(n.attr.f("beta"), x.dtype()))};
+}
+
+// Resize's cubic and antialiased taps along one axis, as ONNX's reference: the source
+// coordinate x splits into f = ceil(x) - 1 and ratio = x - f in (0, 1]; tap j reads index
+// f - n/2 + 1 + j (clamped to the edge) with the kernel's weight at its distance (antialias
+// widens the kernel by 1 / scale when downsampling and normalises it).
+ResizeTaps resize_taps(const std::vector<double>& src, std::int64_t in_len, double scale,
+                       bool cubic, bool antialias, double a, bool exclude_outside) {
+  const double s = antialias ? std::min(scale, 1.0) : 1.0;
+  const std::int64_t start = std::int64_t(std::floor((cubic ? -2.0 : -1.0) / s)) + 1;
+  const std::size_t n = std::size_t(2 - 2 * start);
+  auto cubic_w = [a](double x) {
+    x = std::fabs(x);
+    if (x <= 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+    if (x < 2) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+    return 0.0;
+  };
+  ResizeTaps t{n, {}, {}};
+  for (double x : src) {
+    const double f = std::ceil(x) - 1, ratio = x - f;
+    std::vector<double> w(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      const double d = (double(start) + double(j) - ratio) * s;  // tap offset from x, scaled
+      w[j] = cubic ? cubic_w(d) : std::max(0.0, 1.0 - std::fabs(d));
+    }
+    if (antialias) {
+      double sum = 0;
+      for (double v : w) sum += v;
+      for (double& v : w) v /= sum;
+    }
+    std::vector<std::int64_t> idx(n);
+    for (std::size_t j = 0; j < n; ++j) idx[j] = std::int64_t(f) + start + std::int64_t(j);
+    if (exclude_outside) {
+      double sum = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        if (idx[j] < 0 || idx[j] >= in_len) w[j] = 0;
+        sum += w[j];
+      }
+      for (double& v : w) v /= sum;
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      t.index.push_back(std::clamp<std::int64_t>(idx[j], 0, in_len - 1));
+      t.weight.push_back(w[j]);
+    }
+  }
+  return t;
 }
 
 }  // namespace soma::onnx::importer
