@@ -1094,7 +1094,10 @@ std::vector<Tensor> space_to_depth(const Node& n) {
   const Tensor& x = n.x();
   const std::int64_t b = n.attr.i("blocksize");
   const std::int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-  Tensor t = transpose(reshape(x, {N, C, H / b, b, W / b, b}), {0, 3, 5, 1, 2, 4});
+  const bool crd = n.attr.s("mode") == "CRD";  // DepthToSpace's inverse, by mode
+  Tensor t = transpose(reshape(x, {N, C, H / b, b, W / b, b}),
+                       crd ? std::vector<std::int64_t>{0, 1, 3, 5, 2, 4}
+                           : std::vector<std::int64_t>{0, 3, 5, 1, 2, 4});
   return {reshape(t, {N, C * b * b, H / b, W / b})};
 }
 std::vector<Tensor> eye_like(const Node& n) {
@@ -1840,7 +1843,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"LpNormalization", {lp_norm, {I("axis", -1), I("p", 2)}}},
       {"MeanVarianceNormalization", {mvn, {Is("axes")}}},
       {"DepthToSpace", {depth_to_space, {I("blocksize"), S("mode", "DCR", {"DCR", "CRD"})}}},
-      {"SpaceToDepth", {space_to_depth, {I("blocksize")}}},
+      {"SpaceToDepth", {space_to_depth, {I("blocksize"), S("mode", "DCR", {"DCR", "CRD"})}}},
       {"EyeLike", {eye_like, {I("dtype"), I("k")}}},
       {"NegativeLogLikelihoodLoss",
        {nll_loss, {I("ignore_index"), S("reduction", "mean", {"none", "sum", "mean"})}}},
@@ -1863,6 +1866,20 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
          S("value_string"), Ss("value_strings"), {"sparse_value", AP::SPARSE_TENSOR}},
         {},
         true}},
+      {"Adagrad",
+       {adagrad, {F("decay_factor"), F("epsilon"), F("norm_coefficient")}, {}, false, nullptr,
+        "ai.onnx.preview.training"}},
+      {"Adam",
+       {adam, {F("alpha", 0.9f), F("beta", 0.999f), F("epsilon"), F("norm_coefficient"),
+               F("norm_coefficient_post")}, {}, false, nullptr, "ai.onnx.preview.training"}},
+      {"Momentum",
+       {momentum, {F("alpha"), F("beta"), S("mode", "", {"standard", "nesterov"}), F("norm_coefficient")},
+        {}, false, nullptr, "ai.onnx.preview.training"}},
+      {"Binarizer", {binarizer, {F("threshold")}, {}, false, nullptr, "ai.onnx.ml"}},
+      {"ArrayFeatureExtractor", {array_feature_extractor, {}, {}, false, nullptr, "ai.onnx.ml"}},
+      {"ReverseSequence", {reverse_sequence, {I("batch_axis", 1), I("time_axis")}}},
+      {"TensorScatter", {tensor_scatter, {I("axis", -2), S("mode", "linear", {"linear", "circular"})}}},
+      {"AffineGrid", {affine_grid, {I("align_corners")}}},
       // import_control.cpp
       {"If", {if_, {G("then_branch"), G("else_branch")}}},
       {"Loop", {loop, {G("body")}}},
@@ -2052,9 +2069,15 @@ struct Program {
   void resolve_nodes(const ::onnx::GraphProto& g) {
     for (int i = 0; i < g.node_size(); ++i) {
       const auto& n = g.node(i);
-      if (!default_domain(n.domain()))
-        fail(kWho, node_desc(n, i), ": operator '", n.op_type(), "' of domain '", n.domain(),
-             "' is not supported (soma runs operators of the default ONNX domain)");
+      auto it = onnx_ops().find(n.op_type());
+      const std::string_view domain = it == onnx_ops().end() ? "" : it->second.domain;
+      if (default_domain(n.domain()) ? !domain.empty() : n.domain() != domain)
+        fail(kWho, node_desc(n, i), ": operator '", n.op_type(), "' of domain '",
+             default_domain(n.domain()) ? "ai.onnx" : n.domain(), "' is not supported (soma runs "
+             "operators of the default ONNX domain, and a few of ai.onnx.ml and "
+             "ai.onnx.preview.training)");
+      if (default_domain(n.domain()) && opset == 0)
+        fail(kWho, "the model imports no opset of the default ONNX domain");
       steps.push_back(resolve(n, i, opset));
     }
   }
@@ -2242,7 +2265,7 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
     : proto_(std::move(proto)) {
   for (auto& os : proto_.opset_import())
     if (default_domain(os.domain())) prog_.opset = os.version();
-  if (prog_.opset == 0) fail(kWho, "the model imports no opset of the default ONNX domain");
+  // A model of only ai.onnx.ml or training operators may import no default opset (0 here).
   const auto& g = graph();
   if (!g.name().empty()) {
     std::string n;

@@ -25,6 +25,22 @@ struct ResizeTaps {
 };
 ResizeTaps resize_taps(const std::vector<double>& src, std::int64_t in_len, double scale,
                        bool cubic, bool antialias, double a, bool exclude_outside);
+std::vector<Tensor> adagrad(const Node& n);
+std::vector<Tensor> adam(const Node& n);
+std::vector<Tensor> momentum(const Node& n);
+std::vector<Tensor> binarizer(const Node& n);
+std::vector<Tensor> array_feature_extractor(const Node& n);
+std::vector<Tensor> reverse_sequence(const Node& n);
+std::vector<Tensor> tensor_scatter(const Node& n);
+std::vector<Tensor> affine_grid(const Node& n);
+std::vector<Tensor> adagrad(const Node& n);
+std::vector<Tensor> adam(const Node& n);
+std::vector<Tensor> momentum(const Node& n);
+std::vector<Tensor> binarizer(const Node& n);
+std::vector<Tensor> array_feature_extractor(const Node& n);
+std::vector<Tensor> reverse_sequence(const Node& n);
+std::vector<Tensor> tensor_scatter(const Node& n);
+std::vector<Tensor> affine_grid(const Node& n);
 
 // import_control.cpp
 std::vector<Value> if_(const Node& n);

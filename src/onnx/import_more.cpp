@@ -204,5 +204,180 @@ ResizeTaps resize_taps(const std::vector<double>& src, std::int64_t in_len, doub
   return t;
 }
 
+// ---- training operators (domain ai.onnx.preview.training), as ONNX's reference -------------------
+// Inputs: R (learning rate), T (update count), then the tensors of n parameters in groups (X...,
+// G..., then each state...); outputs the new X... then each new state...
+
+namespace {
+// The n parameter groups of a training operator with `states` state tensors per parameter.
+std::size_t training_groups(const Node& n, std::size_t states) {
+  const std::size_t per = 2 + states;
+  if (n.in.size() < 2 + per || (n.in.size() - 2) % per != 0)
+    fail(kWho, n.what, ": takes R, T and groups of ", per, " tensors, got ", n.in.size(), " inputs");
+  return (n.in.size() - 2) / per;
+}
+}  // namespace
+
+std::vector<Tensor> adagrad(const Node& n) {
+  const std::size_t k = training_groups(n, 1);
+  const double r = n.number(0), t = n.number(1);
+  const double rate = r / (1 + t * n.attr.f("decay_factor"));
+  std::vector<Tensor> xs, hs;
+  for (std::size_t i = 0; i < k; ++i) {
+    const Tensor &x = n.arg(2 + i), &g = n.arg(2 + k + i), &h = n.arg(2 + 2 * k + i);
+    const Tensor gr = x * n.attr.f("norm_coefficient") + g;
+    const Tensor h_new = h + gr * gr;
+    xs.push_back(x - gr * rate / (sqrt(h_new) + n.attr.f("epsilon")));
+    hs.push_back(h_new);
+  }
+  xs.insert(xs.end(), hs.begin(), hs.end());
+  return xs;
+}
+
+std::vector<Tensor> adam(const Node& n) {
+  const std::size_t k = training_groups(n, 2);
+  const double r = n.number(0), t = n.number(1);
+  const double alpha = n.attr.f("alpha"), beta = n.attr.f("beta");
+  const double rate = t > 0 ? r * std::sqrt(1 - std::pow(beta, t)) / (1 - std::pow(alpha, t)) : r;
+  std::vector<Tensor> xs, vs, hs;
+  for (std::size_t i = 0; i < k; ++i) {
+    const Tensor &x = n.arg(2 + i), &g = n.arg(2 + k + i), &v = n.arg(2 + 2 * k + i),
+                 &h = n.arg(2 + 3 * k + i);
+    const Tensor gr = x * n.attr.f("norm_coefficient") + g;
+    const Tensor v_new = v * alpha + gr * (1 - alpha);
+    const Tensor h_new = h * beta + gr * gr * (1 - beta);
+    const Tensor x_new = x - v_new / (sqrt(h_new) + n.attr.f("epsilon")) * rate;
+    xs.push_back(x_new * (1 - n.attr.f("norm_coefficient_post")));
+    vs.push_back(v_new);
+    hs.push_back(h_new);
+  }
+  xs.insert(xs.end(), vs.begin(), vs.end());
+  xs.insert(xs.end(), hs.begin(), hs.end());
+  return xs;
+}
+
+std::vector<Tensor> momentum(const Node& n) {
+  const std::size_t k = training_groups(n, 1);
+  const double r = n.number(0), t = n.number(1);
+  const double alpha = n.attr.f("alpha"), beta = t > 0 ? n.attr.f("beta") : 1.0;
+  const bool nesterov = n.attr.s("mode") == "nesterov";
+  std::vector<Tensor> xs, vs;
+  for (std::size_t i = 0; i < k; ++i) {
+    const Tensor &x = n.arg(2 + i), &g = n.arg(2 + k + i), &v = n.arg(2 + 2 * k + i);
+    const Tensor gr = x * n.attr.f("norm_coefficient") + g;
+    const Tensor v_new = v * alpha + gr * beta;
+    xs.push_back(x - (nesterov ? gr + v_new * alpha : v_new) * r);
+    vs.push_back(v_new);
+  }
+  xs.insert(xs.end(), vs.begin(), vs.end());
+  return xs;
+}
+
+// ---- ai.onnx.ml --------------------------------------------------------------------------------
+
+std::vector<Tensor> binarizer(const Node& n) {
+  return {cast(greater(n.x(), scalar(n.attr.f("threshold"), n.x().dtype())), n.x().dtype())};
+}
+// ArrayFeatureExtractor: x[..., indices] (indices flattened; a 1-D x gives one row).
+std::vector<Tensor> array_feature_extractor(const Node& n) {
+  const Tensor x = n.x().rank() == 1 ? expand_dims(n.x(), 0) : n.x();
+  return {gather(x, reshape(cast(n.arg(1), DType::i64), {-1}), x.rank() - 1)};
+}
+
+// ---- tensor rearrangements -----------------------------------------------------------------------
+
+// ReverseSequence: the first sequence_lens[b] steps along time_axis reversed, per batch entry.
+std::vector<Tensor> reverse_sequence(const Node& n) {
+  const Tensor& x = n.x();
+  const std::int64_t t_ax = norm_axis(n.attr.i("time_axis"), x.rank()),
+                     b_ax = norm_axis(n.attr.i("batch_axis", 1), x.rank());
+  if (x.rank() < 2 || t_ax == b_ax || (t_ax != 0 && t_ax != 1) || (b_ax != 0 && b_ax != 1))
+    fail(kWho, n.what, ": time_axis and batch_axis must be 0 and 1 (either way), on rank >= 2");
+  const auto lens = ints_of(n.arg(1));
+  const std::int64_t steps = x.dim(t_ax);
+  if (std::int64_t(lens.size()) != x.dim(b_ax))
+    fail(kWho, n.what, ": sequence_lens has ", lens.size(), " values for batch ", x.dim(b_ax));
+  std::vector<Tensor> rows;
+  for (std::int64_t b = 0; b < x.dim(b_ax); ++b) {
+    const std::int64_t len = lens[std::size_t(b)];
+    if (len < 0 || len > steps) fail(kWho, n.what, ": sequence length ", len, " outside [0, ", steps, "]");
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(steps));
+    for (std::int64_t i = 0; i < steps; ++i) idx[std::size_t(i)] = i < len ? len - 1 - i : i;
+    std::vector<Slice> sl(std::size_t(x.rank()));
+    sl[std::size_t(b_ax)] = Slice{b, b + 1};
+    rows.push_back(gather(slice(x, sl), constant(idx, Shape{steps}), t_ax));
+  }
+  return {concat(rows, b_ax)};
+}
+
+// TensorScatter (opset 24): update written into past_cache along `axis` from write_indices[b]
+// (0 if absent) for each batch entry b (axis 0), wrapping around in circular mode.
+std::vector<Tensor> tensor_scatter(const Node& n) {
+  const Tensor &cache = n.x(), &update = n.arg(1);
+  const std::int64_t axis = norm_axis(n.attr.i("axis", -2), cache.rank());
+  if (axis == 0 || cache.rank() != update.rank())
+    fail(kWho, n.what, ": axis must not be the batch axis, and the ranks must agree");
+  for (std::int64_t d = 0; d < cache.rank(); ++d)
+    if (d == axis ? update.dim(d) > cache.dim(d) : update.dim(d) != cache.dim(d))
+      fail(kWho, n.what, ": update ", shape_str(update.shape()), " does not fit the cache ",
+           shape_str(cache.shape()), " along axis ", axis);
+  const bool circular = n.attr.s("mode") == "circular";
+  const std::int64_t batch = cache.dim(0), len = cache.dim(axis), upd = update.dim(axis);
+  const auto write = n.has(2) ? ints_of(n.arg(2)) : std::vector<std::int64_t>(std::size_t(batch), 0);
+  std::vector<Tensor> rows;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t w = write.at(std::size_t(b));
+    if (!circular && (w < 0 || w + upd > len))
+      fail(kWho, n.what, ": writing ", upd, " entries at ", w, " overruns the cache of ", len);
+    // Position p of the result takes cache[p], or update[offset] (index len + offset in the
+    // concatenation of the two along the axis).
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(len));
+    for (std::int64_t p = 0; p < len; ++p) {
+      std::int64_t off = p - w;
+      if (circular) off = ((off % len) + len) % len;
+      idx[std::size_t(p)] = off >= 0 && off < upd ? len + off : p;
+    }
+    std::vector<Slice> sl(std::size_t(cache.rank()));
+    sl[0] = Slice{b, b + 1};
+    rows.push_back(gather(concat({slice(cache, sl), slice(update, sl)}, axis), constant(idx, Shape{len}), axis));
+  }
+  return {concat(rows, 0)};
+}
+
+// AffineGrid: theta [N, 2, 3] (or [N, 3, 4]) applied to the normalised grid of size's spatial
+// axes, (x, y[, z], 1) per position: [N, H, W, 2] (or [N, D, H, W, 3]).
+std::vector<Tensor> affine_grid(const Node& n) {
+  const Tensor& theta = n.x();
+  const auto size = ints_of(n.arg(1));
+  const std::size_t dims = size.size() - 2;
+  if ((dims != 2 && dims != 3) || theta.rank() != 3 || theta.dim(1) != std::int64_t(dims) ||
+      theta.dim(2) != std::int64_t(dims) + 1)
+    fail(kWho, n.what, ": theta ", shape_str(theta.shape()), " and size of ", size.size(),
+         " values do not make a 2-D or 3-D grid");
+  const bool align = n.attr.i("align_corners") != 0;
+  Shape spatial(size.begin() + 2, size.end());
+  std::int64_t count = 1;
+  for (auto d : spatial) count *= d;
+  // Homogeneous coordinates [count, dims + 1]: x runs along the last axis, then y, then z.
+  std::vector<double> base(static_cast<std::size_t>(count * std::int64_t(dims + 1)));
+  for (std::int64_t p = 0; p < count; ++p) {
+    std::int64_t rest = p;
+    for (std::size_t a = dims; a-- > 0;) {  // a: spatial axis, last first
+      const std::int64_t len = spatial[a], i = rest % len;
+      rest /= len;
+      const double v = align ? (len > 1 ? -1.0 + 2.0 * double(i) / double(len - 1) : 0.0)
+                             : (2.0 * double(i) + 1.0) / double(len) - 1.0;
+      base[std::size_t(p) * (dims + 1) + (dims - 1 - a)] = v;
+    }
+    base[std::size_t(p) * (dims + 1) + dims] = 1.0;
+  }
+  const Tensor grid = cast(constant(base, Shape{count, std::int64_t(dims + 1)}), theta.dtype());
+  Tensor out = matmul(grid, transpose(theta, {0, 2, 1}));  // [N, count, dims]
+  Shape shape{theta.dim(0)};
+  shape.insert(shape.end(), spatial.begin(), spatial.end());
+  shape.push_back(std::int64_t(dims));
+  return {reshape(out, shape)};
+}
+
 }  // namespace soma::onnx::importer
 #endif

@@ -282,6 +282,7 @@ struct OnnxOp {
   std::vector<int> statistics = {};  // inputs holding running statistics: weights not trained
   bool at_load = false;              // no inputs: evaluated once at load, its outputs constants
   Check check = nullptr;             // refuses at load what the handler cannot run
+  std::string_view domain = {};      // another domain than ONNX's default (ai.onnx.ml, ...)
 };
 
 }  // namespace soma::onnx::importer
