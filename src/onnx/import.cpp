@@ -1880,6 +1880,8 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"ReverseSequence", {reverse_sequence, {I("batch_axis", 1), I("time_axis")}}},
       {"TensorScatter", {tensor_scatter, {I("axis", -2), S("mode", "linear", {"linear", "circular"})}}},
       {"AffineGrid", {affine_grid, {I("align_corners")}}},
+      {"DFT", {dft, {I("axis", 1), I("inverse"), I("onesided")}, {}, false, check_dft}},
+      {"STFT", {stft, {I("onesided", 1)}}},
       // import_control.cpp
       {"If", {if_, {G("then_branch"), G("else_branch")}}},
       {"Loop", {loop, {G("body")}}},
