@@ -248,8 +248,17 @@ std::vector<Tensor> conv(const Node& n) {
   return {drop_1d(y, lifted)};
 }
 
+// Dilations, 3-D and wider windows, integer max pooling and MaxPool's Indices: the general path.
+bool pool_needs_nd(const Node& n, bool max) {
+  for (auto d : n.attr.ints("dilations"))
+    if (d != 1) return true;
+  return (n.x().rank() != 3 && n.x().rank() != 4) || (max && !is_floating(n.x().dtype())) ||
+         (n.proto.output_size() > 1 && !n.proto.output(1).empty());
+}
+
 template <bool Max>
 std::vector<Tensor> pool(const Node& n) {
+  if (pool_needs_nd(n, Max)) return pool_nd(n, Max ? PoolKind::max : PoolKind::avg);
   const bool lifted = n.x().rank() == 3;
   const Tensor x = lift_1d(n.x());
   if (x.rank() != 4)
@@ -301,6 +310,7 @@ std::vector<Tensor> pool(const Node& n) {
 // LpPool: (sum over the window of |x|^p)^(1/p); padding adds zeros, so the sum is an average
 // over the explicitly padded input times the window size.
 std::vector<Tensor> lp_pool(const Node& n) {
+  if (pool_needs_nd(n, false) || n.attr.i("ceil_mode")) return pool_nd(n, PoolKind::lp);
   const bool lifted = n.x().rank() == 3;
   const Tensor x = lift_1d(n.x());
   if (x.rank() != 4)
@@ -1390,12 +1400,23 @@ void check_conv_transpose(const LoadCheck& c) {
     fail(kWho, c.what, ": auto_pad '", pad, "' is not supported for ConvTranspose (NOTSET, "
          "with explicit pads)");
 }
-void check_pool(const LoadCheck& c) {
-  check_window(c, true);
-  for (auto d : c.attr.ints("dilations"))
-    if (d != 1) fail(kWho, c.what, ": dilated pooling (dilations ", d, ") is not supported");
-  if (c.has_output(1)) fail(kWho, c.what, ": the Indices output is not supported");
+// Pooling runs windows of any rank (pool_nd beyond 2-D, dilations and Indices); average and Lp
+// pooling on floating inputs, max pooling on any soma dtype.
+void check_pool_of(const LoadCheck& c, bool max) {
+  const Declared x = c.input(0);
+  if (x.rank >= 0 && x.rank < 3)
+    fail(kWho, c.what, ": input 0 has rank ", x.rank, "; pooling needs [N, C, spatial...]");
+  if (!max && x.elem && !floating_elem(x.elem))
+    fail(kWho, c.what, ": input 0 has element type ", elem_type_name(x.elem),
+         "; soma runs it on float, double, float16 and bfloat16");
+  const auto ks = c.attr.ints("kernel_shape");
+  if (x.rank >= 0 && ks.size() + 2 != std::size_t(x.rank))
+    fail(kWho, c.what, ": kernel_shape has ", ks.size(), " values for input rank ", x.rank);
+  if (c.attr.s("auto_pad") != "NOTSET" && !c.attr.s("auto_pad").empty() && c.attr.i("ceil_mode"))
+    fail(kWho, c.what, ": ceil_mode with auto_pad is not supported");
 }
+void check_pool(const LoadCheck& c) { check_pool_of(c, false); }
+void check_max_pool(const LoadCheck& c) { check_pool_of(c, true); }
 // Dropout drops out when the model trains (nn::Module::train); a training_mode fed at run time
 // would ask for a random mask that matches no other runtime's.
 void check_dropout(const LoadCheck& c) {
@@ -1403,10 +1424,7 @@ void check_dropout(const LoadCheck& c) {
     fail(kWho, c.what, ": a training_mode input computed at run time is not supported (soma "
          "drops out while the model trains: Model::train / eval)");
 }
-void check_lp_pool(const LoadCheck& c) {
-  check_pool(c);
-  if (c.attr.i("ceil_mode")) fail(kWho, c.what, ": ceil_mode is not supported for LpPool");
-}
+void check_lp_pool(const LoadCheck& c) { check_pool(c); }
 void check_batch_norm(const LoadCheck& c) {
   for (int i = 1; i < c.proto.output_size(); ++i)
     if (c.has_output(i))
@@ -1753,7 +1771,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Conv", {conv<false>, conv_attrs(), {}, false, check_conv}},
       {"ConvTranspose", {conv<true>, conv_attrs({Is("output_padding"), Is("output_shape")}), {},
                          false, check_conv_transpose}},
-      {"MaxPool", {pool<true>, pool_attrs({I("storage_order")}), {}, false, check_pool}},
+      {"MaxPool", {pool<true>, pool_attrs({I("storage_order")}), {}, false, check_max_pool}},
       {"AveragePool", {pool<false>, pool_attrs({I("count_include_pad")}), {}, false, check_pool}},
       {"LpPool", {lp_pool, pool_attrs({I("p", 2)}), {}, false, check_lp_pool}},
       {"GlobalAveragePool", {global_pool<false>}},

@@ -35,6 +35,8 @@ std::vector<Tensor> tensor_scatter(const Node& n);
 std::vector<Tensor> affine_grid(const Node& n);
 std::vector<Tensor> dft(const Node& n);
 void check_dft(const LoadCheck& c);
+enum class PoolKind { max, avg, lp };
+std::vector<Tensor> pool_nd(const Node& n, PoolKind kind);
 std::vector<Tensor> stft(const Node& n);
 std::vector<Tensor> adagrad(const Node& n);
 std::vector<Tensor> adam(const Node& n);

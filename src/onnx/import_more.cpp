@@ -4,6 +4,7 @@
 #ifdef SOMA_HAS_ONNX
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "onnx/import_handlers.hpp"
@@ -525,6 +526,152 @@ std::vector<Tensor> stft(const Node& n) {
     im = squeeze(slice(fr, sl), {3});
   }
   return {cast(dft_last(re, im, frame, false, onesided), x.dtype())};
+}
+
+// ---- pooling in any rank -----------------------------------------------------------------------------
+
+// MaxPool / AveragePool / LpPool over N-D windows, with dilations, any dtype (max) and MaxPool's
+// Indices, as ONNX's reference: the output size from the padding (ceil_mode: the last window
+// starts inside the input or its begin padding, the extra padding split as the reference
+// splits it); every window tap gathered (one gather per spatial axis), then reduced. Taps in
+// the padding are left out of max and of average without count_include_pad; the extra ceil
+// padding counts in no average.
+std::vector<Tensor> pool_nd(const Node& n, PoolKind kind) {
+  const Tensor& x = n.x();
+  const std::int64_t dims = x.rank() - 2;
+  if (dims < 1) fail(kWho, n.what, ": the input must be [N, C, spatial...], got ", shape_str(x.shape()));
+  const auto ks = n.attr.ints("kernel_shape");
+  if (std::int64_t(ks.size()) != dims)
+    fail(kWho, n.what, ": kernel_shape has ", ks.size(), " values for ", dims, " spatial axes");
+  auto per_axis = [&](std::string_view name, std::int64_t def, std::size_t count) {
+    auto v = n.attr.ints(name);
+    if (v.empty()) v.assign(count, def);
+    if (v.size() != count)
+      fail(kWho, n.what, ": ", std::string(name), " has ", v.size(), " values, expected ", count);
+    return v;
+  };
+  const auto st = per_axis("strides", 1, std::size_t(dims)), dil = per_axis("dilations", 1, std::size_t(dims));
+  auto pads = per_axis("pads", 0, std::size_t(2 * dims));
+  const std::string auto_pad = n.attr.s("auto_pad");
+  const bool ceil_mode = n.attr.i("ceil_mode") != 0;
+  const bool include_pad = kind == PoolKind::lp || (kind == PoolKind::avg && n.attr.i("count_include_pad"));
+  std::vector<std::int64_t> out(static_cast<std::size_t>(dims)), begin(out.size());
+  for (std::size_t a = 0; a < out.size(); ++a) {
+    const std::int64_t in = x.dim(std::int64_t(a) + 2), keff = (ks[a] - 1) * dil[a] + 1;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out[a] = (in - 1) / st[a] + 1;
+      const std::int64_t total = std::max<std::int64_t>((out[a] - 1) * st[a] + ks[a] - in, 0);
+      pads[a] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[a + std::size_t(dims)] = total - pads[a];
+    } else if (auto_pad == "VALID") {
+      out[a] = (in - ks[a]) / st[a] + 1;
+      pads[a] = pads[a + std::size_t(dims)] = 0;
+    } else {
+      const std::int64_t span = in + pads[a] + pads[a + std::size_t(dims)] - keff;
+      out[a] = ceil_mode ? (span + st[a] - 1) / st[a] + 1 : span / st[a] + 1;
+      if (ceil_mode && (out[a] - 1) * st[a] >= in + pads[a]) --out[a];
+    }
+    if (out[a] <= 0) fail(kWho, n.what, ": the window does not fit the input (axis ", a + 2, ")");
+    begin[a] = pads[a];
+    const std::int64_t extra = (out[a] - 1) * st[a] + keff - in - pads[a] - pads[a + std::size_t(dims)];
+    if (extra > 0) begin[a] += extra / 2;
+  }
+  // Gather the taps: [N, C, o1, k1, o2, k2, ...]; per axis, which taps are input elements
+  // (valid) and which count in an average.
+  Tensor g = x;
+  std::vector<Tensor> valid_masks, counts;
+  std::vector<std::vector<std::int64_t>> tap_pos;  // per axis [o * k + j]: the input index, or -1
+  for (std::size_t a = 0; a < out.size(); ++a) {
+    const std::int64_t in = x.dim(std::int64_t(a) + 2), o_n = out[a], k_n = ks[a];
+    const std::int64_t limit = in + pads[a] + pads[a + std::size_t(dims)];  // the padded extent
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(o_n * k_n)), pos(idx.size());
+    std::vector<double> valid(idx.size()), count(static_cast<std::size_t>(o_n), 0.0);
+    for (std::int64_t o = 0; o < o_n; ++o)
+      for (std::int64_t j = 0; j < k_n; ++j) {
+        const std::int64_t q = o * st[a] + j * dil[a], p = q - begin[a];
+        const bool included = q < limit, ok = included && p >= 0 && p < in;
+        const std::size_t t = std::size_t(o * k_n + j);
+        idx[t] = std::clamp<std::int64_t>(p, 0, in - 1);
+        pos[t] = ok ? p : -1;
+        valid[t] = ok ? 1.0 : 0.0;
+        count[std::size_t(o)] += (include_pad ? included : ok) ? 1.0 : 0.0;
+      }
+    const std::int64_t axis = 2 + 2 * std::int64_t(a);  // where this axis sits in g
+    g = gather(g, constant(idx, Shape{o_n, k_n}), axis);
+    Shape vs(std::size_t(2 + 2 * dims), 1);
+    vs[std::size_t(axis)] = o_n;
+    vs[std::size_t(axis) + 1] = k_n;
+    valid_masks.push_back(constant(valid, vs));
+    Shape cs(std::size_t(2 + 2 * dims), 1);
+    cs[std::size_t(axis)] = o_n;
+    counts.push_back(constant(count, cs));
+    tap_pos.push_back(pos);
+  }
+  Tensor valid = valid_masks[0];
+  for (std::size_t a = 1; a < valid_masks.size(); ++a) valid = valid * valid_masks[a];
+  Axes taps;
+  for (std::int64_t a = 0; a < dims; ++a) taps.push_back(3 + 2 * a);
+  const Tensor ok = cast(valid, DType::boolean);
+  if (kind == PoolKind::avg || kind == PoolKind::lp) {
+    if (!is_floating(x.dtype())) fail(kWho, n.what, ": average and Lp pooling need a floating input");
+    if (kind == PoolKind::lp) {
+      const double p = double(n.attr.i("p"));
+      Tensor v = where(ok, pow(abs(g), scalar(p, x.dtype())), zeros({}, x.dtype()));
+      return {pow(sum(v, taps), scalar(1.0 / p, x.dtype()))};
+    }
+    Tensor cnt = counts[0];
+    for (std::size_t a = 1; a < counts.size(); ++a) cnt = cnt * counts[a];
+    return {sum(where(ok, g, zeros({}, x.dtype())), taps) / cast(squeeze(cnt, taps), x.dtype())};
+  }
+  // max: padding taps can never win
+  const double lowest = is_floating(x.dtype()) ? -std::numeric_limits<double>::infinity()
+                        : x.dtype() == DType::u8 || x.dtype() == DType::boolean ? 0.0
+                        : x.dtype() == DType::i32 ? double(std::numeric_limits<std::int32_t>::min())
+                                                  : double(std::numeric_limits<std::int64_t>::min());
+  const Tensor masked = where(ok, g, full_like(g, lowest));
+  Tensor y = max(masked, taps);
+  if (!(n.proto.output_size() > 1 && !n.proto.output(1).empty())) return {y};
+  // Indices: the flat index (row-major, or column-major for storage_order 1) of each window's
+  // first maximum, counted over the whole input.
+  std::vector<std::int64_t> perm{0, 1}, outs_shape{x.dim(0), x.dim(1)};
+  std::int64_t o_total = 1, k_total = 1;
+  for (std::int64_t a = 0; a < dims; ++a) {
+    perm.push_back(2 + 2 * a);
+    outs_shape.push_back(out[std::size_t(a)]);
+    o_total *= out[std::size_t(a)];
+    k_total *= ks[std::size_t(a)];
+  }
+  for (std::int64_t a = 0; a < dims; ++a) perm.push_back(3 + 2 * a);
+  Tensor flat = reshape(transpose(masked, perm), {x.dim(0), x.dim(1), o_total, k_total});
+  Tensor arg = argmax(flat, 3);  // [N, C, O]
+  const bool col_major = n.attr.i("storage_order") != 0;
+  std::vector<std::int64_t> stride(static_cast<std::size_t>(dims));
+  std::int64_t spatial = 1;
+  for (std::int64_t a = 0; a < dims; ++a) {
+    const std::int64_t d = col_major ? a : dims - 1 - a;
+    stride[std::size_t(d)] = spatial;
+    spatial *= x.dim(d + 2);
+  }
+  // table[o * K + t]: the spatial flat index of tap t of window o
+  std::vector<std::int64_t> table(static_cast<std::size_t>(o_total * k_total), 0);
+  for (std::int64_t o = 0; o < o_total; ++o)
+    for (std::int64_t t = 0; t < k_total; ++t) {
+      std::int64_t orest = o, trest = t, flat_idx = 0;
+      for (std::int64_t a = dims - 1; a >= 0; --a) {
+        const std::int64_t oa = orest % out[std::size_t(a)], ta = trest % ks[std::size_t(a)];
+        orest /= out[std::size_t(a)];
+        trest /= ks[std::size_t(a)];
+        const std::int64_t p = tap_pos[std::size_t(a)][std::size_t(oa * ks[std::size_t(a)] + ta)];
+        flat_idx += std::max<std::int64_t>(p, 0) * stride[std::size_t(a)];
+      }
+      table[std::size_t(o * k_total + t)] = flat_idx;
+    }
+  const Tensor base = reshape(arange(0, double(o_total), 1, DType::i64), {1, 1, o_total}) *
+                      scalar(double(k_total), DType::i64);
+  Tensor where_in = gather(constant(table, Shape{o_total * k_total}), arg + base, 0);
+  const Tensor nc = reshape(arange(0, double(x.dim(0) * x.dim(1)), 1, DType::i64), {x.dim(0), x.dim(1), 1}) *
+                    scalar(double(spatial), DType::i64);
+  return {y, reshape(where_in + nc, Shape(outs_shape.begin(), outs_shape.end()))};
 }
 
 }  // namespace soma::onnx::importer
