@@ -1900,6 +1900,12 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"AffineGrid", {affine_grid, {I("align_corners")}}},
       {"DFT", {dft, {I("axis", 1), I("inverse"), I("onesided")}, {}, false, check_dft}},
       {"STFT", {stft, {I("onesided", 1)}}},
+      {"NonZero", {non_zero}},
+      {"Compress", {compress, {I("axis")}}},
+      {"Unique", {unique, {I("axis"), I("sorted", 1)}}},
+      {"NonMaxSuppression", {non_max_suppression, {I("center_point_box")}}},
+      {"Col2Im", {col2im, {Is("dilations"), Is("pads"), Is("strides")}}},
+      {"MaxUnpool", {max_unpool, {Is("kernel_shape"), Is("pads"), Is("strides")}}},
       // import_control.cpp
       {"If", {if_, {G("then_branch"), G("else_branch")}}},
       {"Loop", {loop, {G("body")}}},

@@ -3,12 +3,14 @@
 // attributes are listed in onnx_ops() (import.cpp) and checked there at load.
 #ifdef SOMA_HAS_ONNX
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numbers>
 
 #include "onnx/import_handlers.hpp"
 #include "soma/nn_ops.hpp"
+#include "soma/op.hpp"
 
 namespace soma::onnx::importer {
 
@@ -672,6 +674,274 @@ std::vector<Tensor> pool_nd(const Node& n, PoolKind kind) {
   const Tensor nc = reshape(arange(0, double(x.dim(0) * x.dim(1)), 1, DType::i64), {x.dim(0), x.dim(1), 1}) *
                     scalar(double(spatial), DType::i64);
   return {y, reshape(where_in + nc, Shape(outs_shape.begin(), outs_shape.end()))};
+}
+
+// ---- data-dependent shapes, computed from the values (import only: a soma op's shape rule sees
+// shapes, not values) ---------------------------------------------------------------------------------
+
+// NonZero: the coordinates of the non-zero elements, [rank, count], in row-major order.
+std::vector<Tensor> non_zero(const Node& n) {
+  const Tensor& x = n.x();
+  const auto v = cast(x, DType::f64).to_vector<double>();
+  const std::int64_t r = std::max<std::int64_t>(x.rank(), 1);
+  std::vector<std::int64_t> hits;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i] != 0.0) hits.push_back(std::int64_t(i));
+  const std::int64_t count = std::int64_t(hits.size());
+  std::vector<std::int64_t> out(static_cast<std::size_t>(r * count));
+  for (std::int64_t h = 0; h < count; ++h) {
+    std::int64_t rest = hits[std::size_t(h)];
+    for (std::int64_t d = x.rank() - 1; d >= 0; --d) {
+      out[std::size_t(d * count + h)] = rest % x.dim(d);
+      rest /= x.dim(d);
+    }
+  }
+  return {constant(out, Shape{x.rank(), count})};
+}
+
+// Compress: the slices along `axis` (or elements of the flattened input) where condition is true.
+std::vector<Tensor> compress(const Node& n) {
+  const Tensor& x = n.x();
+  const auto cond = cast(n.arg(1), DType::f64).to_vector<double>();
+  const bool flat = !n.attr.has("axis");
+  const Tensor src = flat ? reshape(x, {-1}) : x;
+  const std::int64_t axis = flat ? 0 : norm_axis(n.attr.i("axis"), x.rank());
+  if (axis < 0 || axis >= src.rank()) fail(kWho, n.what, ": axis ", n.attr.i("axis"), " is out of range");
+  if (std::int64_t(cond.size()) > src.dim(axis))
+    fail(kWho, n.what, ": condition has ", cond.size(), " values for an axis of ", src.dim(axis));
+  std::vector<std::int64_t> keep;
+  for (std::size_t i = 0; i < cond.size(); ++i)
+    if (cond[i] != 0.0) keep.push_back(std::int64_t(i));
+  return {gather(src, constant(keep, Shape{std::int64_t(keep.size())}), axis)};
+}
+
+// Unique: the distinct elements (or slices along `axis`), sorted or in order of first
+// appearance; the index of each one's first appearance, each input's index into the result,
+// and the counts.
+std::vector<Tensor> unique(const Node& n) {
+  const Tensor& x = n.x();
+  const bool has_axis = n.attr.has("axis");
+  const std::int64_t axis = has_axis ? norm_axis(n.attr.i("axis"), x.rank()) : 0;
+  if (has_axis && (axis < 0 || axis >= x.rank()))
+    fail(kWho, n.what, ": axis ", n.attr.i("axis"), " is out of range");
+  // Rows to compare: the flattened elements, or the slices along axis moved to the front.
+  Tensor moved = reshape(x, {-1, 1});
+  if (has_axis) {
+    std::vector<std::int64_t> perm{axis};
+    for (std::int64_t d = 0; d < x.rank(); ++d)
+      if (d != axis) perm.push_back(d);
+    moved = reshape(transpose(x, perm), {x.dim(axis), -1});
+  }
+  const std::int64_t rows = moved.dim(0), width = moved.dim(1);
+  // Exact keys: integers as i64, floating values as f64.
+  const bool integral = !is_floating(x.dtype());
+  const auto vi = integral ? cast(moved, DType::i64).to_vector<std::int64_t>() : std::vector<std::int64_t>{};
+  const auto vf = integral ? std::vector<double>{} : cast(moved, DType::f64).to_vector<double>();
+  auto less_row = [&](std::int64_t a, std::int64_t b) {
+    for (std::int64_t k = 0; k < width; ++k) {
+      const std::size_t ia = std::size_t(a * width + k), ib = std::size_t(b * width + k);
+      if (integral ? vi[ia] != vi[ib] : vf[ia] != vf[ib]) return integral ? vi[ia] < vi[ib] : vf[ia] < vf[ib];
+    }
+    return false;
+  };
+  auto same_row = [&](std::int64_t a, std::int64_t b) { return !less_row(a, b) && !less_row(b, a); };
+  std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) order[std::size_t(i)] = i;
+  std::stable_sort(order.begin(), order.end(), less_row);
+  // Groups of equal rows in sorted order; each group's first appearance is its smallest index.
+  std::vector<std::int64_t> first, count, group_of(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (i == 0 || !same_row(order[i - 1], order[i])) {
+      first.push_back(order[i]);
+      count.push_back(0);
+    }
+    group_of[std::size_t(order[i])] = std::int64_t(first.size()) - 1;
+    ++count.back();
+  }
+  // Output order: sorted (the groups as they are) or by first appearance.
+  std::vector<std::int64_t> rank(first.size());
+  for (std::size_t g = 0; g < rank.size(); ++g) rank[g] = std::int64_t(g);
+  if (!n.attr.i("sorted")) {
+    std::vector<std::int64_t> by_first(first.size());
+    for (std::size_t g = 0; g < by_first.size(); ++g) by_first[g] = std::int64_t(g);
+    std::sort(by_first.begin(), by_first.end(), [&](std::int64_t a, std::int64_t b) {
+      return first[std::size_t(a)] < first[std::size_t(b)];
+    });
+    for (std::size_t r = 0; r < by_first.size(); ++r) rank[std::size_t(by_first[r])] = std::int64_t(r);
+  }
+  const std::int64_t groups = std::int64_t(first.size());
+  std::vector<std::int64_t> idx(first.size()), cnt(first.size()), inverse(static_cast<std::size_t>(rows));
+  for (std::size_t g = 0; g < first.size(); ++g) {
+    idx[std::size_t(rank[g])] = first[g];
+    cnt[std::size_t(rank[g])] = count[g];
+  }
+  for (std::int64_t i = 0; i < rows; ++i) inverse[std::size_t(i)] = rank[std::size_t(group_of[std::size_t(i)])];
+  const Tensor picks = constant(idx, Shape{groups});
+  const Tensor y = has_axis ? gather(x, picks, axis) : gather(reshape(x, {-1}), picks, 0);
+  return {y, picks, constant(inverse, Shape{rows}), constant(cnt, Shape{groups})};
+}
+
+// NonMaxSuppression, as ONNX's reference: per batch and class, boxes by descending score (ties:
+// the lower index first) above score_threshold, each kept unless its IoU with a kept one exceeds
+// iou_threshold, at most max_output_boxes_per_class; [selected, 3] (batch, class, box).
+std::vector<Tensor> non_max_suppression(const Node& n) {
+  const Tensor &boxes_t = n.x(), &scores_t = n.arg(1);
+  if (boxes_t.rank() != 3 || boxes_t.dim(2) != 4 || scores_t.rank() != 3 ||
+      scores_t.dim(0) != boxes_t.dim(0) || scores_t.dim(2) != boxes_t.dim(1))
+    fail(kWho, n.what, ": boxes must be [B, N, 4] and scores [B, C, N], got ",
+         shape_str(boxes_t.shape()), " and ", shape_str(scores_t.shape()));
+  const std::int64_t max_out = n.has(2) && n.in[2].numel() ? std::max<std::int64_t>(std::int64_t(n.number(2)), 0) : 0;
+  const double iou_max = n.has(3) && n.in[3].numel() ? n.number(3) : 0.0;
+  const bool by_score = n.has(4) && n.in[4].numel();
+  const double score_min = by_score ? n.number(4) : 0.0;
+  const bool center = n.attr.i("center_point_box") != 0;
+  const auto boxes = cast(boxes_t, DType::f64).to_vector<double>();
+  const auto scores = cast(scores_t, DType::f64).to_vector<double>();
+  const std::int64_t batches = boxes_t.dim(0), classes = scores_t.dim(1), count = boxes_t.dim(1);
+  // A box as (x_min, x_max, y_min, y_max).
+  auto extent = [&](std::int64_t b, std::int64_t i) {
+    const double* p = &boxes[std::size_t((b * count + i) * 4)];
+    if (center) return std::array<double, 4>{p[0] - p[2] / 2, p[0] + p[2] / 2, p[1] - p[3] / 2, p[1] + p[3] / 2};
+    return std::array<double, 4>{std::min(p[1], p[3]), std::max(p[1], p[3]), std::min(p[0], p[2]), std::max(p[0], p[2])};
+  };
+  auto suppresses = [&](std::int64_t b, std::int64_t i, std::int64_t j) {
+    const auto a = extent(b, i), c = extent(b, j);
+    const double ix0 = std::max(a[0], c[0]), ix1 = std::min(a[1], c[1]);
+    if (ix1 <= ix0) return false;
+    const double iy0 = std::max(a[2], c[2]), iy1 = std::min(a[3], c[3]);
+    if (iy1 <= iy0) return false;
+    const double inter = (ix1 - ix0) * (iy1 - iy0);
+    const double area_a = (a[1] - a[0]) * (a[3] - a[2]), area_c = (c[1] - c[0]) * (c[3] - c[2]);
+    const double uni = area_a + area_c - inter;
+    if (inter <= 0 || area_a <= 0 || area_c <= 0 || uni <= 0) return false;
+    return inter / uni > iou_max;
+  };
+  std::vector<std::int64_t> out;
+  for (std::int64_t b = 0; b < batches; ++b)
+    for (std::int64_t c = 0; c < classes; ++c) {
+      const double* sc = &scores[std::size_t((b * classes + c) * count)];
+      std::vector<std::int64_t> cand;
+      for (std::int64_t i = 0; i < count; ++i)
+        if (!by_score || sc[i] > score_min) cand.push_back(i);
+      std::stable_sort(cand.begin(), cand.end(), [&](std::int64_t i, std::int64_t j) { return sc[i] > sc[j]; });
+      std::vector<std::int64_t> kept;
+      for (std::int64_t i : cand) {
+        if (std::int64_t(kept.size()) >= max_out) break;
+        bool keep = true;
+        for (std::int64_t k : kept)
+          if (suppresses(b, i, k)) {
+            keep = false;
+            break;
+          }
+        if (!keep) continue;
+        kept.push_back(i);
+        out.insert(out.end(), {b, c, i});
+      }
+    }
+  return {constant(out, Shape{std::int64_t(out.size() / 3), 3})};
+}
+
+// ---- scatter-adds ----------------------------------------------------------------------------------
+
+namespace {
+// rows [k] of updates [k, w] added into a [rows_out, w] zero tensor (soma's gather gradient); rows
+// equal to rows_out are dropped.
+Tensor scatter_add_rows(const Tensor& updates, const std::vector<std::int64_t>& rows, std::int64_t rows_out) {
+  static const OpDef& scatter_add = get_op("gather_grad");
+  Attrs a;
+  a.set("axis", std::int64_t(0));
+  a.set("input_shape", Shape{rows_out + 1, updates.dim(1)});
+  Tensor y = call_op1(scatter_add, {updates, constant(rows, Shape{std::int64_t(rows.size())})}, a);
+  return slice(y, {Slice{0, rows_out}, Slice{}});
+}
+}  // namespace
+
+// Col2Im: the columns [N, C * prod(block), L] of an im2col added back into [N, C, image...].
+std::vector<Tensor> col2im(const Node& n) {
+  const Tensor& x = n.x();
+  const auto image = ints_of(n.arg(1)), block = ints_of(n.arg(2));
+  const std::size_t dims = image.size();
+  if (block.size() != dims || x.rank() != 3)
+    fail(kWho, n.what, ": image_shape and block_shape must have one size per spatial axis, the input rank 3");
+  auto per = [&](std::string_view name, std::int64_t def, std::size_t cnt) {
+    auto v = n.attr.ints(name);
+    if (v.empty()) v.assign(cnt, def);
+    if (v.size() != cnt) fail(kWho, n.what, ": ", std::string(name), " has ", v.size(), " values, expected ", cnt);
+    return v;
+  };
+  const auto dil = per("dilations", 1, dims), st = per("strides", 1, dims), pads = per("pads", 0, 2 * dims);
+  std::int64_t kprod = 1, pixels = 1, cols = 1;
+  std::vector<std::int64_t> outs(dims);
+  for (std::size_t a = 0; a < dims; ++a) {
+    kprod *= block[a];
+    pixels *= image[a];
+    outs[a] = (image[a] + pads[a] + pads[a + dims] - (dil[a] * (block[a] - 1) + 1)) / st[a] + 1;
+    cols *= outs[a];
+  }
+  if (x.dim(1) % kprod != 0 || x.dim(2) != cols)
+    fail(kWho, n.what, ": input ", shape_str(x.shape()), " does not fit blocks of ", kprod, " and ", cols, " positions");
+  const std::int64_t batch = x.dim(0), ch = x.dim(1) / kprod;
+  // Target pixel of block offset k at column l (pixels: outside the image).
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(kprod * cols));
+  for (std::int64_t k = 0; k < kprod; ++k)
+    for (std::int64_t l = 0; l < cols; ++l) {
+      std::int64_t kr = k, lr = l, target = 0;
+      bool inside = true;
+      for (std::size_t a = dims; a-- > 0;) {
+        const std::int64_t ka = kr % block[a], la = lr % outs[a];
+        kr /= block[a];
+        lr /= outs[a];
+        const std::int64_t p = la * st[a] - pads[a] + ka * dil[a];
+        inside = inside && p >= 0 && p < image[a];
+        std::int64_t stride = 1;
+        for (std::size_t b = a + 1; b < dims; ++b) stride *= image[b];
+        target += p * stride;
+      }
+      rows[std::size_t(k * cols + l)] = inside ? target : pixels;
+    }
+  // [N, C, K, L] -> [K * L, N * C]
+  Tensor u = reshape(transpose(reshape(x, {batch, ch, kprod, cols}), {2, 3, 0, 1}), {kprod * cols, batch * ch});
+  Tensor y = transpose(scatter_add_rows(u, rows, pixels), {1, 0});
+  Shape shape{batch, ch};
+  shape.insert(shape.end(), image.begin(), image.end());
+  return {reshape(y, shape)};
+}
+
+// MaxUnpool, as ONNX's reference: the values X written at their flat Indices into zeros of the
+// unpooled shape ((in - 1) * stride - pads + kernel per spatial axis), then zero-padded at the
+// end to output_shape when one is given.
+std::vector<Tensor> max_unpool(const Node& n) {
+  const Tensor &x = n.x(), &idx = n.arg(1);
+  const auto ks = n.attr.ints("kernel_shape");
+  const std::size_t dims = std::size_t(x.rank() - 2);
+  if (ks.size() != dims || idx.shape() != x.shape())
+    fail(kWho, n.what, ": kernel_shape must have one size per spatial axis, and I the shape of X");
+  auto st = n.attr.ints("strides"), pads = n.attr.ints("pads");
+  if (st.empty()) st.assign(dims, 1);
+  if (pads.empty()) pads.assign(2 * dims, 0);
+  if (st.size() != dims || pads.size() != 2 * dims)
+    fail(kWho, n.what, ": strides and pads must have ", dims, " and ", 2 * dims, " values");
+  Shape inferred{x.dim(0), x.dim(1)};
+  for (std::size_t a = 0; a < dims; ++a)
+    inferred.push_back((x.dim(std::int64_t(a) + 2) - 1) * st[a] - pads[a] - pads[a + dims] + ks[a]);
+  std::int64_t total = 1;
+  for (auto d : inferred) total *= d;
+  const auto rows = ints_of(idx);
+  for (auto r : rows)
+    if (r < 0 || r >= total) fail(kWho, n.what, ": index ", r, " is outside the output of ", total, " elements");
+  Tensor y = reshape(scatter_add_rows(reshape(x, {-1, 1}), rows, total), inferred);
+  if (!n.has(2)) return {y};
+  const auto os = ints_of(n.arg(2));
+  if (os.size() != inferred.size())
+    fail(kWho, n.what, ": output_shape has ", os.size(), " values for rank ", inferred.size());
+  std::vector<std::pair<std::int64_t, std::int64_t>> grow;
+  for (std::size_t d = 0; d < os.size(); ++d) {
+    if (os[d] < inferred[d])
+      fail(kWho, n.what, ": output_shape ", shape_str(Shape(os.begin(), os.end())), " is smaller than ",
+           shape_str(inferred));
+    grow.push_back({0, os[d] - inferred[d]});
+  }
+  return {pad(y, grow)};
 }
 
 }  // namespace soma::onnx::importer
