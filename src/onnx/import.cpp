@@ -335,6 +335,7 @@ std::vector<Tensor> global_pool(const Node& n) {
 }
 
 std::vector<Tensor> batch_norm(const Node& n) {
+  if (n.attr.i("training_mode")) return batch_norm_training(n);
   const Tensor& x = n.x();
   if (n.proto.output_size() > 1)
     fail(kWho, n.what, ": training-mode outputs (running mean/var) are not supported");
@@ -1426,6 +1427,7 @@ void check_dropout(const LoadCheck& c) {
 }
 void check_lp_pool(const LoadCheck& c) { check_pool(c); }
 void check_batch_norm(const LoadCheck& c) {
+  if (c.attr.i("training_mode")) return;  // the running statistics are outputs (import_more.cpp)
   for (int i = 1; i < c.proto.output_size(); ++i)
     if (c.has_output(i))
       fail(kWho, c.what, ": training-mode outputs (running mean/var) are not supported");
@@ -1906,6 +1908,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"NonMaxSuppression", {non_max_suppression, {I("center_point_box")}}},
       {"Col2Im", {col2im, {Is("dilations"), Is("pads"), Is("strides")}}},
       {"MaxUnpool", {max_unpool, {Is("kernel_shape"), Is("pads"), Is("strides")}}},
+      {"BitCast", {bit_cast, {I("to")}, {}, false, check_bit_cast}},
       // import_control.cpp
       {"If", {if_, {G("then_branch"), G("else_branch")}}},
       {"Loop", {loop, {G("body")}}},

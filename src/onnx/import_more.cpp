@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 
@@ -942,6 +943,45 @@ std::vector<Tensor> max_unpool(const Node& n) {
     grow.push_back({0, os[d] - inferred[d]});
   }
   return {pad(y, grow)};
+}
+
+// BatchNormalization with training_mode = 1 (opset 14 on), as ONNX's reference: normalised with
+// the batch's mean and (population) variance over every axis but 1, and the running statistics
+// moved toward them by momentum as two more outputs.
+std::vector<Tensor> batch_norm_training(const Node& n) {
+  const Tensor& x = n.x();
+  Axes axes;
+  for (std::int64_t d = 0; d < x.rank(); ++d)
+    if (d != 1) axes.push_back(d);
+  Shape b(std::size_t(x.rank()), 1);
+  b[1] = x.dim(1);
+  const Tensor m = mean(x, axes), v = mean(square(x - reshape(m, b)), axes);
+  const double momentum = n.attr.f("momentum"), eps = n.attr.f("epsilon");
+  Tensor y = (x - reshape(m, b)) * rsqrt(reshape(v, b) + eps) * reshape(n.arg(1), b) + reshape(n.arg(2), b);
+  return {y, n.arg(3) * momentum + m * (1 - momentum), n.arg(4) * momentum + v * (1 - momentum)};
+}
+
+// BitCast (opset 26): the bits of each element read as another type of the same width.
+std::vector<Tensor> bit_cast(const Node& n) {
+  const Tensor& x = n.x();
+  const DType to = soma_dtype(int(n.attr.i("to")), n.what + " attribute 'to'");
+  if (dtype_size(to) != dtype_size(x.dtype()))
+    fail(kWho, n.what, ": BitCast from ", x.dtype(), " to ", to, " changes the element width");
+  if (to == x.dtype()) return {x};
+  const Tensor c = contiguous(x.device() == Device::cpu() ? x : x.to(Device::cpu()));
+  Tensor y = Tensor::empty(x.shape(), to);
+  std::memcpy(y.raw_data(), c.raw_data(), std::size_t(x.numel()) * dtype_size(to));
+  if (to == DType::boolean) y = not_equal(cast(y, DType::u8), zeros({}, DType::u8));  // 0 / 1 only
+  return {x.device() == Device::cpu() ? y : y.to(x.device())};
+}
+void check_bit_cast(const LoadCheck& c) {
+  const DType to = soma_dtype(int(c.attr.i("to")), c.what + " attribute 'to'");
+  const Declared x = c.input(0);
+  if (x.elem) {
+    const DType from = soma_dtype(x.elem, c.what + " input 0");
+    if (dtype_size(from) != dtype_size(to))
+      fail(kWho, c.what, ": BitCast from ", from, " to ", to, " changes the element width");
+  }
 }
 
 }  // namespace soma::onnx::importer
