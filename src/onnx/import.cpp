@@ -1615,7 +1615,8 @@ std::vector<Tensor> resize(const Node& n) {
 std::vector<Tensor> grid_sample(const Node& n) {
   const Tensor& x = n.x();
   const Tensor& grid = n.arg(1);
-  if (x.rank() != 4) fail(kWho, n.what, ": only 2-D sampling (inputs [N, C, H, W]) is supported");
+  if (x.rank() != 4 || n.attr.s("mode") == "cubic" || n.attr.s("mode") == "bicubic")
+    return grid_sample_nd(n);  // other ranks, cubic (import_more.cpp)
   enum class Pad { zeros, border, reflection };
   const Pad pm = keyword<Pad>(n.attr.s("padding_mode"),
                               {{"zeros", Pad::zeros}, {"border", Pad::border},
@@ -1681,8 +1682,8 @@ std::vector<Tensor> grid_sample(const Node& n) {
 }
 void check_grid_sample(const LoadCheck& c) {
   const Declared x = c.input(0);
-  if (x.rank >= 0 && x.rank != 4)
-    fail(kWho, c.what, ": input 0 has rank ", x.rank, "; only 2-D sampling (rank 4) is supported");
+  if (x.rank >= 0 && x.rank < 3)
+    fail(kWho, c.what, ": input 0 has rank ", x.rank, "; sampling needs [N, C, spatial...]");
   if (x.elem && !floating_elem(x.elem))
     fail(kWho, c.what, ": element type ", elem_type_name(x.elem), " is not supported");
 }
@@ -1838,7 +1839,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"TopK", {top_k, {I("axis", -1), I("k"), I("largest", 1), I("sorted", 1)}}},
       {"GridSample",
        {grid_sample,
-        {I("align_corners"), S("mode", "linear", {"nearest", "linear", "bilinear"}),
+        {I("align_corners"), S("mode", "linear", {"nearest", "linear", "bilinear", "cubic", "bicubic"}),
          S("padding_mode", "zeros", {"zeros", "border", "reflection"})},
         {}, false, check_grid_sample}},
       {"Split", {split_, {I("axis"), Is("split"), I("num_outputs")}}},

@@ -984,5 +984,116 @@ void check_bit_cast(const LoadCheck& c) {
   }
 }
 
+// GridSample in any rank and with cubic interpolation, as ONNX's reference: grid [N, O..., k]
+// holds normalised coordinates, the last spatial axis first; each is denormalised, rounded half
+// to even (nearest), moved inside by the padding mode (border: clamped; reflection: reflected),
+// and read through 1 (nearest), 2 (linear) or 4 (cubic, a = -0.75) taps per axis, each tap
+// padded again (zeros: 0 outside). One gather of rows of x as [N * prod(D), C] per tap combination.
+std::vector<Tensor> grid_sample_nd(const Node& n) {
+  const Tensor &x = n.x(), &grid = n.arg(1);
+  const std::int64_t k = x.rank() - 2;
+  if (k < 1 || grid.rank() != k + 2 || grid.dim(0) != x.dim(0) || grid.dim(-1) != k)
+    fail(kWho, n.what, ": X ", shape_str(x.shape()), " and grid ", shape_str(grid.shape()),
+         " do not make a ", k, "-D sampling");
+  const std::string mode = n.attr.s("mode"), padding = n.attr.s("padding_mode");
+  const bool nearest = mode == "nearest", cubic = mode == "cubic" || mode == "bicubic";
+  const bool align = n.attr.i("align_corners") != 0;
+  const std::int64_t batch = x.dim(0), ch = x.dim(1);
+  Shape out_sp(grid.shape().begin() + 1, grid.shape().end() - 1);
+  std::vector<std::int64_t> len(static_cast<std::size_t>(k)), stride(len.size());
+  std::int64_t pixels = 1;
+  for (std::int64_t a = k - 1; a >= 0; --a) {
+    len[std::size_t(a)] = x.dim(a + 2);
+    stride[std::size_t(a)] = pixels;
+    pixels *= len[std::size_t(a)];
+  }
+  const Tensor g = cast(grid, DType::f64);
+  auto reflect = [](const Tensor& v, double lo, double hi) {
+    const double rng = hi - lo;
+    if (rng <= 0) return full_like(v, lo);
+    Tensor t = mod(v - lo, full_like(v, 2 * rng));
+    return where(less_equal(t, full_like(t, rng)), t, 2 * rng - t) + lo;
+  };
+  // Per axis: the tap indices (inside [0, len)), whether each is inside (zeros padding) and
+  // its weight, each [N, O...].
+  struct Tap {
+    Tensor index, valid, weight;
+  };
+  std::vector<std::vector<Tap>> taps(static_cast<std::size_t>(k));
+  for (std::int64_t a = 0; a < k; ++a) {
+    const double l = double(len[std::size_t(a)]);
+    const double lo = align ? 0.0 : -0.5, hi = align ? l - 1 : l - 0.5;
+    std::vector<Slice> sl(std::size_t(g.rank()));
+    sl.back() = Slice{k - 1 - a, k - a};
+    Tensor v = squeeze(slice(g, sl), {g.rank() - 1});
+    v = align ? (v + 1.0) / 2.0 * (l - 1) : ((v + 1.0) * l - 1.0) / 2.0;
+    if (nearest) v = round(v);
+    const Tensor outside = logical_or(less(v, full_like(v, lo)), greater(v, full_like(v, hi)));
+    if (padding == "border") v = where(outside, clip(v, 0.0, l - 1), v);
+    if (padding == "reflection") v = where(outside, reflect(v, lo, hi), v);
+    auto fetch = [&](Tensor i, Tensor w) {  // i: integral values (f64)
+      Tensor valid = logical_and(greater_equal(i, zeros({}, DType::f64)), less(i, full_like(i, l)));
+      if (padding == "reflection") i = where(valid, i, reflect(i, lo, hi));
+      if (padding != "zeros") valid = not_equal(i, full_like(i, std::nan("")));  // all true
+      // int(): toward zero, then inside the axis
+      Tensor j = cast(clip(where(less(i, zeros({}, DType::f64)), ceil(i), floor(i)), 0.0, l - 1), DType::i64);
+      return Tap{j, valid, w};
+    };
+    auto& t = taps[std::size_t(a)];
+    if (nearest) {
+      t.push_back(fetch(v, ones_like(v)));
+      continue;
+    }
+    const Tensor x0 = floor(v), f = v - x0;
+    if (!cubic) {
+      t.push_back(fetch(x0, 1.0 - f));
+      t.push_back(fetch(x0 + 1.0, f));
+      continue;
+    }
+    const double A = -0.75;
+    auto near_w = [A](const Tensor& d) { return ((d * (A + 2) - (A + 3)) * d * d) + 1.0; };   // |d| <= 1
+    auto far_w = [A](const Tensor& d) { return ((d * A - 5 * A) * d + 8 * A) * d - 4 * A; };  // 1 < |d| < 2
+    t.push_back(fetch(x0 - 1.0, far_w(f + 1.0)));
+    t.push_back(fetch(x0, near_w(f)));
+    t.push_back(fetch(x0 + 1.0, near_w(1.0 - f)));
+    t.push_back(fetch(x0 + 2.0, far_w(2.0 - f)));
+  }
+  const Tensor rows = reshape(transpose(x, [&] {
+                                std::vector<std::int64_t> perm{0};
+                                for (std::int64_t a = 0; a < k; ++a) perm.push_back(a + 2);
+                                perm.push_back(1);
+                                return perm;
+                              }()),
+                              {batch * pixels, ch});
+  Shape bshape(std::size_t(k + 1), 1);
+  bshape[0] = batch;
+  const Tensor base = reshape(arange(0, double(batch), 1, DType::i64), bshape) *
+                      scalar(double(pixels), DType::i64);
+  Shape out_rows{batch};
+  out_rows.insert(out_rows.end(), out_sp.begin(), out_sp.end());
+  out_rows.push_back(ch);
+  // Every combination of one tap per axis.
+  std::vector<std::size_t> pick(static_cast<std::size_t>(k), 0);
+  Tensor y;
+  while (true) {
+    Tensor pos = base, w = ones(g.shape().size() > 1 ? Shape(g.shape().begin(), g.shape().end() - 1) : Shape{}, DType::f64);
+    Tensor valid;
+    for (std::int64_t a = 0; a < k; ++a) {
+      const Tap& t = taps[std::size_t(a)][pick[std::size_t(a)]];
+      pos = pos + t.index * scalar(double(stride[std::size_t(a)]), DType::i64);
+      w = w * where(t.valid, t.weight, zeros({}, DType::f64));
+    }
+    Tensor v = reshape(gather(rows, reshape(pos, {-1}), 0), out_rows);
+    Tensor term = v * expand_dims(cast(w, x.dtype()), -1);
+    y = y.defined() ? y + term : term;
+    std::int64_t a = k - 1;
+    while (a >= 0 && ++pick[std::size_t(a)] == taps[std::size_t(a)].size()) pick[std::size_t(a--)] = 0;
+    if (a < 0) break;
+  }
+  std::vector<std::int64_t> back{0, k + 1};
+  for (std::int64_t a = 0; a < k; ++a) back.push_back(a + 1);
+  return {transpose(y, back)};
+}
+
 }  // namespace soma::onnx::importer
 #endif
