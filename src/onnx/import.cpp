@@ -578,6 +578,7 @@ std::vector<Tensor> gather_nd(const Node& n) {
   return {reshape(gather(x2, rows, 0), out)};
 }
 std::vector<Tensor> scatter_nd(const Node& n) {
+  if (n.attr.s("reduction") != "none" && n.attr.s("reduction") != "add") return scatter_nd_reduce(n);
   const Tensor& x = n.x();
   auto [x2, rows] = nd_rows(n, x, n.arg(1), 0);
   return {reshape(scatter_rows(n, x2, rows, reshape(n.arg(2), {rows.numel(), x2.dim(1)})), x.shape())};
@@ -1820,7 +1821,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
        {scatter_elements, {I("axis"), S("reduction", "none", {"none", "add"})}}},
       {"Scatter", {scatter_elements, {I("axis"), S("reduction", "none", {"none"})}}},
       {"GatherND", {gather_nd, {I("batch_dims")}}},
-      {"ScatterND", {scatter_nd, {S("reduction", "none", {"none", "add"})}}},
+      {"ScatterND", {scatter_nd, {S("reduction", "none", {"none", "add", "mul", "max", "min"})}}},
       {"Tan", {tan_}},
       {"Sinh", {sinh_}},
       {"Cosh", {cosh_}},

@@ -1095,5 +1095,45 @@ std::vector<Tensor> grid_sample_nd(const Node& n) {
   return {transpose(y, back)};
 }
 
+// ScatterND with reduction mul, max or min: data with each index tuple's slice combined with its
+// update, the tuples in order. Computed from the values (f64 for floating types, i64 for the
+// others): soma has no scatter-max.
+std::vector<Tensor> scatter_nd_reduce(const Node& n) {
+  const Tensor &x = n.x(), &indices = n.arg(1), &updates = n.arg(2);
+  const std::string reduction = n.attr.s("reduction");
+  const std::int64_t k = indices.dim(-1);
+  if (k < 1 || k > x.rank()) fail(kWho, n.what, ": index tuples of ", k, " for rank ", x.rank());
+  std::int64_t inner = 1, tuples = indices.numel() / k;
+  for (std::int64_t d = k; d < x.rank(); ++d) inner *= x.dim(d);
+  if (updates.numel() != tuples * inner)
+    fail(kWho, n.what, ": updates ", shape_str(updates.shape()), " do not fit ", tuples,
+         " index tuples of slices of ", inner);
+  const auto idx = ints_of(indices);
+  auto apply = [&](auto data, const auto& upd) {
+    for (std::int64_t t = 0; t < tuples; ++t) {
+      std::int64_t row = 0;
+      for (std::int64_t j = 0; j < k; ++j) {
+        std::int64_t i = idx[std::size_t(t * k + j)];
+        const std::int64_t dim = x.dim(j);
+        if (i < 0) i += dim;
+        if (i < 0 || i >= dim) fail(kWho, n.what, ": index ", i, " is outside axis ", j, " of ", dim);
+        row = row * dim + i;
+      }
+      for (std::int64_t e = 0; e < inner; ++e) {
+        auto& d = data[std::size_t(row * inner + e)];
+        const auto u = upd[std::size_t(t * inner + e)];
+        d = reduction == "mul" ? d * u : reduction == "max" ? std::max(d, u) : std::min(d, u);
+      }
+    }
+    return data;
+  };
+  if (is_floating(x.dtype())) {
+    auto out = apply(cast(x, DType::f64).to_vector<double>(), cast(updates, DType::f64).to_vector<double>());
+    return {cast(constant(out, x.shape()), x.dtype())};
+  }
+  auto out = apply(cast(x, DType::i64).to_vector<std::int64_t>(), cast(updates, DType::i64).to_vector<std::int64_t>());
+  return {cast(constant(out, x.shape()), x.dtype())};
+}
+
 }  // namespace soma::onnx::importer
 #endif
