@@ -1911,6 +1911,11 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Col2Im", {col2im, {Is("dilations"), Is("pads"), Is("strides")}}},
       {"MaxUnpool", {max_unpool, {Is("kernel_shape"), Is("pads"), Is("strides")}}},
       {"BitCast", {bit_cast, {I("to")}, {}, false, check_bit_cast}},
+      {"RoiAlign",
+       {roi_align,
+        {S("coordinate_transformation_mode", "half_pixel", {"half_pixel", "output_half_pixel"}),
+         S("mode", "avg", {"avg", "max"}), I("output_height", 1), I("output_width", 1),
+         I("sampling_ratio"), F("spatial_scale", 1.0f)}}},
       // import_control.cpp
       {"If", {if_, {G("then_branch"), G("else_branch")}}},
       {"Loop", {loop, {G("body")}}},

@@ -1135,5 +1135,95 @@ std::vector<Tensor> scatter_nd_reduce(const Node& n) {
   return {cast(constant(out, x.shape()), x.dtype())};
 }
 
+// RoiAlign, as ONNX's reference: per region and output cell, a grid of sampling points
+// (sampling_ratio per side, else ceil(region / output)), each read bilinearly from the four
+// neighbours (points more than one pixel outside read 0); avg averages the points, max takes the
+// largest weighted neighbour value (as the reference does). The points and weights come from the
+// region values; the reads are one gather from x, so x gets gradients.
+std::vector<Tensor> roi_align(const Node& n) {
+  const Tensor &x = n.x(), &rois_t = n.arg(1), &batch_t = n.arg(2);
+  if (x.rank() != 4 || rois_t.rank() != 2 || rois_t.dim(1) != 4 || batch_t.rank() != 1 ||
+      batch_t.dim(0) != rois_t.dim(0))
+    fail(kWho, n.what, ": X must be [N, C, H, W], rois [R, 4] and batch_indices [R], got ",
+         shape_str(x.shape()), ", ", shape_str(rois_t.shape()), ", ", shape_str(batch_t.shape()));
+  const std::int64_t R = rois_t.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const std::int64_t OH = n.attr.i("output_height"), OW = n.attr.i("output_width");
+  const std::int64_t ratio = n.attr.i("sampling_ratio");
+  const double scale = n.attr.f("spatial_scale");
+  const bool half_pixel = n.attr.s("coordinate_transformation_mode") == "half_pixel";
+  const bool avg = n.attr.s("mode") == "avg";
+  const auto rois = cast(rois_t, DType::f64).to_vector<double>();
+  const auto batch = ints_of(batch_t);
+  // Sampling grid per region; S = the largest grid (others padded with weight-0 points).
+  std::vector<std::int64_t> gh(static_cast<std::size_t>(R)), gw(gh.size());
+  std::int64_t S = 1;
+  for (std::int64_t r = 0; r < R; ++r) {
+    double rw = rois[std::size_t(r * 4 + 2)] * scale - rois[std::size_t(r * 4)] * scale;
+    double rh = rois[std::size_t(r * 4 + 3)] * scale - rois[std::size_t(r * 4 + 1)] * scale;
+    if (!half_pixel) {
+      rw = std::max(rw, 1.0);
+      rh = std::max(rh, 1.0);
+    }
+    gh[std::size_t(r)] = ratio > 0 ? ratio : std::int64_t(std::ceil(rh / double(OH)));
+    gw[std::size_t(r)] = ratio > 0 ? ratio : std::int64_t(std::ceil(rw / double(OW)));
+    S = std::max(S, gh[std::size_t(r)] * gw[std::size_t(r)]);
+  }
+  const std::size_t cells = std::size_t(R * OH * OW * S * 4);
+  std::vector<std::int64_t> pos(cells, 0);
+  std::vector<double> wt(cells, 0.0), count(static_cast<std::size_t>(R * OH * OW), 1.0);
+  std::vector<double> pad_mask(static_cast<std::size_t>(R * OH * OW * S), 0.0);  // 1: a real point
+  for (std::int64_t r = 0; r < R; ++r) {
+    const double off = half_pixel ? 0.5 : 0.0;
+    const double sw = rois[std::size_t(r * 4)] * scale - off, sh = rois[std::size_t(r * 4 + 1)] * scale - off;
+    double rw = rois[std::size_t(r * 4 + 2)] * scale - off - sw, rh = rois[std::size_t(r * 4 + 3)] * scale - off - sh;
+    if (!half_pixel) {
+      rw = std::max(rw, 1.0);
+      rh = std::max(rh, 1.0);
+    }
+    const double bh = rh / double(OH), bw = rw / double(OW);
+    const std::int64_t nh = gh[std::size_t(r)], nw = gw[std::size_t(r)];
+    const std::int64_t b = batch[std::size_t(r)];
+    if (b < 0 || b >= x.dim(0)) fail(kWho, n.what, ": batch index ", b, " is outside ", x.dim(0));
+    for (std::int64_t ph = 0; ph < OH; ++ph)
+      for (std::int64_t pw = 0; pw < OW; ++pw) {
+        const std::size_t cell = std::size_t((r * OH + ph) * OW + pw);
+        count[cell] = double(std::max<std::int64_t>(nh * nw, 1));
+        for (std::int64_t iy = 0; iy < nh; ++iy)
+          for (std::int64_t ix = 0; ix < nw; ++ix) {
+            const std::size_t smp = cell * std::size_t(S) + std::size_t(iy * nw + ix);
+            pad_mask[smp] = 1.0;
+            double y = sh + double(ph) * bh + (double(iy) + 0.5) * bh / double(nh);
+            double xx = sw + double(pw) * bw + (double(ix) + 0.5) * bw / double(nw);
+            if (y < -1.0 || y > double(H) || xx < -1.0 || xx > double(W)) continue;  // weights 0
+            y = std::max(y, 0.0);
+            xx = std::max(xx, 0.0);
+            std::int64_t y0 = std::int64_t(y), x0 = std::int64_t(xx), y1, x1;
+            if (y0 >= H - 1) { y1 = y0 = H - 1; y = double(y0); } else { y1 = y0 + 1; }
+            if (x0 >= W - 1) { x1 = x0 = W - 1; xx = double(x0); } else { x1 = x0 + 1; }
+            const double ly = y - double(y0), lx = xx - double(x0), hy = 1 - ly, hx = 1 - lx;
+            const std::int64_t base = b * H * W;
+            const std::int64_t p4[4] = {base + y0 * W + x0, base + y0 * W + x1, base + y1 * W + x0, base + y1 * W + x1};
+            const double w4[4] = {hy * hx, hy * lx, ly * hx, ly * lx};
+            for (int q = 0; q < 4; ++q) {
+              pos[smp * 4 + std::size_t(q)] = p4[q];
+              wt[smp * 4 + std::size_t(q)] = w4[q];
+            }
+          }
+      }
+  }
+  const Tensor rows = reshape(transpose(x, {0, 2, 3, 1}), {-1, C});
+  Tensor v = reshape(gather(rows, constant(pos, Shape{std::int64_t(cells)}), 0), {R, OH, OW, S, 4, C});
+  v = v * cast(constant(wt, Shape{R, OH, OW, S, 4, 1}), x.dtype());
+  Tensor y;
+  if (avg) {
+    y = sum(v, {3, 4}) / cast(constant(count, Shape{R, OH, OW, 1}), x.dtype());
+  } else {
+    Tensor m = max(v, {4});  // [R, OH, OW, S, C]; padded points never win
+    const Tensor real = cast(constant(pad_mask, Shape{R, OH, OW, S, 1}), DType::boolean);
+    y = max(where(real, m, full_like(m, -std::numeric_limits<double>::infinity())), {3});
+  }
+  return {transpose(y, {0, 3, 1, 2})};
+}
+
 }  // namespace soma::onnx::importer
 #endif
