@@ -1916,6 +1916,8 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
         {S("coordinate_transformation_mode", "half_pixel", {"half_pixel", "output_half_pixel"}),
          S("mode", "avg", {"avg", "max"}), I("output_height", 1), I("output_width", 1),
          I("sampling_ratio"), F("spatial_scale", 1.0f)}}},
+      {"Upsample", {upsample, {S("mode", "nearest", {"nearest"}), Fs("scales")}}},
+      {"MelWeightMatrix", {mel_weight_matrix, {I("output_datatype", 1)}}},
       // import_control.cpp
       {"If", {if_, {G("then_branch"), G("else_branch")}}},
       {"Loop", {loop, {G("body")}}},

@@ -47,6 +47,8 @@ void check_bit_cast(const LoadCheck& c);
 std::vector<Tensor> grid_sample_nd(const Node& n);
 std::vector<Tensor> scatter_nd_reduce(const Node& n);
 std::vector<Tensor> roi_align(const Node& n);
+std::vector<Tensor> upsample(const Node& n);
+std::vector<Tensor> mel_weight_matrix(const Node& n);
 enum class PoolKind { max, avg, lp };
 std::vector<Tensor> pool_nd(const Node& n, PoolKind kind);
 std::vector<Tensor> stft(const Node& n);

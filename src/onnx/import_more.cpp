@@ -1225,5 +1225,64 @@ std::vector<Tensor> roi_align(const Node& n) {
   return {transpose(y, {0, 3, 1, 2})};
 }
 
+// Upsample (deprecated since opset 10), nearest with whole-number scales as ONNX's reference:
+// each element repeated scale times along its axis. Scales are an input from opset 9, an
+// attribute before.
+std::vector<Tensor> upsample(const Node& n) {
+  Tensor y = n.x();
+  std::vector<double> scales;
+  if (n.opset >= 9) scales = cast(n.arg(1), DType::f64).to_vector<double>();
+  else if (const auto* a = n.attr.find("scales"))
+    for (float v : a->floats()) scales.push_back(double(v));
+  if (std::int64_t(scales.size()) != y.rank())
+    fail(kWho, n.what, ": scales has ", scales.size(), " values for rank ", y.rank());
+  for (std::int64_t a = 0; a < y.rank(); ++a) {
+    const double sc = scales[std::size_t(a)];
+    if (sc == 1.0) continue;
+    if (sc < 1.0 || sc != std::floor(sc))
+      fail(kWho, n.what, ": scale ", sc, " is not a whole number >= 1 (use Resize)");
+    const std::int64_t k = std::int64_t(sc), len = y.dim(a);
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(len * k));
+    for (std::int64_t o = 0; o < len * k; ++o) idx[std::size_t(o)] = o / k;
+    y = gather(y, constant(idx, Shape{len * k}), a);
+  }
+  return {y};
+}
+
+// MelWeightMatrix, as ONNX's reference: [dft_length / 2 + 1, num_mel_bins] triangular filters
+// between mel-spaced frequencies (num_mel_bins + 2 points, the step over num_mel_bins + 2).
+std::vector<Tensor> mel_weight_matrix(const Node& n) {
+  const std::int64_t bins = std::int64_t(n.number(0)), dft_len = std::int64_t(n.number(1));
+  const double rate = n.number(2), lo = n.number(3), hi = n.number(4);
+  if (bins <= 0 || dft_len <= 0 || rate <= 0)
+    fail(kWho, n.what, ": num_mel_bins, dft_length and sample_rate must be positive");
+  const std::int64_t spec = dft_len / 2 + 1;
+  // The reference computes the mel edges from float32 inputs in float32.
+  const float lo_mel = 2595.0f * std::log1p(float(lo) / 700.0f) / std::log(10.0f);
+  const float hi_mel = 2595.0f * std::log1p(float(hi) / 700.0f) / std::log(10.0f);
+  const float step = (hi_mel - lo_mel) / float(bins + 2);
+  std::vector<std::int64_t> edge(static_cast<std::size_t>(bins + 2));
+  for (std::int64_t i = 0; i < bins + 2; ++i) {
+    const double mel = double(i) * double(step) + double(lo_mel);
+    const double hz = 700.0 * std::expm1(mel / 2595.0 * std::log(10.0));
+    edge[std::size_t(i)] = std::int64_t(std::floor(double(dft_len + 1) * hz / rate));
+  }
+  std::vector<double> out(static_cast<std::size_t>(spec * bins), 0.0);
+  auto at = [&](std::int64_t j, std::int64_t i) -> double& {
+    if (j < 0 || j >= spec) fail(kWho, n.what, ": a filter edge falls outside the spectrum");
+    return out[std::size_t(j * bins + i)];
+  };
+  for (std::int64_t i = 0; i < bins; ++i) {
+    const std::int64_t left = edge[std::size_t(i)], center = edge[std::size_t(i + 1)], right = edge[std::size_t(i + 2)];
+    if (center == left) at(center, i) = 1;
+    else
+      for (std::int64_t j = left; j <= center; ++j) at(j, i) = double(j - left) / double(center - left);
+    if (right > center)
+      for (std::int64_t j = center; j < right; ++j) at(j, i) = double(right - j) / double(right - center);
+  }
+  const DType dt = soma_dtype(int(n.attr.i("output_datatype")), n.what + " output_datatype");
+  return {cast(constant(out, Shape{spec, bins}), dt)};
+}
+
 }  // namespace soma::onnx::importer
 #endif
