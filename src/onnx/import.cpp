@@ -230,9 +230,22 @@ std::vector<Tensor> conv(const Node& n) {
     y = conv2d(x, w, strides, onnx_padding(n), dil, groups);
   } else {
     Padding pad = onnx_padding(n);
-    if (pad.mode() != Padding::Mode::explicit_)
-      fail(kWho, n.what, ": ConvTranspose needs explicit pads (auto_pad is not supported)");
     Size2 op_ = size2(n, "output_padding", 0);
+    if (pad.mode() != Padding::Mode::explicit_) {
+      // auto_pad, as ONNX's reference: VALID pads nothing; SAME_* make the output input * stride,
+      // the odd unit of padding at the end (UPPER) or the beginning (LOWER).
+      const AutoPad ap = auto_pads().at(n.attr.s("auto_pad"));
+      auto total = [](std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t d, std::int64_t o) {
+        return s * (in - 1) + o + (k - 1) * d + 1 - in * s;
+      };
+      const std::int64_t th = ap == AutoPad::valid ? 0 : total(x.dim(2), w.dim(2), strides.h, dil.h, op_.h);
+      const std::int64_t tw = ap == AutoPad::valid ? 0 : total(x.dim(3), w.dim(3), strides.w, dil.w, op_.w);
+      if (th < 0 || tw < 0)
+        fail(kWho, n.what, ": auto_pad ", n.attr.s("auto_pad"), " would need negative padding");
+      const bool upper = ap != AutoPad::same_lower;
+      pad = Padding(upper ? th / 2 : th - th / 2, upper ? th - th / 2 : th / 2,
+                    upper ? tw / 2 : tw - tw / 2, upper ? tw - tw / 2 : tw / 2);
+    }
     auto os = n.attr.ints("output_shape");
     if (os.size() == 1) os.insert(os.begin(), 1);
     const auto& p = pad.pads();
@@ -1397,10 +1410,8 @@ void check_window(const LoadCheck& c, bool pool) {
 void check_conv(const LoadCheck& c) { check_window(c, false); }
 void check_conv_transpose(const LoadCheck& c) {
   check_window(c, false);
-  const std::string pad = c.attr.s("auto_pad");
-  if (auto_pads().at(pad) != AutoPad::notset)
-    fail(kWho, c.what, ": auto_pad '", pad, "' is not supported for ConvTranspose (NOTSET, "
-         "with explicit pads)");
+  if (auto_pads().at(c.attr.s("auto_pad")) != AutoPad::notset && c.attr.has("output_shape"))
+    fail(kWho, c.what, ": auto_pad with output_shape is not supported");
 }
 // Pooling runs windows of any rank (pool_nd beyond 2-D, dilations and Indices); average and Lp
 // pooling on floating inputs, max pooling on any soma dtype.
