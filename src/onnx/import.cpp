@@ -591,7 +591,10 @@ std::vector<Tensor> gather_nd(const Node& n) {
   return {reshape(gather(x2, rows, 0), out)};
 }
 std::vector<Tensor> scatter_nd(const Node& n) {
-  if (n.attr.s("reduction") != "none" && n.attr.s("reduction") != "add") return scatter_nd_reduce(n);
+  enum class R { none, add, other };
+  if (keyword<R>(n.attr.s("reduction"), {{"none", R::none}, {"add", R::add}, {"mul", R::other},
+                                          {"max", R::other}, {"min", R::other}}, n.what) == R::other)
+    return scatter_nd_reduce(n);  // mul, max, min (import_more.cpp)
   const Tensor& x = n.x();
   auto [x2, rows] = nd_rows(n, x, n.arg(1), 0);
   return {reshape(scatter_rows(n, x2, rows, reshape(n.arg(2), {rows.numel(), x2.dim(1)})), x.shape())};
@@ -1119,7 +1122,8 @@ std::vector<Tensor> space_to_depth(const Node& n) {
   const Tensor& x = n.x();
   const std::int64_t b = n.attr.i("blocksize");
   const std::int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-  const bool crd = n.attr.s("mode") == "CRD";  // DepthToSpace's inverse, by mode
+  enum class M { dcr, crd };  // DepthToSpace's inverse, by mode
+  const bool crd = keyword<M>(n.attr.s("mode"), {{"DCR", M::dcr}, {"CRD", M::crd}}, n.what) == M::crd;
   Tensor t = transpose(reshape(x, {N, C, H / b, b, W / b, b}),
                        crd ? std::vector<std::int64_t>{0, 1, 3, 5, 2, 4}
                            : std::vector<std::int64_t>{0, 3, 5, 1, 2, 4});
@@ -1425,7 +1429,7 @@ void check_pool_of(const LoadCheck& c, bool max) {
   const auto ks = c.attr.ints("kernel_shape");
   if (x.rank >= 0 && ks.size() + 2 != std::size_t(x.rank))
     fail(kWho, c.what, ": kernel_shape has ", ks.size(), " values for input rank ", x.rank);
-  if (c.attr.s("auto_pad") != "NOTSET" && !c.attr.s("auto_pad").empty() && c.attr.i("ceil_mode"))
+  if (auto_pads().at(c.attr.s("auto_pad")) != AutoPad::notset && c.attr.i("ceil_mode"))
     fail(kWho, c.what, ": ceil_mode with auto_pad is not supported");
 }
 void check_pool(const LoadCheck& c) { check_pool_of(c, false); }
@@ -1534,7 +1538,10 @@ std::vector<Tensor> resize(const Node& n) {
     }
   }
   const double extrapolation = n.attr.f("extrapolation_value");
-  const bool cubic = n.attr.s("mode") == "cubic", antialias = n.attr.i("antialias") != 0;
+  enum class Mode { nearest, linear, cubic };
+  const bool cubic = keyword<Mode>(n.attr.s("mode"), {{"nearest", Mode::nearest}, {"linear", Mode::linear},
+                                                      {"cubic", Mode::cubic}}, n.what) == Mode::cubic;
+  const bool antialias = n.attr.i("antialias") != 0;
   const bool general = cubic || antialias;
   const double cubic_a = n.attr.f("cubic_coeff_a");
   const bool exclude_outside = n.attr.i("exclude_outside") != 0;
@@ -1627,7 +1634,11 @@ std::vector<Tensor> resize(const Node& n) {
 std::vector<Tensor> grid_sample(const Node& n) {
   const Tensor& x = n.x();
   const Tensor& grid = n.arg(1);
-  if (x.rank() != 4 || n.attr.s("mode") == "cubic" || n.attr.s("mode") == "bicubic")
+  enum class Mode { nearest, linear, cubic };
+  const Mode mode = keyword<Mode>(n.attr.s("mode"), {{"nearest", Mode::nearest}, {"linear", Mode::linear},
+                                                     {"bilinear", Mode::linear}, {"cubic", Mode::cubic},
+                                                     {"bicubic", Mode::cubic}}, n.what);
+  if (x.rank() != 4 || mode == Mode::cubic)
     return grid_sample_nd(n);  // other ranks, cubic (import_more.cpp)
   enum class Pad { zeros, border, reflection };
   const Pad pm = keyword<Pad>(n.attr.s("padding_mode"),

@@ -34,8 +34,12 @@ Tensor step_of(const Tensor& t, std::int64_t i) {
 std::vector<Tensor> linear_attention(const Node& n) {
   const Tensor &query = n.x(), &key = n.arg(1), &value = n.arg(2);
   const std::string rule = n.attr.s("update_rule");
-  const bool gating = rule == "gated" || rule == "gated_delta";
-  const bool delta = rule == "delta" || rule == "gated_delta";
+  enum class Rule { linear, gated, delta, gated_delta };
+  const Rule r = keyword<Rule>(rule, {{"linear", Rule::linear}, {"gated", Rule::gated},
+                                      {"delta", Rule::delta}, {"gated_delta", Rule::gated_delta}},
+                               n.what);
+  const bool gating = r == Rule::gated || r == Rule::gated_delta;
+  const bool delta = r == Rule::delta || r == Rule::gated_delta;
   const std::int64_t hq = n.attr.i("q_num_heads"), hkv = n.attr.i("kv_num_heads");
   if (hq <= 0 || hkv <= 0 || hq % hkv != 0)
     fail(kWho, n.what, ": q_num_heads (", hq, ") must be a positive multiple of kv_num_heads (",
@@ -109,7 +113,10 @@ std::vector<Tensor> causal_conv_with_state(const Node& n) {
                     Size2(1), c);
   y = squeeze(y, {2});
   if (n.has(2)) y = y + reshape(n.arg(2), {1, c, 1});
-  if (n.attr.s("activation") != "none") y = y * sigmoid(y);
+  enum class Act { none, silu };
+  if (keyword<Act>(n.attr.s("activation"), {{"none", Act::none}, {"silu", Act::silu}, {"swish", Act::silu}},
+                   n.what) == Act::silu)
+    y = y * sigmoid(y);
   std::vector<Slice> last(3);
   last[2] = Slice{padded.dim(2) - (k - 1), std::nullopt};
   return {y, slice(padded, last)};
@@ -264,7 +271,9 @@ std::vector<Tensor> momentum(const Node& n) {
   const std::size_t k = training_groups(n, 1);
   const double r = n.number(0), t = n.number(1);
   const double alpha = n.attr.f("alpha"), beta = t > 0 ? n.attr.f("beta") : 1.0;
-  const bool nesterov = n.attr.s("mode") == "nesterov";
+  enum class M { standard, nesterov };
+  const bool nesterov =
+      keyword<M>(n.attr.s("mode"), {{"standard", M::standard}, {"nesterov", M::nesterov}}, n.what) == M::nesterov;
   std::vector<Tensor> xs, vs;
   for (std::size_t i = 0; i < k; ++i) {
     const Tensor &x = n.arg(2 + i), &g = n.arg(2 + k + i), &v = n.arg(2 + 2 * k + i);
@@ -325,7 +334,9 @@ std::vector<Tensor> tensor_scatter(const Node& n) {
     if (d == axis ? update.dim(d) > cache.dim(d) : update.dim(d) != cache.dim(d))
       fail(kWho, n.what, ": update ", shape_str(update.shape()), " does not fit the cache ",
            shape_str(cache.shape()), " along axis ", axis);
-  const bool circular = n.attr.s("mode") == "circular";
+  enum class M { linear, circular };
+  const bool circular =
+      keyword<M>(n.attr.s("mode"), {{"linear", M::linear}, {"circular", M::circular}}, n.what) == M::circular;
   const std::int64_t batch = cache.dim(0), len = cache.dim(axis), upd = update.dim(axis);
   const auto write = n.has(2) ? ints_of(n.arg(2)) : std::vector<std::int64_t>(std::size_t(batch), 0);
   std::vector<Tensor> rows;
@@ -555,18 +566,22 @@ std::vector<Tensor> pool_nd(const Node& n, PoolKind kind) {
   };
   const auto st = per_axis("strides", 1, std::size_t(dims)), dil = per_axis("dilations", 1, std::size_t(dims));
   auto pads = per_axis("pads", 0, std::size_t(2 * dims));
-  const std::string auto_pad = n.attr.s("auto_pad");
+  enum class Auto { notset, valid, same_upper, same_lower };
+  const Auto auto_pad = keyword<Auto>(n.attr.s("auto_pad"),
+                                      {{"NOTSET", Auto::notset}, {"", Auto::notset}, {"VALID", Auto::valid},
+                                       {"SAME_UPPER", Auto::same_upper}, {"SAME_LOWER", Auto::same_lower}},
+                                      n.what);
   const bool ceil_mode = n.attr.i("ceil_mode") != 0;
   const bool include_pad = kind == PoolKind::lp || (kind == PoolKind::avg && n.attr.i("count_include_pad"));
   std::vector<std::int64_t> out(static_cast<std::size_t>(dims)), begin(out.size());
   for (std::size_t a = 0; a < out.size(); ++a) {
     const std::int64_t in = x.dim(std::int64_t(a) + 2), keff = (ks[a] - 1) * dil[a] + 1;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    if (auto_pad == Auto::same_upper || auto_pad == Auto::same_lower) {
       out[a] = (in - 1) / st[a] + 1;
       const std::int64_t total = std::max<std::int64_t>((out[a] - 1) * st[a] + ks[a] - in, 0);
-      pads[a] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[a] = auto_pad == Auto::same_upper ? total / 2 : total - total / 2;
       pads[a + std::size_t(dims)] = total - pads[a];
-    } else if (auto_pad == "VALID") {
+    } else if (auto_pad == Auto::valid) {
       out[a] = (in - ks[a]) / st[a] + 1;
       pads[a] = pads[a + std::size_t(dims)] = 0;
     } else {
@@ -995,8 +1010,14 @@ std::vector<Tensor> grid_sample_nd(const Node& n) {
   if (k < 1 || grid.rank() != k + 2 || grid.dim(0) != x.dim(0) || grid.dim(-1) != k)
     fail(kWho, n.what, ": X ", shape_str(x.shape()), " and grid ", shape_str(grid.shape()),
          " do not make a ", k, "-D sampling");
-  const std::string mode = n.attr.s("mode"), padding = n.attr.s("padding_mode");
-  const bool nearest = mode == "nearest", cubic = mode == "cubic" || mode == "bicubic";
+  enum class Mode { nearest, linear, cubic };
+  enum class Pad { zeros, border, reflection };
+  const Mode mode = keyword<Mode>(n.attr.s("mode"), {{"nearest", Mode::nearest}, {"linear", Mode::linear},
+                                                     {"bilinear", Mode::linear}, {"cubic", Mode::cubic},
+                                                     {"bicubic", Mode::cubic}}, n.what);
+  const Pad padding = keyword<Pad>(n.attr.s("padding_mode"), {{"zeros", Pad::zeros}, {"border", Pad::border},
+                                                              {"reflection", Pad::reflection}}, n.what);
+  const bool nearest = mode == Mode::nearest, cubic = mode == Mode::cubic;
   const bool align = n.attr.i("align_corners") != 0;
   const std::int64_t batch = x.dim(0), ch = x.dim(1);
   Shape out_sp(grid.shape().begin() + 1, grid.shape().end() - 1);
@@ -1029,12 +1050,12 @@ std::vector<Tensor> grid_sample_nd(const Node& n) {
     v = align ? (v + 1.0) / 2.0 * (l - 1) : ((v + 1.0) * l - 1.0) / 2.0;
     if (nearest) v = round(v);
     const Tensor outside = logical_or(less(v, full_like(v, lo)), greater(v, full_like(v, hi)));
-    if (padding == "border") v = where(outside, clip(v, 0.0, l - 1), v);
-    if (padding == "reflection") v = where(outside, reflect(v, lo, hi), v);
+    if (padding == Pad::border) v = where(outside, clip(v, 0.0, l - 1), v);
+    if (padding == Pad::reflection) v = where(outside, reflect(v, lo, hi), v);
     auto fetch = [&](Tensor i, Tensor w) {  // i: integral values (f64)
       Tensor valid = logical_and(greater_equal(i, zeros({}, DType::f64)), less(i, full_like(i, l)));
-      if (padding == "reflection") i = where(valid, i, reflect(i, lo, hi));
-      if (padding != "zeros") valid = not_equal(i, full_like(i, std::nan("")));  // all true
+      if (padding == Pad::reflection) i = where(valid, i, reflect(i, lo, hi));
+      if (padding != Pad::zeros) valid = not_equal(i, full_like(i, std::nan("")));  // all true
       // int(): toward zero, then inside the axis
       Tensor j = cast(clip(where(less(i, zeros({}, DType::f64)), ceil(i), floor(i)), 0.0, l - 1), DType::i64);
       return Tap{j, valid, w};
@@ -1100,7 +1121,9 @@ std::vector<Tensor> grid_sample_nd(const Node& n) {
 // others): soma has no scatter-max.
 std::vector<Tensor> scatter_nd_reduce(const Node& n) {
   const Tensor &x = n.x(), &indices = n.arg(1), &updates = n.arg(2);
-  const std::string reduction = n.attr.s("reduction");
+  enum class R { mul, max, min };
+  const R reduction = keyword<R>(n.attr.s("reduction"), {{"mul", R::mul}, {"max", R::max}, {"min", R::min}},
+                                 n.what);
   const std::int64_t k = indices.dim(-1);
   if (k < 1 || k > x.rank()) fail(kWho, n.what, ": index tuples of ", k, " for rank ", x.rank());
   std::int64_t inner = 1, tuples = indices.numel() / k;
@@ -1122,7 +1145,7 @@ std::vector<Tensor> scatter_nd_reduce(const Node& n) {
       for (std::int64_t e = 0; e < inner; ++e) {
         auto& d = data[std::size_t(row * inner + e)];
         const auto u = upd[std::size_t(t * inner + e)];
-        d = reduction == "mul" ? d * u : reduction == "max" ? std::max(d, u) : std::min(d, u);
+        d = reduction == R::mul ? d * u : reduction == R::max ? std::max(d, u) : std::min(d, u);
       }
     }
     return data;
@@ -1150,8 +1173,12 @@ std::vector<Tensor> roi_align(const Node& n) {
   const std::int64_t OH = n.attr.i("output_height"), OW = n.attr.i("output_width");
   const std::int64_t ratio = n.attr.i("sampling_ratio");
   const double scale = n.attr.f("spatial_scale");
-  const bool half_pixel = n.attr.s("coordinate_transformation_mode") == "half_pixel";
-  const bool avg = n.attr.s("mode") == "avg";
+  enum class Ct { half_pixel, output_half_pixel };
+  enum class M { avg, max };
+  const bool half_pixel = keyword<Ct>(n.attr.s("coordinate_transformation_mode"),
+                                      {{"half_pixel", Ct::half_pixel}, {"output_half_pixel", Ct::output_half_pixel}},
+                                      n.what) == Ct::half_pixel;
+  const bool avg = keyword<M>(n.attr.s("mode"), {{"avg", M::avg}, {"max", M::max}}, n.what) == M::avg;
   const auto rois = cast(rois_t, DType::f64).to_vector<double>();
   const auto batch = ints_of(batch_t);
   // Sampling grid per region; S = the largest grid (others padded with weight-0 points).
