@@ -54,6 +54,28 @@ std::shared_ptr<nn::Model> load_from_bytes(const std::string& bytes, const LoadO
 // inputs (soma predict).
 std::vector<Shape> input_shapes(const std::string& path);
 
+// A graph input or output of any ONNX kind: a tensor, a sequence of tensors, or an empty optional
+// (an optional holding a value is that value). A tensor converts implicitly.
+struct Value {
+  enum class Kind { tensor, sequence, none };
+  Kind kind = Kind::none;
+  Tensor tensor;              // kind tensor
+  std::vector<Tensor> items;  // kind sequence
+  Value() = default;
+  Value(Tensor t) : kind(t.defined() ? Kind::tensor : Kind::none), tensor(std::move(t)) {}  // NOLINT
+  static Value sequence(std::vector<Tensor> items) {
+    Value v;
+    v.kind = Kind::sequence;
+    v.items = std::move(items);
+    return v;
+  }
+  bool is_tensor() const { return kind == Kind::tensor; }
+  bool is_sequence() const { return kind == Kind::sequence; }
+};
+// Runs a model made by load() on values of any kind (nn::Model::call takes tensors only, so a
+// graph with sequence or optional inputs or outputs runs through this); other models throw.
+std::vector<Value> run(nn::Model& model, const std::vector<Value>& inputs);
+
 // Whether this build of soma has ONNX support.
 bool available();
 

@@ -30,6 +30,8 @@
 
 #include "internal/conv_bias_act.hpp"
 #include "internal/fused_inference.hpp"
+#include "onnx/import_handlers.hpp"
+#include "onnx/import_node.hpp"
 #include "onnx/onnx_attrs.hpp"
 #include "onnx/proto_util.hpp"
 #include "soma/autograd.hpp"
@@ -44,6 +46,11 @@ namespace soma::onnx {
 
 std::shared_ptr<nn::Model> load(const std::string&, const LoadOptions&) {
   fail("onnx::load",
+       "soma was built without ONNX support (install libonnx-dev and libprotobuf-dev, then "
+       "reconfigure)");
+}
+std::vector<Value> run(nn::Model&, const std::vector<Value>&) {
+  fail("onnx::run",
        "soma was built without ONNX support (install libonnx-dev and libprotobuf-dev, then "
        "reconfigure)");
 }
@@ -62,192 +69,10 @@ std::vector<Shape> input_shapes(const std::string&) {
 
 namespace {
 
-using namespace soma::onnx_detail;
-using ::onnx::AttributeProto;
-using ::onnx::NodeProto;
-using AP = AttributeProto;
-constexpr const char* kWho = "onnx::load";
-
-// The default ONNX domain is spelled "" or "ai.onnx".
-bool default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
-
-std::string node_desc(const NodeProto& n, int index) {
-  std::string s = "node ";
-  s += n.name().empty() ? "#" + std::to_string(index) : "'" + n.name() + "'";
-  return s + " (" + n.op_type() + ")";
-}
-
-std::int64_t norm_axis(std::int64_t a, std::int64_t rank) { return a < 0 ? a + rank : a; }
-
-std::string lower(std::string s) {
-  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-template <class C>
-std::string join(const C& items) {
-  std::string s;
-  for (const auto& i : items) (s += s.empty() ? "" : ", ") += i;
-  return s;
-}
-
-// A STRING attribute's value as an enum, by a table (the values are checked at load against the
-// AttrDef's allowed list, so a miss here is an internal error).
-template <class E>
-E keyword(const std::string& value, std::initializer_list<std::pair<std::string_view, E>> table,
-          const std::string& what) {
-  for (const auto& entry : table)
-    if (entry.first == value) return entry.second;
-  fail(kWho, what, ": internal: unexpected value '", value, "'");
-}
-
-// ---- the ONNX side of an operator: its attributes ---------------------------------------------
-
-// One attribute of an ONNX operator (the union over opsets), with ONNX's default.
-struct AttrDef {
-  std::string_view name;
-  OnnxAttrType type;
-  double num = 0;                              // INT and FLOAT default
-  std::string_view str = {};                   // STRING default
-  std::vector<std::string_view> allowed = {};  // STRING: the values soma runs (empty: any)
-};
-AttrDef I(std::string_view n, std::int64_t def = 0) { return {n, AP::INT, double(def)}; }
-// Defaults as float: ONNX FLOAT attributes are floats, so a default equals what a file holds.
-AttrDef F(std::string_view n, float def = 0.0f) { return {n, AP::FLOAT, double(def)}; }
-AttrDef S(std::string_view n, std::string_view def = {}, std::vector<std::string_view> ok = {}) {
-  return {n, AP::STRING, 0, def, std::move(ok)};
-}
-AttrDef Is(std::string_view n) { return {n, AP::INTS}; }
-AttrDef Fs(std::string_view n) { return {n, AP::FLOATS}; }
-AttrDef Ss(std::string_view n) { return {n, AP::STRINGS}; }
-AttrDef T(std::string_view n) { return {n, AP::TENSOR}; }
-
-// A value the import reads on the host (a scalar attribute given as an input, a shape).
-Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
-
-// A node's attributes, checked at load against the operator's AttrDefs (and, for a mapped op,
-// the mapping's names); read by name with ONNX's default where the node leaves one out.
-class NodeAttrs {
- public:
-  NodeAttrs(const NodeProto& n, const std::vector<AttrDef>& defs, const OnnxMapping* mapping,
-            const OpDef* op, const std::string& what)
-      : defs_(&defs), what_(what) {
-    for (auto& a : n.attribute()) {
-      const AttrDef* d = def(a.name());
-      const OnnxAttrType have = attr_type_of(a);
-      if (d) {
-        if (have != d->type && have != AP::UNDEFINED)
-          fail(kWho, what, ": attribute '", a.name(), "' has type ", attr_type_name(have),
-               ", expected ", attr_type_name(d->type));
-        if (!d->allowed.empty() &&
-            std::find(d->allowed.begin(), d->allowed.end(), a.s()) == d->allowed.end())
-          fail(kWho, what, ": attribute '", a.name(), "' is '", a.s(), "', soma supports ",
-               join(quoted(d->allowed)));
-      } else if (!mapped(a.name(), mapping)) {
-        std::vector<std::string> names;
-        for (auto& k : defs) names.emplace_back(k.name);
-        if (mapping)
-          for (auto& m : mapping->attrs)
-            if (!def(m.onnx)) names.push_back(m.onnx);
-        fail(kWho, what, ": attribute '", a.name(), "' is not an attribute of ", n.op_type(),
-             op ? " (soma op '" + op->name + "')" : std::string(), "; ",
-             names.empty() ? std::string("it takes none") : "allowed: " + join(names));
-      }
-      items_.push_back(&a);
-    }
-  }
-
-  const AttributeProto* find(std::string_view name) const {
-    for (auto* a : items_)
-      if (a->name() == name) return a;
-    return nullptr;
-  }
-  bool has(std::string_view name) const { return find(name) != nullptr; }
-  std::int64_t i(std::string_view name) const {
-    auto* a = find(name);
-    return a ? a->i() : std::int64_t(known(name).num);
-  }
-  std::int64_t i(std::string_view name, std::int64_t def) const {  // an opset-dependent default
-    auto* a = find(name);
-    return a ? a->i() : def;
-  }
-  double f(std::string_view name) const {
-    auto* a = find(name);
-    return a ? double(a->f()) : known(name).num;
-  }
-  std::string s(std::string_view name) const {
-    auto* a = find(name);
-    return a ? a->s() : std::string(known(name).str);
-  }
-  std::vector<std::int64_t> ints(std::string_view name) const {
-    auto* a = find(name);
-    if (!a) return {};
-    return {a->ints().begin(), a->ints().end()};
-  }
-  // The operator's definition of an attribute (nullptr: not listed).
-  const AttrDef* def(std::string_view name) const {
-    for (auto& d : *defs_)
-      if (d.name == name) return &d;
-    return nullptr;
-  }
-
- private:
-  static std::vector<std::string> quoted(const std::vector<std::string_view>& v) {
-    std::vector<std::string> r;
-    for (auto s : v) r.push_back(std::string(1, '\'').append(s).append(1, '\''));
-    return r;
-  }
-  static bool mapped(const std::string& name, const OnnxMapping* m) {
-    if (m)
-      for (auto& a : m->attrs)
-        if (a.onnx == name) return true;
-    return false;
-  }
-  const AttrDef& known(std::string_view name) const {
-    const AttrDef* d = def(name);
-    if (!d) fail(kWho, what_, ": internal: attribute '", std::string(name), "' is not listed");
-    return *d;
-  }
-  const std::vector<AttrDef>* defs_;
-  std::string what_;
-  std::vector<const AttributeProto*> items_;
-};
-
-// What a handler sees.
-struct Node {
-  const NodeProto& proto;
-  const std::string& what;
-  const NodeAttrs& attr;
-  const std::vector<Tensor>& in;
-  std::int64_t opset;
-  bool training;
-  bool relu = false;  // Conv: a Relu that only reads its output is fused in (OnnxModel)
-  const Tensor& arg(std::size_t i) const {
-    if (i >= in.size() || !in[i].defined()) fail(kWho, what, ": input ", i, " is missing");
-    return in[i];
-  }
-  bool has(std::size_t i) const { return i < in.size() && in[i].defined(); }
-  const Tensor& x() const { return arg(0); }
-  double number(std::size_t i) const { return on_host(cast(in[i], DType::f64)).item<double>(); }
-};
-using Handler = std::vector<Tensor> (*)(const Node&);
-
-// Reads an integer tensor's values (Reshape's shape, Slice's starts, ...). Such values are
-// constants or Shape outputs, kept in host memory (OnnxModel::place_inputs); one computed on a
-// device is copied back.
-std::vector<std::int64_t> ints_of(const Tensor& t) {
-  if (!t.defined()) return {};
-  return on_host(cast(t, DType::i64)).to_vector<std::int64_t>();
-}
-
-// `t` on the device of `like` (integer data such as Gather's indices may be a host constant).
-Tensor on_device_of(const Tensor& like, const Tensor& t) {
-  return t.device() == like.device() ? t : t.to(like.device());
-}
+using namespace soma::onnx::importer;
 
 // ---- handlers: operators that need more than one soma op ----------------------------------------
 
-std::vector<Tensor> identity(const Node& n) { return {n.x()}; }
 
 std::vector<Tensor> dropout(const Node& n) {
   const Tensor& x = n.x();
@@ -420,9 +245,22 @@ std::vector<Tensor> conv(const Node& n) {
     return {drop_1d(y, lifted)};
   } else {
     Padding pad = onnx_padding(n);
-    if (pad.mode() != Padding::Mode::explicit_)
-      fail(kWho, n.what, ": ConvTranspose needs explicit pads (auto_pad is not supported)");
     Size2 op_ = size2(n, "output_padding", 0);
+    if (pad.mode() != Padding::Mode::explicit_) {
+      // auto_pad, as ONNX's reference: VALID pads nothing; SAME_* make the output input * stride,
+      // the odd unit of padding at the end (UPPER) or the beginning (LOWER).
+      const AutoPad ap = auto_pads().at(n.attr.s("auto_pad"));
+      auto total = [](std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t d, std::int64_t o) {
+        return s * (in - 1) + o + (k - 1) * d + 1 - in * s;
+      };
+      const std::int64_t th = ap == AutoPad::valid ? 0 : total(x.dim(2), w.dim(2), strides.h, dil.h, op_.h);
+      const std::int64_t tw = ap == AutoPad::valid ? 0 : total(x.dim(3), w.dim(3), strides.w, dil.w, op_.w);
+      if (th < 0 || tw < 0)
+        fail(kWho, n.what, ": auto_pad ", n.attr.s("auto_pad"), " would need negative padding");
+      const bool upper = ap != AutoPad::same_lower;
+      pad = Padding(upper ? th / 2 : th - th / 2, upper ? th - th / 2 : th / 2,
+                    upper ? tw / 2 : tw - tw / 2, upper ? tw - tw / 2 : tw / 2);
+    }
     auto os = n.attr.ints("output_shape");
     if (os.size() == 1) os.insert(os.begin(), 1);
     const auto& p = pad.pads();
@@ -438,8 +276,17 @@ std::vector<Tensor> conv(const Node& n) {
   return {drop_1d(y, lifted)};
 }
 
+// Dilations, 3-D and wider windows, integer max pooling and MaxPool's Indices: the general path.
+bool pool_needs_nd(const Node& n, bool max) {
+  for (auto d : n.attr.ints("dilations"))
+    if (d != 1) return true;
+  return (n.x().rank() != 3 && n.x().rank() != 4) || (max && !is_floating(n.x().dtype())) ||
+         (n.proto.output_size() > 1 && !n.proto.output(1).empty());
+}
+
 template <bool Max>
 std::vector<Tensor> pool(const Node& n) {
+  if (pool_needs_nd(n, Max)) return pool_nd(n, Max ? PoolKind::max : PoolKind::avg);
   const bool lifted = n.x().rank() == 3;
   const Tensor x = lift_1d(n.x());
   if (x.rank() != 4)
@@ -491,6 +338,7 @@ std::vector<Tensor> pool(const Node& n) {
 // LpPool: (sum over the window of |x|^p)^(1/p); padding adds zeros, so the sum is an average
 // over the explicitly padded input times the window size.
 std::vector<Tensor> lp_pool(const Node& n) {
+  if (pool_needs_nd(n, false) || n.attr.i("ceil_mode")) return pool_nd(n, PoolKind::lp);
   const bool lifted = n.x().rank() == 3;
   const Tensor x = lift_1d(n.x());
   if (x.rank() != 4)
@@ -515,6 +363,7 @@ std::vector<Tensor> global_pool(const Node& n) {
 }
 
 std::vector<Tensor> batch_norm(const Node& n) {
+  if (n.attr.i("training_mode")) return batch_norm_training(n);
   const Tensor& x = n.x();
   if (n.proto.output_size() > 1)
     fail(kWho, n.what, ": training-mode outputs (running mean/var) are not supported");
@@ -806,6 +655,10 @@ std::vector<Tensor> gather_nd(const Node& n) {
   return {reshape(gather(x2, rows, 0), out)};
 }
 std::vector<Tensor> scatter_nd(const Node& n) {
+  enum class R { none, add, other };
+  if (keyword<R>(n.attr.s("reduction"), {{"none", R::none}, {"add", R::add}, {"mul", R::other},
+                                          {"max", R::other}, {"min", R::other}}, n.what) == R::other)
+    return scatter_nd_reduce(n);  // mul, max, min (import_more.cpp)
   const Tensor& x = n.x();
   auto [x2, rows] = nd_rows(n, x, n.arg(1), 0);
   return {reshape(scatter_rows(n, x2, rows, reshape(n.arg(2), {rows.numel(), x2.dim(1)})), x.shape())};
@@ -1335,7 +1188,11 @@ std::vector<Tensor> space_to_depth(const Node& n) {
   const Tensor& x = n.x();
   const std::int64_t b = n.attr.i("blocksize");
   const std::int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-  Tensor t = transpose(reshape(x, {N, C, H / b, b, W / b, b}), {0, 3, 5, 1, 2, 4});
+  enum class M { dcr, crd };  // DepthToSpace's inverse, by mode
+  const bool crd = keyword<M>(n.attr.s("mode"), {{"DCR", M::dcr}, {"CRD", M::crd}}, n.what) == M::crd;
+  Tensor t = transpose(reshape(x, {N, C, H / b, b, W / b, b}),
+                       crd ? std::vector<std::int64_t>{0, 1, 3, 5, 2, 4}
+                           : std::vector<std::int64_t>{0, 3, 5, 1, 2, 4});
   return {reshape(t, {N, C * b * b, H / b, W / b})};
 }
 std::vector<Tensor> eye_like(const Node& n) {
@@ -1559,32 +1416,6 @@ std::vector<Tensor> top_k(const Node& n) {
 
 // ---- checks at load: what a handler cannot run, refused before anything runs ---------------------
 
-// What the file declares about a value: rank (-1: unknown) and ONNX element type (0: unknown).
-struct Declared {
-  std::int64_t rank = -1;
-  int elem = 0;
-};
-struct LoadCheck {
-  const NodeProto& proto;
-  const NodeAttrs& attr;
-  const std::string& what;
-  const std::unordered_map<std::string, Declared>& declared;
-  std::int64_t opset;
-  const std::unordered_map<std::string, Tensor>& constants;  // initialisers and Constant outputs
-  Declared input(int i) const {
-    if (i >= proto.input_size()) return {};
-    auto it = declared.find(proto.input(i));
-    return it == declared.end() ? Declared{} : it->second;
-  }
-  bool has_input(int i) const { return i < proto.input_size() && !proto.input(i).empty(); }
-  bool has_output(int i) const { return i < proto.output_size() && !proto.output(i).empty(); }
-};
-using Check = void (*)(const LoadCheck&);
-
-bool floating_elem(int e) {
-  using TP = ::onnx::TensorProto;
-  return e == TP::FLOAT || e == TP::DOUBLE || e == TP::FLOAT16 || e == TP::BFLOAT16;
-}
 // Conv / pooling: 1-D and 2-D windows on floating inputs.
 void check_window(const LoadCheck& c, bool pool) {
   const auto ks = c.attr.ints("kernel_shape");
@@ -1604,17 +1435,26 @@ void check_window(const LoadCheck& c, bool pool) {
 void check_conv(const LoadCheck& c) { check_window(c, false); }
 void check_conv_transpose(const LoadCheck& c) {
   check_window(c, false);
-  const std::string pad = c.attr.s("auto_pad");
-  if (auto_pads().at(pad) != AutoPad::notset)
-    fail(kWho, c.what, ": auto_pad '", pad, "' is not supported for ConvTranspose (NOTSET, "
-         "with explicit pads)");
+  if (auto_pads().at(c.attr.s("auto_pad")) != AutoPad::notset && c.attr.has("output_shape"))
+    fail(kWho, c.what, ": auto_pad with output_shape is not supported");
 }
-void check_pool(const LoadCheck& c) {
-  check_window(c, true);
-  for (auto d : c.attr.ints("dilations"))
-    if (d != 1) fail(kWho, c.what, ": dilated pooling (dilations ", d, ") is not supported");
-  if (c.has_output(1)) fail(kWho, c.what, ": the Indices output is not supported");
+// Pooling runs windows of any rank (pool_nd beyond 2-D, dilations and Indices); average and Lp
+// pooling on floating inputs, max pooling on any soma dtype.
+void check_pool_of(const LoadCheck& c, bool max) {
+  const Declared x = c.input(0);
+  if (x.rank >= 0 && x.rank < 3)
+    fail(kWho, c.what, ": input 0 has rank ", x.rank, "; pooling needs [N, C, spatial...]");
+  if (!max && x.elem && !floating_elem(x.elem))
+    fail(kWho, c.what, ": input 0 has element type ", elem_type_name(x.elem),
+         "; soma runs it on float, double, float16 and bfloat16");
+  const auto ks = c.attr.ints("kernel_shape");
+  if (x.rank >= 0 && ks.size() + 2 != std::size_t(x.rank))
+    fail(kWho, c.what, ": kernel_shape has ", ks.size(), " values for input rank ", x.rank);
+  if (auto_pads().at(c.attr.s("auto_pad")) != AutoPad::notset && c.attr.i("ceil_mode"))
+    fail(kWho, c.what, ": ceil_mode with auto_pad is not supported");
 }
+void check_pool(const LoadCheck& c) { check_pool_of(c, false); }
+void check_max_pool(const LoadCheck& c) { check_pool_of(c, true); }
 // Dropout drops out when the model trains (nn::Module::train); a training_mode fed at run time
 // would ask for a random mask that matches no other runtime's.
 void check_dropout(const LoadCheck& c) {
@@ -1622,11 +1462,9 @@ void check_dropout(const LoadCheck& c) {
     fail(kWho, c.what, ": a training_mode input computed at run time is not supported (soma "
          "drops out while the model trains: Model::train / eval)");
 }
-void check_lp_pool(const LoadCheck& c) {
-  check_pool(c);
-  if (c.attr.i("ceil_mode")) fail(kWho, c.what, ": ceil_mode is not supported for LpPool");
-}
+void check_lp_pool(const LoadCheck& c) { check_pool(c); }
 void check_batch_norm(const LoadCheck& c) {
+  if (c.attr.i("training_mode")) return;  // the running statistics are outputs (import_more.cpp)
   for (int i = 1; i < c.proto.output_size(); ++i)
     if (c.has_output(i))
       fail(kWho, c.what, ": training-mode outputs (running mean/var) are not supported");
@@ -1647,7 +1485,7 @@ void check_lstm(const LoadCheck& c) {
 // separable): each output position maps to a source coordinate by the coordinate
 // transformation mode; nearest gathers the rounded index, linear blends the two neighbours
 // (indices clamped to the edge). tf_crop_and_resize writes extrapolation_value outside the roi.
-constexpr std::string_view kNearest = "nearest";  // Resize's mode (the other: linear)
+constexpr std::string_view kNearest = "nearest";  // Resize's mode (the others: linear, cubic)
 std::vector<Tensor> resize(const Node& n) {
   Tensor y = n.x();
   const std::int64_t r = y.rank();
@@ -1721,6 +1559,13 @@ std::vector<Tensor> resize(const Node& n) {
     }
   }
   const double extrapolation = n.attr.f("extrapolation_value");
+  enum class Mode { nearest, linear, cubic };
+  const bool cubic = keyword<Mode>(n.attr.s("mode"), {{"nearest", Mode::nearest}, {"linear", Mode::linear},
+                                                      {"cubic", Mode::cubic}}, n.what) == Mode::cubic;
+  const bool antialias = n.attr.i("antialias") != 0;
+  const bool general = cubic || antialias;
+  const double cubic_a = n.attr.f("cubic_coeff_a");
+  const bool exclude_outside = n.attr.i("exclude_outside") != 0;
   for (std::size_t i = 0; i < k; ++i) {
     const std::int64_t ax = axes[i], in_len = y.dim(ax), out_len = out[i];
     const double scale = scales[i];
@@ -1767,6 +1612,18 @@ std::vector<Tensor> resize(const Node& n) {
         idx[o] = std::clamp<std::int64_t>(std::int64_t(f), 0, in_len - 1);
       }
       z = gather(y, constant(idx, Shape{out_len}), ax);
+    } else if (general) {  // cubic, antialiased: n taps per output position
+      const ResizeTaps taps = resize_taps(src, in_len, scale, cubic, antialias, cubic_a, exclude_outside);
+      for (std::size_t j = 0; j < taps.n; ++j) {
+        std::vector<std::int64_t> idx(static_cast<std::size_t>(out_len));
+        std::vector<double> w(idx.size());
+        for (std::size_t o = 0; o < idx.size(); ++o) {
+          idx[o] = taps.index[o * taps.n + j];
+          w[o] = taps.weight[o * taps.n + j];
+        }
+        Tensor t = gather(y, constant(idx, Shape{out_len}), ax) * cast(constant(w, along), y.dtype());
+        z = j == 0 ? t : z + t;
+      }
     } else {  // linear
       std::vector<std::int64_t> i0(static_cast<std::size_t>(out_len)), i1(i0.size());
       std::vector<double> w(static_cast<std::size_t>(out_len));
@@ -1798,7 +1655,12 @@ std::vector<Tensor> resize(const Node& n) {
 std::vector<Tensor> grid_sample(const Node& n) {
   const Tensor& x = n.x();
   const Tensor& grid = n.arg(1);
-  if (x.rank() != 4) fail(kWho, n.what, ": only 2-D sampling (inputs [N, C, H, W]) is supported");
+  enum class Mode { nearest, linear, cubic };
+  const Mode mode = keyword<Mode>(n.attr.s("mode"), {{"nearest", Mode::nearest}, {"linear", Mode::linear},
+                                                     {"bilinear", Mode::linear}, {"cubic", Mode::cubic},
+                                                     {"bicubic", Mode::cubic}}, n.what);
+  if (x.rank() != 4 || mode == Mode::cubic)
+    return grid_sample_nd(n);  // other ranks, cubic (import_more.cpp)
   enum class Pad { zeros, border, reflection };
   const Pad pm = keyword<Pad>(n.attr.s("padding_mode"),
                               {{"zeros", Pad::zeros}, {"border", Pad::border},
@@ -1864,8 +1726,8 @@ std::vector<Tensor> grid_sample(const Node& n) {
 }
 void check_grid_sample(const LoadCheck& c) {
   const Declared x = c.input(0);
-  if (x.rank >= 0 && x.rank != 4)
-    fail(kWho, c.what, ": input 0 has rank ", x.rank, "; only 2-D sampling (rank 4) is supported");
+  if (x.rank >= 0 && x.rank < 3)
+    fail(kWho, c.what, ": input 0 has rank ", x.rank, "; sampling needs [N, C, spatial...]");
   if (x.elem && !floating_elem(x.elem))
     fail(kWho, c.what, ": element type ", elem_type_name(x.elem), " is not supported");
 }
@@ -1908,25 +1770,16 @@ void check_resize(const LoadCheck& c) {
   if (c.opset < 11)
     fail(kWho, c.what, ": Resize before opset 11 is not supported (the model imports opset ",
          c.opset, ")");
-  if (c.attr.has("antialias") && c.attr.i("antialias"))
-    fail(kWho, c.what, ": antialias is not supported");
+  if (c.attr.i("antialias") && c.attr.s("mode") == kNearest)
+    fail(kWho, c.what, ": antialias applies to linear and cubic modes only");
   const Declared x = c.input(0);
   if (x.elem && !floating_elem(x.elem) && c.attr.s("mode") != kNearest)
-    fail(kWho, c.what, ": linear resizing of element type ", elem_type_name(x.elem),
+    fail(kWho, c.what, ": ", c.attr.s("mode"), " resizing of element type ", elem_type_name(x.elem),
          " is not supported (floating types only)");
 }
 
 // ---- the table -----------------------------------------------------------------------------------
 
-// An ONNX operator soma knows: its attributes (the union over opsets, with ONNX's defaults) and
-// a handler, or none where an op definition maps to it one-to-one (OpDef::onnx).
-struct OnnxOp {
-  Handler run = nullptr;
-  std::vector<AttrDef> attrs = {};
-  std::vector<int> statistics = {};  // inputs holding running statistics: weights not trained
-  bool at_load = false;              // no inputs: evaluated once at load, its outputs constants
-  Check check = nullptr;             // refuses at load what the handler cannot run
-};
 
 // Attributes of opset-1 operators that later opsets dropped (ignored, as other runtimes do).
 std::vector<AttrDef> legacy(std::vector<AttrDef> more = {}) {
@@ -1982,7 +1835,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Cast",
        {cast_, {I("to", 1), I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast}},
       // handlers
-      {"Identity", {identity}},
+      {"Identity", {identity_value}},
       {"Dropout", {dropout, legacy({F("ratio", 0.5f), I("is_test"), I("seed")}), {}, false,
                    check_dropout}},
       {"Div", {divide_, legacy_broadcast()}},
@@ -2001,7 +1854,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Conv", {conv<false>, conv_attrs(), {}, false, check_conv}},
       {"ConvTranspose", {conv<true>, conv_attrs({Is("output_padding"), Is("output_shape")}), {},
                          false, check_conv_transpose}},
-      {"MaxPool", {pool<true>, pool_attrs({I("storage_order")}), {}, false, check_pool}},
+      {"MaxPool", {pool<true>, pool_attrs({I("storage_order")}), {}, false, check_max_pool}},
       {"AveragePool", {pool<false>, pool_attrs({I("count_include_pad")}), {}, false, check_pool}},
       {"LpPool", {lp_pool, pool_attrs({I("p", 2)}), {}, false, check_lp_pool}},
       {"GlobalAveragePool", {global_pool<false>}},
@@ -2048,7 +1901,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
             "asymmetric", "tf_crop_and_resize"}),
          F("cubic_coeff_a", -0.75f), I("exclude_outside"), F("extrapolation_value", 0.0f),
          S("keep_aspect_ratio_policy", "stretch", {"stretch", "not_larger", "not_smaller"}),
-         S("mode", "nearest", {"nearest", "linear"}),
+         S("mode", "nearest", {"nearest", "linear", "cubic"}),
          S("nearest_mode", "round_prefer_floor",
            {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})},
         {}, false, check_resize}},
@@ -2056,7 +1909,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
        {scatter_elements, {I("axis"), S("reduction", "none", {"none", "add", "mul", "max", "min"})}}},
       {"Scatter", {scatter_elements, {I("axis"), S("reduction", "none", {"none"})}}},
       {"GatherND", {gather_nd, {I("batch_dims")}}},
-      {"ScatterND", {scatter_nd, {S("reduction", "none", {"none", "add"})}}},
+      {"ScatterND", {scatter_nd, {S("reduction", "none", {"none", "add", "mul", "max", "min"})}}},
       {"Tan", {tan_}},
       {"Sinh", {sinh_}},
       {"Cosh", {cosh_}},
@@ -2075,7 +1928,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"TopK", {top_k, {I("axis", -1), I("k"), I("largest", 1), I("sorted", 1)}}},
       {"GridSample",
        {grid_sample,
-        {I("align_corners"), S("mode", "linear", {"nearest", "linear", "bilinear"}),
+        {I("align_corners"), S("mode", "linear", {"nearest", "linear", "bilinear", "cubic", "bicubic"}),
          S("padding_mode", "zeros", {"zeros", "border", "reflection"})},
         {}, false, check_grid_sample}},
       {"Split", {split_, {I("axis"), Is("split"), I("num_outputs")}}},
@@ -2100,7 +1953,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"LpNormalization", {lp_norm, {I("axis", -1), I("p", 2)}}},
       {"MeanVarianceNormalization", {mvn, {Is("axes")}}},
       {"DepthToSpace", {depth_to_space, {I("blocksize"), S("mode", "DCR", {"DCR", "CRD"})}}},
-      {"SpaceToDepth", {space_to_depth, {I("blocksize")}}},
+      {"SpaceToDepth", {space_to_depth, {I("blocksize"), S("mode", "DCR", {"DCR", "CRD"})}}},
       {"EyeLike", {eye_like, {I("dtype"), I("k")}}},
       {"NegativeLogLikelihoodLoss",
        {nll_loss, {I("ignore_index"), S("reduction", "mean", {"none", "sum", "mean"})}}},
@@ -2123,6 +1976,67 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
          S("value_string"), Ss("value_strings"), {"sparse_value", AP::SPARSE_TENSOR}},
         {},
         true}},
+      {"Adagrad",
+       {adagrad, {F("decay_factor"), F("epsilon", 1e-6f), F("norm_coefficient")}, {}, false, nullptr,
+        "ai.onnx.preview.training"}},
+      {"Adam",
+       {adam, {F("alpha", 0.9f), F("beta", 0.999f), F("epsilon", 1e-6f), F("norm_coefficient"),
+               F("norm_coefficient_post")}, {}, false, nullptr, "ai.onnx.preview.training"}},
+      {"Momentum",
+       {momentum, {F("alpha"), F("beta"), S("mode", "", {"standard", "nesterov"}), F("norm_coefficient")},
+        {}, false, nullptr, "ai.onnx.preview.training"}},
+      {"Binarizer", {binarizer, {F("threshold")}, {}, false, nullptr, "ai.onnx.ml"}},
+      {"ArrayFeatureExtractor", {array_feature_extractor, {}, {}, false, nullptr, "ai.onnx.ml"}},
+      {"ReverseSequence", {reverse_sequence, {I("batch_axis", 1), I("time_axis")}}},
+      {"TensorScatter", {tensor_scatter, {I("axis", -2), S("mode", "linear", {"linear", "circular"})}}},
+      {"AffineGrid", {affine_grid, {I("align_corners")}}},
+      {"DFT", {dft, {I("axis", 1), I("inverse"), I("onesided")}, {}, false, check_dft}},
+      {"STFT", {stft, {I("onesided", 1)}}},
+      {"NonZero", {non_zero}},
+      {"Compress", {compress, {I("axis")}}},
+      {"Unique", {unique, {I("axis"), I("sorted", 1)}}},
+      {"NonMaxSuppression", {non_max_suppression, {I("center_point_box")}}},
+      {"Col2Im", {col2im, {Is("dilations"), Is("pads"), Is("strides")}}},
+      {"MaxUnpool", {max_unpool, {Is("kernel_shape"), Is("pads"), Is("strides")}}},
+      {"BitCast", {bit_cast, {I("to")}, {}, false, check_bit_cast}},
+      {"RoiAlign",
+       {roi_align,
+        {S("coordinate_transformation_mode", "half_pixel", {"half_pixel", "output_half_pixel"}),
+         S("mode", "avg", {"avg", "max"}), I("output_height", 1), I("output_width", 1),
+         I("sampling_ratio"), F("spatial_scale", 1.0f)}}},
+      {"Upsample", {upsample, {S("mode", "nearest", {"nearest"}), Fs("scales")}}},
+      {"MelWeightMatrix", {mel_weight_matrix, {I("output_datatype", 1)}}},
+      // import_control.cpp
+      {"If", {if_, {G("then_branch"), G("else_branch")}}},
+      {"Loop", {loop, {G("body")}}},
+      {"Scan",
+       {scan,
+        {G("body"), I("num_scan_inputs"), Is("scan_input_axes"), Is("scan_input_directions"),
+         Is("scan_output_axes"), Is("scan_output_directions")},
+        {}, false, check_scan}},
+      {"SequenceEmpty", {sequence_empty, {I("dtype", 1)}}},
+      {"SequenceConstruct", {sequence_construct}},
+      {"SequenceInsert", {sequence_insert}},
+      {"SequenceAt", {sequence_at}},
+      {"SequenceErase", {sequence_erase}},
+      {"SequenceLength", {sequence_length}},
+      {"ConcatFromSequence", {concat_from_sequence, {I("axis"), I("new_axis")}}},
+      {"SplitToSequence", {split_to_sequence, {I("axis"), I("keepdims", 1)}}},
+      {"SequenceMap", {sequence_map, {G("body")}}},
+      {"Optional", {optional, {{"type", AP::TYPE_PROTO}}}},
+      {"OptionalHasElement", {optional_has_element}},
+      {"OptionalGetElement", {optional_get_element}},
+      // import_more.cpp
+      {"LinearAttention",
+       {linear_attention,
+        {I("chunk_size"), I("kv_num_heads"), I("q_num_heads"), F("scale"),
+         S("update_rule", "gated_delta", {"linear", "gated", "delta", "gated_delta"})}}},
+      {"CausalConvWithState", {causal_conv_with_state, {S("activation", "none", {"none", "silu", "swish"})}}},
+      {"SwiGLU", {swiglu, {F("alpha", 1.0f)}}},
+      {"HannWindow", {window<0>, {I("output_datatype", 1), I("periodic", 1)}}},
+      {"HammingWindow", {window<1>, {I("output_datatype", 1), I("periodic", 1)}}},
+      {"BlackmanWindow", {window<2>, {I("output_datatype", 1), I("periodic", 1)}}},
+      {"LRN", {lrn, {F("alpha", 1e-4f), F("beta", 0.75f), F("bias", 1.0f), I("size")}}},
       {"LSTM", {recurrent<4>, rnn_attrs({I("input_forget")}), {}, false, check_lstm}},
       {"GRU", {recurrent<3>, rnn_attrs({I("linear_before_reset")}), {}, false, check_recurrent}},
       {"RNN", {recurrent<1>, rnn_attrs(), {}, false, check_recurrent}},
@@ -2178,7 +2092,9 @@ struct Step {
     Tensor w, b;
   };
   mutable FoldCache fold;
+  Subgraphs graphs;  // its GRAPH attributes (If's branches, Loop's body), resolved
 };
+std::unique_ptr<Subgraph> make_subgraph(const ::onnx::GraphProto& g, std::int64_t opset);
 
 const std::vector<AttrDef> kNoAttrs;
 
@@ -2230,8 +2146,13 @@ Step resolve(const NodeProto& n, int index, std::int64_t opset) {
         fail(kWho, s.what, ": sub-graphs are not supported");
   };
   if (s.op && s.op->run) {
-    no_subgraphs();
+    for (auto& a : n.attribute())  // a GRAPH attribute the handler lists is one it runs
+      if ((a.type() == AP::GRAPH || a.type() == AP::GRAPHS) &&
+          !std::any_of(defs.begin(), defs.end(), [&](const AttrDef& d) { return d.name == a.name(); }))
+        fail(kWho, s.what, ": sub-graphs are not supported");
     s.attrs = std::make_unique<NodeAttrs>(n, defs, nullptr, nullptr, s.what);
+    for (auto& a : n.attribute())
+      if (a.type() == AP::GRAPH) s.graphs[a.name()] = make_subgraph(a.g(), opset);
     return s;
   }
   auto m = mapped_ops().find(n.op_type());
@@ -2270,127 +2191,241 @@ std::vector<Tensor> run_mapped(const Step& s, const std::vector<Tensor>& in) {
   return call_op(*s.def, in, s.def_attrs);
 }
 
-// ---- the model -----------------------------------------------------------------------------------
+// ---- graphs: the main graph and sub-graphs, resolved at load --------------------------------------
 
-class OnnxModel : public nn::Model {
- public:
-  OnnxModel(::onnx::ModelProto proto, const LoadOptions& options);
-  std::string type_name() const override { return "OnnxModel"; }
-  std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
+// A graph resolved at load: one step per node, its constants (non-float initialisers of the main
+// graph, every initialiser of a sub-graph, Constant nodes' outputs) and what it declares about
+// its values; run on an environment of named values.
+struct Program {
+  std::int64_t opset = 0;
+  std::vector<Step> steps;  // one per node, in graph order
+  std::unordered_map<std::string, Tensor> constants;
+  std::unordered_map<std::string, Declared> declared;
+  // Device copies of constants, made when a node on a device first needs one (Module::to moves
+  // the weights only: the constants stay in host memory, where shapes and axes are read).
+  mutable std::unordered_map<std::string, Tensor> device_constants;
+  std::int64_t fused = 0, folded = 0;  // Conv + Relu pairs, batch norms folded into a Conv
 
-  // The graph with each weight's initialiser holding its current value.
-  ::onnx::ModelProto with_current_weights() const {
-    ::onnx::ModelProto m = proto_;
-    std::unordered_map<std::string, Tensor> values;
-    for (auto& [n, v] : named_parameters(false)) values[n] = v.value();
-    for (auto& t : *m.mutable_graph()->mutable_initializer()) {
-      const std::string name = t.name();  // to_proto clears t first
-      auto it = values.find(name);
-      if (it != values.end()) to_proto(it->second, ElemType(t.data_type()), name, t);
+  // Every node is resolved before anything runs, so an unsupported operator or attribute fails
+  // at load (in sub-graphs too).
+  void resolve_nodes(const ::onnx::GraphProto& g) {
+    for (int i = 0; i < g.node_size(); ++i) {
+      const auto& n = g.node(i);
+      auto it = onnx_ops().find(n.op_type());
+      const std::string_view domain = it == onnx_ops().end() ? "" : it->second.domain;
+      if (default_domain(n.domain()) ? !domain.empty() : n.domain() != domain)
+        fail(kWho, node_desc(n, i), ": operator '", n.op_type(), "' of domain '",
+             default_domain(n.domain()) ? "ai.onnx" : n.domain(), "' is not supported (soma runs "
+             "operators of the default ONNX domain, and a few of ai.onnx.ml and "
+             "ai.onnx.preview.training)");
+      if (default_domain(n.domain()) && opset == 0)
+        fail(kWho, "the model imports no opset of the default ONNX domain");
+      steps.push_back(resolve(n, i, opset));
     }
-    return m;
   }
-
-  void summary(std::ostream& os) const override {
-    os << "Model: \"" << name() << "\" (ONNX graph '" << graph().name() << "', opset " << opset_
-       << ", " << graph().node_size() << " nodes";
-    if (folded_) os << "; " << folded_ << " BatchNormalization folded into Conv";
-    if (fused_) os << "; " << fused_ << " Conv+Relu fused";
-    os << ")\n";
-    for (auto& i : inputs_) os << "  input  " << i.name << " " << format_dims(i.shape) << "\n";
-    for (auto& o : output_names_) os << "  output " << o << "\n";
-    print_totals(os);
+  // Nodes without inputs (Constant) are evaluated once, here; they are constants, not weights.
+  void eval_at_load() {
+    for (auto& s : steps) {
+      if (!s.op || !s.op->at_load) continue;
+      Env env;
+      const Scope scope{&env, nullptr};
+      auto out = run_node(s, {}, {}, scope, false);
+      for (int k = 0; k < s.proto->output_size() && std::size_t(k) < out.size(); ++k)
+        if (!s.proto->output(k).empty() && out[std::size_t(k)].is_tensor())
+          constants[s.proto->output(k)] = out[std::size_t(k)].tensor;
+    }
   }
-
- protected:
-  Tensor forward(const Tensor& x) override { return call({x}).at(0); }
-
- private:
-  struct Input {
-    std::string name;
-    Shape shape;  // -1 where symbolic or unknown
-    DType dtype;
-  };
-  const ::onnx::GraphProto& graph() const { return proto_.graph(); }
-  static std::string format_dims(const Shape& s) {
-    std::string r = "[";
-    for (std::size_t i = 0; i < s.size(); ++i)
-      r += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
-    return r + "]";
+  // What the file declares about each value, then each handler's checks.
+  void check(const ::onnx::GraphProto& g) {
+    auto declare = [&](const ::onnx::ValueInfoProto& vi) {
+      if (!vi.type().has_tensor_type()) return;
+      const auto& tt = vi.type().tensor_type();
+      declared[vi.name()] = {tt.has_shape() ? std::int64_t(tt.shape().dim_size()) : -1,
+                             tt.elem_type()};
+    };
+    for (auto& vi : g.input()) declare(vi);
+    for (auto& vi : g.value_info()) declare(vi);
+    for (auto& vi : g.output()) declare(vi);
+    for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
+    for (auto& s : steps)
+      if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset, constants});
+    check_narrow();
   }
-  using Env = std::unordered_map<std::string, Tensor>;
-  std::vector<Tensor> run_step(const Step& s, const std::vector<Tensor>& in) const {
-    if (s.def) return run_mapped(s, in);
-    Node node{*s.proto, s.what, *s.attrs, in, opset_, training()};
+  // Values of the types soma holds in a wider dtype (INT4, UINT4, INT2, UINT2 in i8 / u8; the
+  // FLOAT8 types in f32) are exact through Cast only: any other operator given one is refused
+  // (in the wider dtype its arithmetic would round and wrap differently).
+  void check_narrow() const {
+    std::unordered_map<std::string, int> narrow;  // value -> its ONNX element type
+    auto held = [](int e) { return narrow_int_bits(e) || is_narrow_float(e); };
+    for (auto& [name, d] : declared)
+      if (held(d.elem)) narrow[name] = d.elem;
+    for (auto& s : steps) {
+      const auto& n = *s.proto;
+      // Cast's handler converts them; CastLike's converts its input 0 (check_cast_like refuses
+      // them as the target).
+      const bool is_cast = s.op && s.op->run.tensors == &cast_;
+      for (int k = 0; k < n.input_size(); ++k) {
+        auto it = narrow.find(n.input(k));
+        if (it != narrow.end() && !is_cast && !(s.op && s.op->run.tensors == &cast_like && k == 0))
+          fail(kWho, s.what, ": input ", k, " has element type ", elem_type_name(it->second),
+               ", which soma holds in ", soma_dtype(it->second, ""), " for Cast only (",
+               n.op_type(), " on it is not supported)");
+      }
+      if (is_cast && held(int(s.attrs->i("to"))))
+        for (auto& o : n.output()) narrow[o] = int(s.attrs->i("to"));
+    }
+  }
+  void fuse_conv_relu(const ::onnx::GraphProto& g);
+  void place_inputs(const Step& s, std::vector<Tensor>& in) const;
+  std::pair<Tensor, Tensor> folded_weights(const Step& s, std::vector<Tensor> from) const;
+
+  std::vector<Value> run_node(const Step& s, const std::vector<Value>& values,
+                              const std::vector<Tensor>& in, const Scope& scope,
+                              bool training) const {
+    if (s.def) {
+      auto t = run_mapped(s, in);
+      return {t.begin(), t.end()};
+    }
+    Node node{*s.proto, s.what, *s.attrs, in, opset, training, values, &scope, &s.graphs};
     node.relu = s.fused_relu;
     return s.op->run(node);
   }
 
-  ::onnx::ModelProto proto_;
-  std::int64_t opset_ = 0;
-  std::vector<Step> steps_;  // one per node, in graph order
-  std::vector<Input> inputs_;
-  std::vector<std::string> output_names_;
-  // Puts a node's host inputs where it computes (see the definition).
-  void place_inputs(const Step& s, std::vector<Tensor>& in) const;
-  // Marks each Conv whose output only a Relu reads (see the definition).
-  void fuse_conv_relu();
-  // A Conv's kernel and bias with its batch norm folded in (see the definition).
-  std::pair<Tensor, Tensor> folded_weights(const Step& s, std::vector<Tensor> from) const;
-  std::int64_t fused_ = 0, folded_ = 0;  // Conv + Relu pairs, batch norms folded into a Conv
-
-  std::unordered_map<std::string, Tensor> constants_;  // integer initialisers, Constant nodes
-  // Device copies of constants_, made when a node on a device first needs one (Module::to moves
-  // the weights only: the constants stay in host memory, where shapes and axes are read).
-  mutable std::unordered_map<std::string, Tensor> device_constants_;
+  // Runs every node on `env` (which holds the graph's inputs and constants); names the graph
+  // does not define come from `outer`.
+  void run(Env& env, const Scope* outer, bool training) const {
+    const Scope scope{&env, outer};
+    for (const Step& s : steps) {
+      if (s.op && s.op->at_load) continue;
+      const NodeProto& n = *s.proto;
+      if (s.fused_away) {  // a Relu or a batch norm its Conv applied
+        const Value* v = scope.find(n.input(0));
+        if (!v) fail(kWho, s.what, ": input '", n.input(0), "' is not computed before the node");
+        env[n.output(0)] = *v;
+        continue;
+      }
+      const bool takes_values = s.op && s.op->run.values;
+      std::vector<Value> values;
+      std::vector<Tensor> in;
+      for (auto& name : n.input()) {
+        if (name.empty()) {  // an omitted optional input
+          values.emplace_back();
+          in.emplace_back();
+          continue;
+        }
+        const Value* v = scope.find(name);
+        if (!v)
+          fail(kWho, s.what, ": input '", name, "' is not computed before the node "
+               "(the graph is not topologically sorted, or the name is unknown)");
+        if (!takes_values && v->is_sequence())
+          fail(kWho, s.what, ": input '", name, "' is a sequence; ", n.op_type(), " takes tensors");
+        values.push_back(*v);
+        in.push_back(v->is_tensor() ? v->tensor : Tensor());
+      }
+      if (!takes_values && (in.empty() || !in[0].defined()))
+        fail(kWho, s.what, ": input 0 is missing");
+      place_inputs(s, in);
+      for (std::size_t k = 0; k < in.size(); ++k)
+        if (values[k].is_tensor()) values[k].tensor = in[k];
+      if (s.folded_bn) {  // the Conv runs with the batch norm's weights folded into its own
+        if (in.size() < 2 || !in[1].defined()) fail(kWho, s.what, ": input 1 is missing");
+        std::vector<Tensor> from{in[1], in.size() > 2 ? in[2] : Tensor()};
+        for (int k = 1; k < 5; ++k) {
+          const std::string& name = s.folded_bn->proto->input(k);
+          const Value* v = scope.find(name);
+          if (!v || !v->is_tensor())
+            fail(kWho, s.folded_bn->what, ": input '", name, "' is not computed before the node");
+          Tensor t = v->tensor;
+          if (t.device() != in[1].device()) t = t.to(in[1].device());
+          from.push_back(t);
+        }
+        auto [wf, bf] = folded_weights(s, std::move(from));
+        in.resize(3);
+        in[1] = wf;
+        in[2] = bf;
+      }
+      std::vector<Value> out;
+      try {
+        out = run_node(s, values, in, scope, training);
+      } catch (const Error& e) {
+        const std::string msg = e.what();
+        if (msg.rfind(kWho, 0) == 0) throw;
+        fail(kWho, s.what, ": ", msg);
+      }
+      for (int k = 0; k < n.output_size(); ++k) {
+        if (n.output(k).empty()) continue;
+        const std::size_t ku = std::size_t(k);
+        if (ku >= out.size() || (!takes_values && !out[ku].is_tensor()))
+          fail(kWho, s.what, ": output ", k, " ('", n.output(k), "') is not supported");
+        env[n.output(k)] = out[ku];
+      }
+    }
+  }
 };
+
+// Every value a GRAPH attribute's nodes (at any depth) or outputs read counts as a reader: a
+// sub-graph may read an outer Conv's output by name, so that Conv is fused only if nothing else
+// reads it (over-counting a sub-graph's own names only leaves a pair unfused).
+void read_by_subgraph(const AttributeProto& a, std::unordered_map<std::string, int>& readers) {
+  auto graph = [&](const ::onnx::GraphProto& g) {
+    for (const auto& n : g.node()) {
+      for (const auto& name : n.input()) ++readers[name];
+      for (const auto& b : n.attribute()) read_by_subgraph(b, readers);
+    }
+    for (const auto& o : g.output()) ++readers[o.name()];
+  };
+  if (a.has_g()) graph(a.g());
+  for (const auto& g : a.graphs()) graph(g);
+}
 
 // A Conv whose output is read by one node only, a Relu, and is not a graph output runs as one
 // conv2d_bias_act with the ReLU (one cuDNN/oneDNN call and at most one elementwise pass on the
 // output instead of three passes); the Relu then only names the Conv's result.
-void OnnxModel::fuse_conv_relu() {
+void Program::fuse_conv_relu(const ::onnx::GraphProto& g) {
   static const std::set<std::string> kActivationsToFuse{"Relu"};
   std::unordered_map<std::string, int> readers;
-  for (const Step& s : steps_)
+  for (const Step& s : steps) {
     for (const auto& name : s.proto->input()) ++readers[name];
-  for (const auto& o : graph().output()) ++readers[o.name()];
+    for (const auto& a : s.proto->attribute()) read_by_subgraph(a, readers);
+  }
+  for (const auto& o : g.output()) ++readers[o.name()];
   std::unordered_map<std::string, std::size_t> conv_of;  // output name -> its Conv's step
-  for (std::size_t k = 0; k < steps_.size(); ++k) {
-    const Step& s = steps_[k];
-    if (s.op && s.op->run == &conv<false> && s.proto->output_size() == 1)
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const Step& s = steps[k];
+    if (s.op && s.op->run.tensors == &conv<false> && s.proto->output_size() == 1)
       conv_of[s.proto->output(0)] = k;
   }
   // A BatchNormalization (inference form: one output, all five inputs) that alone reads a Conv's
   // output is folded into it; the Conv's result then goes by the batch norm's output name.
-  for (Step& s : steps_) {
-    if (!s.op || s.op->run != &batch_norm || s.proto->output_size() != 1 ||
-        s.proto->input_size() != 5)
+  for (Step& s : steps) {
+    if (!s.op || s.op->run.tensors != &batch_norm || s.proto->output_size() != 1 ||
+        s.proto->input_size() != 5 || s.attrs->i("training_mode") != 0)
       continue;
     auto it = conv_of.find(s.proto->input(0));
     if (it == conv_of.end() || readers[it->first] != 1) continue;
     bool all_inputs = true;
     for (int k = 1; k < 5; ++k) all_inputs = all_inputs && !s.proto->input(k).empty();
     if (!all_inputs) continue;
-    Step& c = steps_[it->second];
+    Step& c = steps[it->second];
     c.folded_bn = &s;
     c.bn_eps = s.attrs->f("epsilon");
     s.fused_away = true;
-    ++folded_;
+    ++folded;
     const std::size_t conv_step = it->second;
     conv_of.erase(it);
     conv_of[s.proto->output(0)] = conv_step;
   }
-  for (Step& s : steps_) {
+  for (Step& s : steps) {
     if (!kActivationsToFuse.count(s.proto->op_type()) || s.proto->input_size() != 1) continue;
     auto it = conv_of.find(s.proto->input(0));
     if (it == conv_of.end() || readers[it->first] != 1) continue;
-    steps_[it->second].fused_relu = true;
+    steps[it->second].fused_relu = true;
     s.fused_away = true;
-    ++fused_;
+    ++fused;
   }
 }
 
-// A model moved to a device computes there, but constants_ stay in host memory: most are
+// A model moved to a device computes there, but constants stay in host memory: most are
 // shapes, axes and pads that handlers read on the host (ints_of), and Shape's outputs are made
 // there too. A node whose inputs include a device tensor gets its other host inputs on that
 // device: every one for a mapped op (a soma op, whose kernel needs its inputs on one device);
@@ -2402,8 +2437,7 @@ void OnnxModel::fuse_conv_relu() {
 // it and fine-tuning trains the file's own weights. `from`: w, b (may be undefined), gamma,
 // beta, mean, var. In plain inference (no tape recording, no graph being built) the result is
 // kept and reused while none of them has been written (storage and version unchanged).
-std::pair<Tensor, Tensor> OnnxModel::folded_weights(const Step& s,
-                                                    std::vector<Tensor> from) const {
+std::pair<Tensor, Tensor> Program::folded_weights(const Step& s, std::vector<Tensor> from) const {
   const bool keep = nn::fusion::fused_op_state_ok() &&
                     (active_tapes().empty() || grad_recording_disabled());
   auto version_of = [](const Tensor& t) {
@@ -2436,7 +2470,7 @@ std::pair<Tensor, Tensor> OnnxModel::folded_weights(const Step& s,
   return {wf, bf};
 }
 
-void OnnxModel::place_inputs(const Step& s, std::vector<Tensor>& in) const {
+void Program::place_inputs(const Step& s, std::vector<Tensor>& in) const {
   Device dev = Device::cpu();
   for (const Tensor& t : in)
     if (t.defined() && !t.device().is_cpu()) {
@@ -2449,47 +2483,132 @@ void OnnxModel::place_inputs(const Step& s, std::vector<Tensor>& in) const {
     if (!t.defined() || !t.device().is_cpu() || t.rank() == 0) continue;
     if (!s.def && !is_floating(t.dtype())) continue;
     const std::string& name = s.proto->input(int(k));
-    if (!constants_.count(name)) {
+    if (!constants.count(name)) {
       t = t.to(dev);  // a value computed on the host this call (from Shape, say)
       continue;
     }
-    Tensor& cached = device_constants_[name];
-    if (!cached.defined() || cached.device() != dev) cached = constants_.at(name).to(dev);
+    Tensor& cached = device_constants[name];
+    if (!cached.defined() || cached.device() != dev) cached = constants.at(name).to(dev);
     t = cached;
   }
 }
 
+// A GRAPH attribute: its own inputs, outputs, initialisers and nodes.
+class GraphBody final : public Subgraph {
+ public:
+  GraphBody(const ::onnx::GraphProto& g, std::int64_t opset) {
+    prog_.opset = opset;
+    prog_.resolve_nodes(g);
+    prog_.fuse_conv_relu(g);
+    for (auto& t : g.initializer()) prog_.constants[t.name()] = from_proto(t);
+    prog_.eval_at_load();
+    for (auto& vi : g.input()) inputs_.push_back(vi.name());
+    for (auto& vo : g.output()) outputs_.push_back(vo.name());
+    prog_.check(g);
+  }
+  std::vector<Value> run(const std::vector<Value>& inputs, const Scope& outer) const override {
+    if (inputs.size() != inputs_.size())
+      fail(kWho, "a sub-graph takes ", inputs_.size(), " input(s), got ", inputs.size());
+    Env env;
+    for (auto& [n, t] : prog_.constants) env[n] = t;
+    for (std::size_t i = 0; i < inputs.size(); ++i) env[inputs_[i]] = inputs[i];
+    prog_.run(env, &outer, false);
+    const Scope scope{&env, &outer};
+    std::vector<Value> out;
+    for (auto& o : outputs_) {
+      const Value* v = scope.find(o);
+      if (!v) fail(kWho, "sub-graph output '", o, "' is never computed");
+      out.push_back(*v);
+    }
+    return out;
+  }
+  std::size_t num_inputs() const override { return inputs_.size(); }
+  std::size_t num_outputs() const override { return outputs_.size(); }
+
+ private:
+  Program prog_;
+  std::vector<std::string> inputs_, outputs_;
+};
+
+std::unique_ptr<Subgraph> make_subgraph(const ::onnx::GraphProto& g, std::int64_t opset) {
+  return std::make_unique<GraphBody>(g, opset);
+}
+
+// ---- the model -----------------------------------------------------------------------------------
+
+class OnnxModel : public nn::Model {
+ public:
+  OnnxModel(::onnx::ModelProto proto, const LoadOptions& options);
+  std::string type_name() const override { return "OnnxModel"; }
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
+  std::vector<Value> run(const std::vector<Value>& inputs);
+
+  // The graph with each weight's initialiser holding its current value.
+  ::onnx::ModelProto with_current_weights() const {
+    ::onnx::ModelProto m = proto_;
+    std::unordered_map<std::string, Tensor> values;
+    for (auto& [n, v] : named_parameters(false)) values[n] = v.value();
+    for (auto& t : *m.mutable_graph()->mutable_initializer()) {
+      const std::string name = t.name();  // to_proto clears t first
+      auto it = values.find(name);
+      if (it != values.end()) to_proto(it->second, ElemType(t.data_type()), name, t);
+    }
+    return m;
+  }
+
+  void summary(std::ostream& os) const override {
+    os << "Model: \"" << name() << "\" (ONNX graph '" << graph().name() << "', opset "
+       << prog_.opset << ", " << graph().node_size() << " nodes";
+    if (prog_.folded) os << "; " << prog_.folded << " BatchNormalization folded into Conv";
+    if (prog_.fused) os << "; " << prog_.fused << " Conv+Relu fused";
+    os << ")\n";
+    for (auto& i : inputs_) os << "  input  " << i.name << " " << format_dims(i.shape) << "\n";
+    for (auto& o : output_names_) os << "  output " << o << "\n";
+    print_totals(os);
+  }
+
+ protected:
+  Tensor forward(const Tensor& x) override { return call({x}).at(0); }
+
+ private:
+  struct Input {
+    std::string name;
+    Shape shape;  // -1 where symbolic or unknown
+    DType dtype;
+    bool sequence = false;  // a sequence of tensors of dtype (shape unchecked)
+    bool optional = false;  // may be empty
+  };
+  const ::onnx::GraphProto& graph() const { return proto_.graph(); }
+  static std::string format_dims(const Shape& s) {
+    std::string r = "[";
+    for (std::size_t i = 0; i < s.size(); ++i)
+      r += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
+    return r + "]";
+  }
+
+  ::onnx::ModelProto proto_;
+  Program prog_;
+  std::vector<Input> inputs_;
+  std::vector<std::string> output_names_;
+};
+
 OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
     : proto_(std::move(proto)) {
   for (auto& os : proto_.opset_import())
-    if (default_domain(os.domain())) opset_ = os.version();
-  if (opset_ == 0) fail(kWho, "the model imports no opset of the default ONNX domain");
+    if (default_domain(os.domain())) prog_.opset = os.version();
+  // A model of only ai.onnx.ml or training operators may import no default opset (0 here).
   const auto& g = graph();
   if (!g.name().empty()) {
     std::string n;
     for (char c : g.name()) n += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
     set_name(n);
   }
-  // Every node is resolved before anything runs, so an unsupported operator or attribute fails
-  // at load.
-  for (int i = 0; i < g.node_size(); ++i) {
-    const auto& n = g.node(i);
-    if (!default_domain(n.domain()))
-      fail(kWho, node_desc(n, i), ": operator '", n.op_type(), "' of domain '", n.domain(),
-           "' is not supported (soma runs operators of the default ONNX domain)");
-    steps_.push_back(resolve(n, i, opset_));
-  }
-  fuse_conv_relu();
-  // Nodes without inputs (Constant) are evaluated once, here; they are constants, not weights.
-  for (auto& s : steps_) {
-    if (!s.op || !s.op->at_load) continue;
-    auto out = run_step(s, {});
-    for (int k = 0; k < s.proto->output_size() && std::size_t(k) < out.size(); ++k)
-      if (!s.proto->output(k).empty()) constants_[s.proto->output(k)] = out[std::size_t(k)];
-  }
+  prog_.resolve_nodes(g);
+  prog_.fuse_conv_relu(g);
+  prog_.eval_at_load();
   // Running statistics (BatchNormalization's) are weights that training leaves alone.
   std::set<std::string> statistics;
-  for (auto& s : steps_)
+  for (auto& s : prog_.steps)
     if (s.op)
       for (int k : s.op->statistics)
         if (k < s.proto->input_size()) statistics.insert(s.proto->input(k));
@@ -2502,62 +2621,48 @@ OnnxModel::OnnxModel(::onnx::ModelProto proto, const LoadOptions& options)
     if (is_floating(v.dtype())) {
       add_weight(t.name(), v, options.trainable && !statistics.count(t.name()));
     } else {
-      constants_[t.name()] = v;
+      prog_.constants[t.name()] = v;
     }
   }
   for (auto& vi : g.input()) {
     if (init_names.count(vi.name())) continue;  // IR < 4 lists initialisers as inputs too
-    if (!vi.type().has_tensor_type())
-      fail(kWho, "graph input '", vi.name(), "' is not a tensor");
-    const auto& tt = vi.type().tensor_type();
-    Input in{vi.name(), {}, soma_dtype(tt.elem_type(), "graph input '" + vi.name() + "'")};
-    if (tt.has_shape())
+    // A tensor, a sequence of tensors, or an optional of either.
+    const ::onnx::TypeProto* type = &vi.type();
+    const bool optional = type->has_optional_type();
+    if (optional) type = &type->optional_type().elem_type();
+    const bool sequence = type->has_sequence_type();
+    if (sequence) type = &type->sequence_type().elem_type();
+    if (!type->has_tensor_type())
+      fail(kWho, "graph input '", vi.name(), "' is not a tensor, a sequence of tensors or an "
+           "optional of either");
+    const auto& tt = type->tensor_type();
+    Input in{vi.name(), {}, soma_dtype(tt.elem_type(), "graph input '" + vi.name() + "'"),
+             sequence, optional};
+    if (tt.has_shape() && !sequence)
       for (auto& d : tt.shape().dim()) in.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
     else
       in.shape = {};  // unknown rank
     inputs_.push_back(in);
   }
-  // What the file declares about each value, for the checks at load.
-  std::unordered_map<std::string, Declared> declared;
-  auto declare = [&](const ::onnx::ValueInfoProto& vi) {
-    if (!vi.type().has_tensor_type()) return;
-    const auto& tt = vi.type().tensor_type();
-    declared[vi.name()] = {tt.has_shape() ? std::int64_t(tt.shape().dim_size()) : -1,
-                           tt.elem_type()};
-  };
-  for (auto& vi : g.input()) declare(vi);
-  for (auto& vi : g.value_info()) declare(vi);
-  for (auto& vi : g.output()) declare(vi);
-  for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
-  for (auto& s : steps_)
-    if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset_, constants_});
-  // Values of the types soma holds in a wider dtype (INT4, UINT4, INT2, UINT2 in i8 / u8; the
-  // FLOAT8 types in f32) are exact through Cast only: any other operator given one is refused
-  // (in the wider dtype its arithmetic would round and wrap differently).
-  std::unordered_map<std::string, int> narrow;  // value -> its ONNX element type
-  auto held = [](int e) { return narrow_int_bits(e) || is_narrow_float(e); };
-  for (auto& [name, d] : declared)
-    if (held(d.elem)) narrow[name] = d.elem;
-  for (auto& s : steps_) {
-    const auto& n = *s.proto;
-    // Cast's handler converts them; CastLike's converts its input 0 (check_cast_like refuses
-    // them as the target).
-    const bool is_cast = s.op && s.op->run == cast_;
-    for (int k = 0; k < n.input_size(); ++k) {
-      auto it = narrow.find(n.input(k));
-      if (it != narrow.end() && !is_cast && !(s.op && s.op->run == cast_like && k == 0))
-        fail(kWho, s.what, ": input ", k, " has element type ", elem_type_name(it->second),
-             ", which soma holds in ", soma_dtype(it->second, ""), " for Cast only (", n.op_type(),
-             " on it is not supported)");
-    }
-    if (is_cast && held(int(s.attrs->i("to"))))
-      for (auto& o : n.output()) narrow[o] = int(s.attrs->i("to"));
-  }
+  prog_.check(g);
   for (auto& vo : g.output()) output_names_.push_back(vo.name());
   if (output_names_.empty()) fail(kWho, "the graph has no outputs");
 }
 
 std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
+  std::vector<Value> outs = run({inputs.begin(), inputs.end()});
+  std::vector<Tensor> t;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].is_tensor())
+      fail(type_name(), "model '", name(), "': output '", output_names_[i], "' is ",
+           outs[i].is_sequence() ? "a sequence" : "an empty optional",
+           "; run the model with soma::onnx::run");
+    t.push_back(outs[i].tensor);
+  }
+  return t;
+}
+
+std::vector<Value> OnnxModel::run(const std::vector<Value>& inputs) {
   if (inputs.size() != inputs_.size())
     fail(type_name(), "model '", name(), "' takes ", inputs_.size(), " input(s) (", [&] {
       std::string s;
@@ -2565,71 +2670,33 @@ std::vector<Tensor> OnnxModel::call(const std::vector<Tensor>& inputs) {
       return s;
     }(), "), got ", inputs.size());
   Env env;
-  for (auto& [n, t] : constants_) env[n] = t;
+  for (auto& [n, t] : prog_.constants) env[n] = t;
   for (auto& [n, v] : named_parameters(false)) env[n] = v.value();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Input& want = inputs_[i];
-    Tensor x = inputs[i];
-    if (!x.defined()) fail(type_name(), "input '", want.name, "' is undefined");
-    bool ok = want.shape.empty() || x.rank() == std::int64_t(want.shape.size());
-    for (std::size_t d = 0; ok && d < want.shape.size(); ++d)
-      ok = want.shape[d] < 0 || want.shape[d] == x.shape()[d];
-    if (!ok)
-      fail(type_name(), "model '", name(), "': input '", want.name, "' expects shape ",
-           format_dims(want.shape), ", got ", shape_str(x.shape()));
-    if (x.dtype() != want.dtype) x = cast(x, want.dtype);
-    env[want.name] = x;
+    Value v = inputs[i];
+    if (v.kind == Value::Kind::none) {
+      if (!want.optional) fail(type_name(), "input '", want.name, "' is undefined");
+    } else if (v.is_sequence() != want.sequence) {
+      fail(type_name(), "model '", name(), "': input '", want.name, "' expects ",
+           want.sequence ? "a sequence" : "a tensor", ", got ", v.is_sequence() ? "a sequence" : "a tensor");
+    } else if (v.is_sequence()) {
+      for (auto& t : v.items)
+        if (t.dtype() != want.dtype) t = cast(t, want.dtype);
+    } else {
+      Tensor& x = v.tensor;
+      bool ok = want.shape.empty() || x.rank() == std::int64_t(want.shape.size());
+      for (std::size_t d = 0; ok && d < want.shape.size(); ++d)
+        ok = want.shape[d] < 0 || want.shape[d] == x.shape()[d];
+      if (!ok)
+        fail(type_name(), "model '", name(), "': input '", want.name, "' expects shape ",
+             format_dims(want.shape), ", got ", shape_str(x.shape()));
+      if (x.dtype() != want.dtype) x = cast(x, want.dtype);
+    }
+    env[want.name] = v;
   }
-  for (const Step& s : steps_) {
-    if (s.op && s.op->at_load) continue;
-    const NodeProto& n = *s.proto;
-    if (s.fused_away) {  // a Relu or a batch norm its Conv applied
-      env[n.output(0)] = env.at(n.input(0));
-      continue;
-    }
-    std::vector<Tensor> in;
-    for (auto& name : n.input()) {
-      if (name.empty()) {
-        in.emplace_back();  // an omitted optional input
-        continue;
-      }
-      auto it = env.find(name);
-      if (it == env.end())
-        fail(kWho, s.what, ": input '", name, "' is not computed before the node "
-             "(the graph is not topologically sorted, or the name is unknown)");
-      in.push_back(it->second);
-    }
-    if (in.empty() || !in[0].defined()) fail(kWho, s.what, ": input 0 is missing");
-    place_inputs(s, in);
-    if (s.folded_bn) {  // the Conv runs with the batch norm's weights folded into its own
-      if (in.size() < 2 || !in[1].defined()) fail(kWho, s.what, ": input 1 is missing");
-      std::vector<Tensor> from{in[1], in.size() > 2 ? in[2] : Tensor()};
-      for (int k = 1; k < 5; ++k) {
-        Tensor t = env.at(s.folded_bn->proto->input(k));
-        if (t.device() != in[1].device()) t = t.to(in[1].device());
-        from.push_back(t);
-      }
-      auto [wf, bf] = folded_weights(s, std::move(from));
-      in.resize(3);
-      in[1] = wf;
-      in[2] = bf;
-    }
-    std::vector<Tensor> out;
-    try {
-      out = run_step(s, in);
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      if (msg.rfind(kWho, 0) == 0) throw;
-      fail(kWho, s.what, ": ", msg);
-    }
-    for (int k = 0; k < n.output_size(); ++k) {
-      if (n.output(k).empty()) continue;
-      if (std::size_t(k) >= out.size() || !out[std::size_t(k)].defined())
-        fail(kWho, s.what, ": output ", k, " ('", n.output(k), "') is not supported");
-      env[n.output(k)] = out[std::size_t(k)];
-    }
-  }
-  std::vector<Tensor> outs;
+  prog_.run(env, nullptr, training());
+  std::vector<Value> outs;
   for (auto& o : output_names_) {
     auto it = env.find(o);
     if (it == env.end()) fail(kWho, "graph output '", o, "' is never computed");
@@ -2645,9 +2712,18 @@ std::shared_ptr<nn::Model> build(::onnx::ModelProto proto, const LoadOptions& op
 }  // namespace
 }  // namespace soma::onnx
 
+namespace soma::onnx {
+namespace {
+// The model as load() made it, or nullptr.
+OnnxModel* imported(const nn::Model& model) {
+  return dynamic_cast<OnnxModel*>(const_cast<nn::Model*>(&model));
+}
+}  // namespace
+}  // namespace soma::onnx
+
 namespace soma::onnx_detail {
 bool export_imported(const nn::Model& model, ::onnx::ModelProto& out) {
-  auto* m = dynamic_cast<const soma::onnx::OnnxModel*>(&model);
+  auto* m = soma::onnx::imported(model);
   if (!m) return false;
   out = m->with_current_weights();
   return true;
@@ -2655,6 +2731,12 @@ bool export_imported(const nn::Model& model, ::onnx::ModelProto& out) {
 }  // namespace soma::onnx_detail
 
 namespace soma::onnx {
+
+std::vector<Value> run(nn::Model& model, const std::vector<Value>& inputs) {
+  auto* m = imported(model);
+  if (!m) fail(kWho, "soma::onnx::run takes a model made by soma::onnx::load");
+  return m->run(inputs);
+}
 
 std::shared_ptr<nn::Model> load_from_bytes(const std::string& bytes, const LoadOptions& options) {
   ::onnx::ModelProto m;

@@ -126,6 +126,12 @@ std::vector<Tensor> log1p_grad(G c) { return {c.grads[0] / (c.inputs[0] + 1.0)};
 std::vector<Tensor> expm1_grad(G c) { return {c.grads[0] * (c.outputs[0] + 1.0)}; }
 std::vector<Tensor> sin_grad(G c) { return {c.grads[0] * cos(c.inputs[0])}; }
 std::vector<Tensor> cos_grad(G c) { return {negative(c.grads[0]) * sin(c.inputs[0])}; }
+// d/dx asin = 1 / sqrt(1 - x^2), acos its negative, atan 1 / (1 + x^2).
+std::vector<Tensor> asin_grad(G c) { return {c.grads[0] * rsqrt(1.0 - square(c.inputs[0]))}; }
+std::vector<Tensor> acos_grad(G c) {
+  return {negative(c.grads[0]) * rsqrt(1.0 - square(c.inputs[0]))};
+}
+std::vector<Tensor> atan_grad(G c) { return {c.grads[0] / (square(c.inputs[0]) + 1.0)}; }
 std::vector<Tensor> tanh_grad(G c) { return {c.grads[0] * (1.0 - square(c.outputs[0]))}; }
 std::vector<Tensor> erf_grad(G c) {
   return {c.grads[0] * (2.0 / std::sqrt(std::numbers::pi)) * exp(negative(square(c.inputs[0])))};

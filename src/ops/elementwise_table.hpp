@@ -215,6 +215,12 @@ SOMA_HD inline C sigmoid(C x) {
     sin_grad, sin(x))                                                                            \
   X(cos, Float, 0, (0, 0, 0), Blocks, ("Cos", 7), (One, -3, 3, true, 0, {}), std::cos(x),       \
     cos_grad, cos(x))                                                                            \
+  X(asin, Float, 0, (0, 0, 0), Blocks, ("Asin", 7), (One, -0.9, 0.9, true, 0, {}),             \
+    std::asin(x), asin_grad, asin(x))                                                            \
+  X(acos, Float, 0, (0, 0, 0), Blocks, ("Acos", 7), (One, -0.9, 0.9, true, 0, {}),             \
+    std::acos(x), acos_grad, acos(x))                                                            \
+  X(atan, Float, 0, (0, 0, 0), Blocks, ("Atan", 7), (One, -3, 3, true, 0, {}), std::atan(x),    \
+    atan_grad, atan(x))                                                                          \
   X(tanh, Float, kActivation, (0, 0, 0), Blocks, ("Tanh", 6), (One, -2, 2, true, 0, {}),        \
     std::tanh(x), tanh_grad, tanh(x))                                                            \
   X(erf, Float, 0, (0, 0, 0), Blocks, ("Erf", 9), (One, -2, 2, true, 0, {}), std::erf(x),       \
