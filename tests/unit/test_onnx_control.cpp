@@ -208,3 +208,26 @@ TEST_F(OnnxControl, AGraphAttributeOfAnOperatorThatTakesNoneFailsAtLoad) {
   });
   EXPECT_NE(msg.find("sub-graphs are not supported"), std::string::npos) << msg;
 }
+
+// Conv + Relu fusion (issue 24) runs in sub-graphs too, and a Conv whose output a sub-graph reads
+// by name is not fused with the Relu after it (the branch must see the Conv's own output).
+TEST_F(OnnxControl, ConvReluFusionInsideASubGraphAndNotForAValueASubGraphReads) {
+  const std::string k4 = tensor_type(1, {1, 1, 1, 3});
+  const std::string kw = tensor_type(1, {1, 1, 1, 1});
+  // then: relu(conv(x, w)) computed inside the branch; else: the outer y as it is
+  const std::string then_g = graph({{"Conv", {"x", "w"}, {"a"}}, {"Relu", {"a"}, {"t"}}}, {},
+                                   {{"t", ""}});
+  const std::string else_g = graph({{"Identity", {"y"}, {"e"}}}, {}, {{"e", ""}});
+  auto m = onnx::load_from_bytes(onnx_model(graph(
+      {{"Conv", {"x", "w"}, {"y"}},
+       {"Relu", {"y"}, {"z"}},
+       {"If", {"c"}, {"r"}, {attr_graph("then_branch", then_g), attr_graph("else_branch", else_g)}}},
+      {{"c", kBool}, {"x", k4}, {"w", kw}}, {{"z", k4}, {"r", k4}})));
+  const Tensor x = constant<float>({-1, 2, -3}, Shape{1, 1, 1, 3});
+  const Tensor w = constant<float>({2}, Shape{1, 1, 1, 1});
+  auto out = m->call({truth(false), x, w});
+  expect_values(out[0], {0, 4, 0});
+  expect_values(out[1], {-2, 4, -6});  // y itself, not relu(y)
+  out = m->call({truth(true), x, w});
+  expect_values(out[1], {0, 4, 0});
+}
