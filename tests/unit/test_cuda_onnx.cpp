@@ -104,6 +104,37 @@ std::string constants_bytes(bool with_gather) {
   return onnx_model(nodes, {{"x", {-1, 6}}}, with_gather ? "g" : "y", 13);
 }
 
+// x [N, 6] -> If (a Constant condition) whose branches compute with their own Constant nodes
+// (float and integer: host constants of the sub-graph) -> [N, 2, 2]. then: relu(reshape(x @ w +
+// b)); else: reshape(x @ w2).
+std::string if_bytes(bool condition) {
+  using namespace onnx_test;
+  auto sub = [](const std::vector<NodeDef>& nodes, const std::string& out) {
+    std::string g;
+    for (auto& n : nodes) g += bytes_field(1, node(n));
+    return g + bytes_field(2, "branch") + bytes_field(12, bytes_field(1, out));
+  };
+  auto attr_graph = [](const std::string& name, const std::string& g) {
+    return bytes_field(1, name) + bytes_field(6, g) + int_field(20, 5);
+  };
+  const Tensor shape = constant<std::int64_t>({-1, 2, 2}, Shape{3});
+  const std::string then_g =
+      sub({constant_node("w", randf({6, 4}, 41), kFloat), constant_node("b", randf({4}, 42), kFloat),
+           constant_node("s", shape, kInt64), {"MatMul", {"x", "w"}, {"xw"}, {}, "mm"},
+           {"Add", {"xw", "b"}, {"z"}, {}, "add"}, {"Reshape", {"z", "s"}, {"r"}, {}, "reshape"},
+           {"Relu", {"r"}, {"t"}, {}, "relu"}},
+          "t");
+  const std::string else_g =
+      sub({constant_node("w2", randf({6, 4}, 43), kFloat), constant_node("s2", shape, kInt64),
+           {"MatMul", {"x", "w2"}, {"e0"}, {}, "mm2"}, {"Reshape", {"e0", "s2"}, {"e"}, {}, "r2"}},
+          "e");
+  const Tensor c = cast(constant<float>({condition ? 1.0f : 0.0f}, Shape{}), DType::boolean);
+  return onnx_model({constant_node("c", c, kBool),
+                     {"If", {"c"}, {"y"}, {attr_graph("then_branch", then_g),
+                                           attr_graph("else_branch", else_g)}, "if"}},
+                    {{"x", {-1, 6}}}, "y", 13);
+}
+
 class OnnxOnDevice : public ::testing::TestWithParam<Where> {
  protected:
   void SetUp() override {
@@ -177,6 +208,24 @@ TEST_P(OnnxOnDevice, ConstantNodesFollowTheModelAndCrossOnce) {
 
 TEST_P(OnnxOnDevice, IntegerConstantsUsedAsIndicesWork) {
   expect_device_matches_cpu(constants_bytes(true), randf({3, 6}, 5));
+}
+
+TEST_P(OnnxOnDevice, SubGraphConstantsFollowTheModel) {
+  // If's branches are Programs like the main graph: their host constants reach the device (once,
+  // then cached), shapes are read on the host.
+  for (bool c : {true, false}) {
+    const std::string bytes = if_bytes(c);
+    expect_device_matches_cpu(bytes, randf({5, 6}, 44));
+    auto dev = onnx::load_from_bytes(bytes);
+    dev->to(device());
+    const Tensor x = randf({5, 6}, 45).to(device());
+    (void)(*dev)(x);
+    cuda::reset_transfer_stats();
+    const Tensor y = (*dev)(x);
+    const auto st = cuda::transfer_stats();
+    EXPECT_EQ(st.host_to_device_copies, 0u) << c << ": " << st.host_to_device_bytes << " bytes";
+    EXPECT_EQ(y.device(), device());
+  }
 }
 
 TEST_P(OnnxOnDevice, FineTuningOnTheDeviceMatchesTheCpu) {
