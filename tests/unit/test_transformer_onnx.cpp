@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -142,7 +143,7 @@ std::shared_ptr<nn::Model> decoder_model(std::int64_t T, std::int64_t S, std::in
   std::vector<nn::SymbolicTensor> ins{tgt, mem};
   if (with_mask) ins.push_back(mask);
   auto y = nn::call(nn::TransformerDecoderLayer(d, 2, {.dim_feedforward = 2 * d,
-                                                       .norm_first = norm_first}),
+                                                       .norm_first = norm_first, .causal = true}),
                     ins)[0];
   auto m = std::make_shared<nn::Model>(ins, std::vector<nn::SymbolicTensor>{y});
   m->eval();
@@ -169,7 +170,11 @@ std::string py_inputs(const std::vector<Tensor>& xs) {
     Tensor h = cast(x, DType::f64);
     const double* p = h.data<double>();
     s += "np.array([";
-    for (std::int64_t i = 0; i < h.numel(); ++i) s += (i ? "," : "") + std::to_string(p[i]);
+    char buf[32];
+    for (std::int64_t i = 0; i < h.numel(); ++i) {
+      std::snprintf(buf, sizeof buf, "%s%.17g", i ? "," : "", p[i]);  // exact
+      s += buf;
+    }
     s += "]).reshape(" ;
     for (std::int64_t a = 0; a < h.rank(); ++a) s += std::to_string(h.dim(a)) + ",";
     s += std::string(").astype(") + (x.dtype() == DType::boolean ? "bool" : "np.float32") + "),";
