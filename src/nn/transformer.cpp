@@ -158,13 +158,18 @@ std::vector<Tensor> TransformerEncoderLayer::call(const std::vector<Tensor>& inp
 
 std::vector<LoweredValue> TransformerEncoderLayer::lower(Lowering& l,
                                                          const std::vector<LoweredValue>& in) {
-  if (in.size() != 1) l.unsupported("an attention_mask input");
+  if (in.empty() || in.size() > 2)
+    l.fail(describe(*this) + " takes {src [, attention_mask]}, got " + std::to_string(in.size()) +
+           " inputs");
   if (!built()) l.fail(describe(*this) + " is not built");
   auto sub = [&](Module& m, const LoweredValue& v) { return l.lower(m, {v}).at(0); };
   auto add = [&](const LoweredValue& a, const LoweredValue& b) {
     return LoweredValue{l.emit1("add", {a.name, b.name}), a.shape};
   };
-  auto sa = [&](const LoweredValue& h) { return sub(*dropout1_, sub(*self_attn_, h)); };
+  auto sa = [&](const LoweredValue& h) {
+    if (in.size() == 1) return sub(*dropout1_, sub(*self_attn_, h));
+    return sub(*dropout1_, l.lower(*self_attn_, {h, h, h, in[1]}).at(0));
+  };
   auto ff = [&](const LoweredValue& h) {
     return sub(*dropout2_, sub(*linear2_, sub(*dropout_, sub(*linear1_, h))));
   };

@@ -269,6 +269,30 @@ TEST(TransformerOnnx, DecoderLayerRoundTrips) {
     }
 }
 
+// TransformerEncoderLayer {src, attention_mask}: a padding mask [B, 1, T] with the causal one.
+TEST(TransformerOnnx, EncoderLayerWithAMaskInputRoundTrips) {
+  if (!onnx::available()) GTEST_SKIP() << "built without ONNX";
+  set_seed(30);
+  auto src = nn::Input({6, 8});
+  auto mask = nn::Input({1, 6}, {.dtype = DType::boolean});
+  auto y = nn::call(nn::TransformerEncoderLayer(8, 2, {.dim_feedforward = 16, .causal = true}),
+                    std::vector<nn::SymbolicTensor>{src, mask})[0];
+  nn::Model m(std::vector<nn::SymbolicTensor>{src, mask}, std::vector<nn::SymbolicTensor>{y});
+  m.eval();
+  auto xs = decoder_inputs(3, 6, 6, 8, true);  // [3, 6, 8], [3, 6, 8], mask [3, 1, 6]
+  std::vector<Tensor> ins{xs[0], xs[2]};
+  auto back = onnx::load_from_bytes(onnx::export_to_bytes(m, {.opset = 17}));
+  auto want = m.predict(ins, {.verbose = 0});
+  EXPECT_TRUE(all_close(back->predict(ins, {.verbose = 0}).at(0), want.at(0), 1e-5, 1e-5));
+  // The mask is used: all-true gives other outputs.
+  std::vector<Tensor> open{xs[0], cast(ones({3, 1, 6}), DType::boolean)};
+  EXPECT_FALSE(all_close(back->predict(open, {.verbose = 0}).at(0), want.at(0), 1e-5, 1e-5));
+  auto r = run_ort(m, ins, 17, "enc_mask_ort");
+  if (r.skipped) GTEST_SKIP() << r.log;
+  ASSERT_TRUE(r.y.defined()) << r.log;
+  EXPECT_TRUE(all_close(r.y, want.at(0), 1e-4, 1e-4));
+}
+
 TEST(TransformerOnnx, OnnxRuntimeRunsDecoderRMSNormAndSine) {
   if (!onnx::available()) GTEST_SKIP() << "built without ONNX";
   set_seed(29);

@@ -86,8 +86,8 @@ class TransformerEncoderLayer : public Module, public IncrementalLayer {
   // Self-attention over the cached keys/values plus x's (KVCache in attention.hpp); with
   // `causal`, x's positions see the cache and themselves up to their own position.
   Tensor forward_incremental(const Tensor& x, std::int64_t start, KVCache& cache) override;
-  // ONNX export: its submodules' lowerings and the residual adds; inputs {src} (an
-  // attention_mask input is not lowered).
+  // ONNX export: its submodules' lowerings and the residual adds; inputs {src [,
+  // attention_mask]} (the mask [B, T, T] or [B, 1, T], bool or numeric).
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   std::int64_t d_model() const { return d_model_; }
