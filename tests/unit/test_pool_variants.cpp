@@ -1,7 +1,7 @@
 // Pooling variants: avg_pool2d with count_include_pad, max_pool2d_with_indices and max_unpool2d
 // (values by hand, gradients vs finite differences, errors), and PyTorch's AvgPool2d,
 // max_pool2d(return_indices=True) and max_unpool2d on the same inputs (python3-torch, when
-// present).
+// present). conv3d against a naive loop, finite differences and PyTorch's conv3d.
 #include <string>
 
 #include "error_testing.hpp"
@@ -156,6 +156,98 @@ w("unpool", F.max_unpool2d(y2, i2, 2, output_size=(7, 6)))
   EXPECT_TRUE(all_close(cast(idx, DType::f64), t["idx"], 0, 0));
   auto [y2, i2] = max_pool2d_with_indices(x, 2);
   EXPECT_TRUE(all_close(max_unpool2d(y2, i2, Shape{7, 6}), t["unpool"], 0, 0));
+}
+
+// x [N, C, D, H, W], w [O, C/g, KD, KH, KW], pads {front, back, top, bottom, left, right}.
+Tensor naive_conv3d(const Tensor& x, const Tensor& w, std::array<std::int64_t, 3> s,
+                    std::array<std::int64_t, 6> p, std::array<std::int64_t, 3> dl,
+                    std::int64_t groups) {
+  const Shape xs = x.shape(), ws = w.shape();
+  const auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  const std::int64_t N = xs[0], C = xs[1], O = ws[0], cg = C / groups, og = O / groups;
+  std::int64_t out[3];
+  for (int a = 0; a < 3; ++a)
+    out[a] = 1 + (xs[2 + a] + p[2 * a] + p[2 * a + 1] - dl[a] * (ws[2 + a] - 1) - 1) / s[a];
+  const Shape ys{N, O, out[0], out[1], out[2]};
+  std::vector<double> y(std::size_t(numel(ys)), 0.0);
+  for (std::int64_t i = 0; i < numel(ys); ++i) {
+    const auto yi = soma::testing::unravel(i, ys);
+    const std::int64_t n = yi[0], o = yi[1], grp = o / og;
+    double acc = 0;
+    for (std::int64_t ci = 0; ci < cg; ++ci)
+      for (std::int64_t a = 0; a < ws[2]; ++a)
+        for (std::int64_t b = 0; b < ws[3]; ++b)
+          for (std::int64_t k = 0; k < ws[4]; ++k) {
+            const std::int64_t z = yi[2] * s[0] - p[0] + a * dl[0];
+            const std::int64_t r = yi[3] * s[1] - p[2] + b * dl[1];
+            const std::int64_t q = yi[4] * s[2] - p[4] + k * dl[2];
+            if (z < 0 || z >= xs[2] || r < 0 || r >= xs[3] || q < 0 || q >= xs[4]) continue;
+            acc += xv[std::size_t(soma::testing::ravel({n, grp * cg + ci, z, r, q}, xs))] *
+                   wv[std::size_t(soma::testing::ravel({o, ci, a, b, k}, ws))];
+          }
+    y[std::size_t(i)] = acc;
+  }
+  return constant(y, ys);
+}
+
+TEST(Conv3d, MatchesANaiveLoop) {
+  struct Case {
+    Shape x, w;
+    std::array<std::int64_t, 3> s;
+    std::array<std::int64_t, 6> p;
+    std::array<std::int64_t, 3> d;
+    std::int64_t groups;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 4, 5, 5}, {4, 3, 2, 3, 3}, {1, 1, 1}, {0, 0, 0, 0, 0, 0}, {1, 1, 1}, 1},
+      {{1, 4, 7, 6, 5}, {6, 2, 3, 2, 3}, {2, 1, 2}, {1, 2, 0, 1, 1, 1}, {2, 1, 1}, 2},
+      {{2, 2, 5, 4, 4}, {2, 1, 3, 3, 1}, {3, 2, 1}, {1, 1, 1, 1, 0, 0}, {1, 1, 2}, 2},
+  };
+  for (const Case& k : cases) {
+    const Tensor x = rand_tensor(k.x, 11), w = rand_tensor(k.w, 12);
+    EXPECT_TRUE(all_close(conv3d(x, w, k.s, k.p, k.d, k.groups),
+                          naive_conv3d(x, w, k.s, k.p, k.d, k.groups), 1e-12, 1e-12))
+        << shape_str(k.x) << " " << shape_str(k.w);
+  }
+  EXPECT_THROW(conv3d(rand_tensor({1, 2, 4, 4}, 1), rand_tensor({1, 2, 1, 1, 1}, 2)), Error);
+  EXPECT_THROW(conv3d(rand_tensor({1, 2, 2, 4, 4}, 1), rand_tensor({1, 2, 3, 1, 1}, 2)), Error);
+  EXPECT_THROW(conv3d(rand_tensor({1, 2, 2, 4, 4}, 1), rand_tensor({1, 3, 1, 1, 1}, 2)), Error);
+}
+
+TEST(Conv3d, GradientsMatchFiniteDifferences) {
+  const Tensor x = rand_tensor({1, 2, 4, 4, 3}, 13), w = rand_tensor({2, 2, 2, 2, 2}, 14);
+  EXPECT_TRUE(check_gradients(
+      [](const std::vector<Tensor>& in) {
+        return conv3d(in[0], in[1], {2, 1, 1}, {1, 0, 0, 1, 1, 0}, {1, 1, 1}, 1);
+      },
+      {x, w}));
+}
+
+TEST(Conv3d, MatchesPyTorch) {
+  const char* script = R"PY(
+import sys
+try:
+    import torch
+    import torch.nn.functional as F
+except Exception:
+    sys.exit(77)
+torch.manual_seed(4)
+out = open(sys.argv[1], 'w')
+def w(name, t):
+    t = t.detach().to(torch.float64).contiguous()
+    out.write(name + " " + str(t.dim()) + " " + " ".join(str(d) for d in t.shape) + " " +
+              " ".join(repr(float(v)) for v in t.flatten()) + "\n")
+x = torch.rand(2, 4, 6, 5, 7, dtype=torch.float64)
+k = torch.rand(6, 2, 3, 2, 3, dtype=torch.float64)
+w("x", x); w("w", k)
+w("y", F.conv3d(x, k, stride=(2, 1, 2), padding=(1, 1, 1), dilation=(1, 2, 1), groups=2))
+)PY";
+  auto run = soma::testing::run_torch_script(script, "conv3d");
+  if (run.unavailable()) GTEST_SKIP() << "no python3 with torch: " << run.log;
+  ASSERT_EQ(run.rc, 0) << run.log;
+  auto& t = run.t;
+  EXPECT_TRUE(all_close(conv3d(t["x"], t["w"], {2, 1, 2}, {1, 1, 1, 1, 1, 1}, {1, 2, 1}, 2),
+                        t["y"], 1e-12, 1e-12));
 }
 
 }  // namespace
