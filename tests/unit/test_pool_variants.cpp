@@ -92,10 +92,11 @@ TEST(MaxUnpool, InvertsMaxPoolWhereTheMaximaWere) {
 
 TEST(MaxUnpool, GradientGathersAtTheIndices) {
   const Tensor x = rand_tensor({2, 2, 5, 4}, 7);
-  auto [y, idx] = max_pool2d_with_indices(x, 2);
+  const auto pooled = max_pool2d_with_indices(x, 2);
+  const Tensor idx = pooled.second;  // a plain variable: clang 14 captures no bindings
   EXPECT_TRUE(check_gradients(
-      [idx = idx](const std::vector<Tensor>& in) { return max_unpool2d(in[0], idx, Shape{5, 4}); },
-      {y}));
+      [idx](const std::vector<Tensor>& in) { return max_unpool2d(in[0], idx, Shape{5, 4}); },
+      {pooled.first}));
   // Through both: the gradient of unpool(pool(x)) is 1 at each window's maximum.
   EXPECT_TRUE(check_gradients(
       [](const std::vector<Tensor>& in) {
