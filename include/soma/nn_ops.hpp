@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "soma/tensor.hpp"
 
@@ -57,6 +58,14 @@ Tensor conv2d(const Tensor& x, const Tensor& w, Size2 strides = 1,
 Tensor conv1d(const Tensor& x, const Tensor& w, std::int64_t stride = 1,
               const Padding& padding = "valid", std::int64_t dilation = 1,
               std::int64_t groups = 1);
+// 3-d convolution: x [N, C, D, H, W], w [O, C/groups, KD, KH, KW] -> [N, O, D', H', W']
+// (PyTorch's Conv3d layout), D' = 1 + (D + front + back - dd*(KD-1) - 1) / sd (floor), the same
+// for H' and W'. pads: {front, back, top, bottom, left, right}; strides and dilation
+// {d, h, w}. Written as one conv2d per kernel depth over the strided depth slices of x (the
+// planes stacked into the batch), summed: it has conv2d's kernels (oneDNN, cuDNN) and gradients.
+Tensor conv3d(const Tensor& x, const Tensor& w, std::array<std::int64_t, 3> strides = {1, 1, 1},
+              std::array<std::int64_t, 6> pads = {0, 0, 0, 0, 0, 0},
+              std::array<std::int64_t, 3> dilation = {1, 1, 1}, std::int64_t groups = 1);
 // The output shape of conv2d for these shapes (checks them as conv2d does).
 Shape conv2d_output_shape(const Shape& x, const Shape& w, Size2 strides = 1,
                           const Padding& padding = "valid", Size2 dilation = 1,
@@ -85,11 +94,25 @@ Tensor conv2d_transpose(const Tensor& x, const Tensor& w, Size2 strides = 1,
                         std::int64_t groups = 1);
 
 // Pooling over H and W of x [N, C, H, W]; strides default to the pool size. Max pooling ignores
-// padding; average pooling divides by the number of real (unpadded) elements, as TensorFlow does.
+// padding; average pooling divides by the number of real (unpadded) elements, as TensorFlow does
+// and as ONNX's default count_include_pad = 0. count_include_pad = true divides by the whole
+// window, padding counted as zeros: PyTorch's default (nn.AvgPool2d(count_include_pad=True)).
 Tensor max_pool2d(const Tensor& x, Size2 pool_size, std::optional<Size2> strides = std::nullopt,
                   const Padding& padding = "valid");
 Tensor avg_pool2d(const Tensor& x, Size2 pool_size, std::optional<Size2> strides = std::nullopt,
-                  const Padding& padding = "valid");
+                  const Padding& padding = "valid", bool count_include_pad = false);
+// Max pooling that also returns where each maximum came from: {y, indices}, indices i64 of y's
+// shape holding the offset h * W + w of each window's first maximum within its (n, c) plane of
+// x (PyTorch's return_indices=True; ONNX MaxPool's Indices add n * C*H*W + c * H*W). y's
+// gradient goes to those positions.
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Size2 pool_size,
+                                                  std::optional<Size2> strides = std::nullopt,
+                                                  const Padding& padding = "valid");
+// The partial inverse of max_pool2d_with_indices: zeros of output_size ([H, W] or
+// [N, C, H, W]) with each x[n, c, i, j] written at offset indices[n, c, i, j] of plane (n, c)
+// (PyTorch's max_unpool2d given output_size; a repeated index keeps the last in row-major
+// order). Its gradient reads the incoming gradient back at the indices.
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, const Shape& output_size);
 Shape pool2d_output_shape(const Shape& x, Size2 pool_size,
                           std::optional<Size2> strides = std::nullopt,
                           const Padding& padding = "valid");
@@ -101,7 +124,7 @@ Tensor max_pool2d_grad(const Tensor& x, const Tensor& g, Size2 pool_size,
                        const Padding& padding = "valid");
 Tensor avg_pool2d_grad(const Tensor& g, const Shape& input_shape, Size2 pool_size,
                        std::optional<Size2> strides = std::nullopt,
-                       const Padding& padding = "valid");
+                       const Padding& padding = "valid", bool count_include_pad = false);
 
 // Scaled dot-product attention: softmax(scale * q k^T + mask) v over q [B, H, Sq, D],
 // k [B, H, Sk, D], v [B, H, Sk, Dv] -> [B, H, Sq, Dv]. The mask (may be undefined) broadcasts to

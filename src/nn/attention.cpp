@@ -120,9 +120,25 @@ AttentionResult MultiHeadAttention::attend(const Tensor& query_in, const Tensor&
   const Tensor query = in_dtype(query_in, dt), value = in_dtype(value_in, dt),
                key = in_dtype(key_given, dt);
   const Tensor q = project(query, wq_, bq_);
-  Tensor k = project(key, wk_, bk_), v = project(value, wv_, bv_);
-  const std::int64_t past = c.cache ? c.cache->length() : 0;
-  if (c.cache) {
+  Tensor k, v;
+  if (c.cache && c.static_kv && c.cache->length() > 0) {
+    // Cross-attention to a fixed memory: its keys/values were projected on the first step.
+    if (c.cache->key.dim(0) != q.dim(0))
+      fail(kType, "layer '", name(), "': the cross-attention cache holds keys ",
+           shape_str(c.cache->key.shape()), " for another batch than the query's ",
+           shape_str(query.shape()), " (reset it for a new batch)");
+    k = c.cache->key;
+    v = c.cache->value;
+  } else {
+    k = project(key, wk_, bk_);
+    v = project(value, wv_, bv_);
+  }
+  const bool grows = c.cache && !c.static_kv;
+  const std::int64_t past = grows ? c.cache->length() : 0;
+  if (c.cache && c.static_kv) {
+    c.cache->key = k;
+    c.cache->value = v;
+  } else if (c.cache) {
     if (past > 0) {
       if (c.cache->key.dim(0) != k.dim(0) || c.cache->key.device() != k.device() ||
           c.cache->key.dtype() != k.dtype())
@@ -220,12 +236,13 @@ Tensor MultiHeadAttention::forward(const Tensor& x) { return attend(x, x).output
 
 std::vector<LoweredValue> MultiHeadAttention::lower(Lowering& l,
                                                     const std::vector<LoweredValue>& in) {
-  if (in.empty() || in.size() > 3)
-    l.unsupported(in.size() > 3 ? "attention_mask input" : "no inputs");
+  if (in.empty() || in.size() > 4)
+    l.fail(describe(*this) + " takes {query [, value [, key [, attention_mask]]]}, got " +
+           std::to_string(in.size()) + " inputs");
   if (!built()) l.fail(describe(*this) + " is not built");
   const LoweredValue& query = in[0];
   const LoweredValue& value = in.size() > 1 ? in[1] : in[0];
-  const LoweredValue& key = in.size() > 2 ? in[2] : value;
+  const LoweredValue& key = in.size() > 2 && !in[2].name.empty() ? in[2] : value;
   using Ints = std::vector<std::int64_t>;
   // x [B, T, D] -> [B, H, T, d] (or [B, H, d, T] for the key, ready for q k^T)
   auto project = [&](const LoweredValue& x, const char* which, const Variable& kernel,
@@ -243,7 +260,20 @@ std::vector<LoweredValue> MultiHeadAttention::lower(Lowering& l,
   const std::string v = project(value, "value", wv_, bv_, {0, 2, 1, 3});
   // The attention as the op itself (the ONNX exporter writes MatMul/Softmax/Where for it); the
   // scale explicit, since the consumer may not know the head size.
-  std::string o = l.emit1("scaled_dot_product_attention", {q, k, v},
+  std::vector<std::string> qkv{q, k, v};
+  if (in.size() > 3 && !in[3].name.empty()) {
+    // attention_mask [B, T, S] or [T, S] (bool, or numeric: nonzero attends) -> bool with a
+    // heads axis, as attend() makes it.
+    const LoweredValue& m = in[3];
+    if (m.shape.size() < 2 || m.shape.size() > 3)
+      l.fail(describe(*this) + ": attention_mask must be [batch, T, S] or [T, S], got " +
+             shape_str(m.shape));
+    std::string mask = l.emit1("cast", {m.name}, {{"dtype", DType::boolean}});
+    mask = l.emit1("expand_dims", {mask},
+                   {{"axes", m.shape.size() == 2 ? Ints{0, 1} : Ints{1}}});
+    qkv.push_back(mask);
+  }
+  std::string o = l.emit1("scaled_dot_product_attention", qkv,
                           {{"causal", opt_.use_causal_mask},
                            {"scale", 1.0 / std::sqrt(double(key_dim_))}});
   const Shape& wos = wo_.value().shape();

@@ -363,6 +363,24 @@ Values LayerNormalization::lower(Lowering& l, const Values& in) {
   return {{y, x.shape}};
 }
 
+// x / sqrt(mean(x * x) + eps) * scale, in ops every opset has (ONNX's RMSNormalization is opset
+// 23 only).
+Values RMSNormalization::lower(Lowering& l, const Values& in) {
+  const auto& x = one_input(l, *this, in);
+  if (!built()) l.fail(describe(*this) + " is not built");
+  const auto rank = std::int64_t(x.shape.size());
+  Ints axes;
+  for (auto a : options().axis) axes.push_back(norm_axis(a, rank));
+  std::sort(axes.begin(), axes.end());
+  Shape bs(std::size_t(rank), 1);
+  for (auto a : axes) bs[std::size_t(a)] = x.shape[std::size_t(a)];
+  auto ms = l.emit1("reduce_mean", {l.emit1("multiply", {x.name, x.name})}, {{"axes", axes}});
+  auto s = l.emit1("sqrt", {l.emit1("add", {ms, l.scalar(options().epsilon)})});
+  auto y = l.emit1("divide", {x.name, s});
+  y = l.emit1("multiply", {y, l.weight("scale", reshape(scale().value(), bs))});
+  return {{y, x.shape}};
+}
+
 // (x - mean) / sd, or x * sd + mean inverted, with sd = max(sqrt(variance), 1e-7) folded into a
 // constant.
 Values Normalization::lower(Lowering& l, const Values& in) {

@@ -158,13 +158,18 @@ std::vector<Tensor> TransformerEncoderLayer::call(const std::vector<Tensor>& inp
 
 std::vector<LoweredValue> TransformerEncoderLayer::lower(Lowering& l,
                                                          const std::vector<LoweredValue>& in) {
-  if (in.size() != 1) l.unsupported("an attention_mask input");
+  if (in.empty() || in.size() > 2)
+    l.fail(describe(*this) + " takes {src [, attention_mask]}, got " + std::to_string(in.size()) +
+           " inputs");
   if (!built()) l.fail(describe(*this) + " is not built");
   auto sub = [&](Module& m, const LoweredValue& v) { return l.lower(m, {v}).at(0); };
   auto add = [&](const LoweredValue& a, const LoweredValue& b) {
     return LoweredValue{l.emit1("add", {a.name, b.name}), a.shape};
   };
-  auto sa = [&](const LoweredValue& h) { return sub(*dropout1_, sub(*self_attn_, h)); };
+  auto sa = [&](const LoweredValue& h) {
+    if (in.size() == 1) return sub(*dropout1_, sub(*self_attn_, h));
+    return sub(*dropout1_, l.lower(*self_attn_, {h, h, h, in[1]}).at(0));
+  };
   auto ff = [&](const LoweredValue& h) {
     return sub(*dropout2_, sub(*linear2_, sub(*dropout_, sub(*linear1_, h))));
   };
@@ -213,18 +218,29 @@ std::vector<Tensor> TransformerDecoderLayer::call(const std::vector<Tensor>& inp
   if (inputs.empty() || inputs.size() > 3)
     fail("TransformerDecoderLayer", "layer '", name(), "' takes {tgt, memory [, memory_mask]}, got ",
          inputs.size(), " inputs");
-  const Tensor& tgt = inputs[0];
-  const Tensor& memory_in = inputs.size() > 1 ? inputs[1] : inputs[0];
+  return {run(inputs[0], inputs.size() > 1 ? inputs[1] : inputs[0],
+              inputs.size() > 2 ? inputs[2] : Tensor(), nullptr)};
+}
+
+Tensor TransformerDecoderLayer::run(const Tensor& tgt, const Tensor& memory_in, const Tensor& mask,
+                                    KVCache* cache) {
   check_input("TransformerDecoderLayer", name(), "the target", tgt, d_model_);
   check_input("TransformerDecoderLayer", name(), "the memory", memory_in, d_model_);
   build_for(tgt.shape());
-  const Tensor mask = inputs.size() > 2 ? inputs[2] : Tensor();
   auto& self = static_cast<MultiHeadAttention&>(*self_attn_);
   auto& cross = static_cast<MultiHeadAttention&>(*cross_attn_);
   Tensor x = in_dtype(tgt, opt_.dtype), memory = in_dtype(memory_in, opt_.dtype);
-  auto sa = [&](const Tensor& h) { return (*dropout1_)(self(h, h)); };
+  // The cross-attention's keys/values, fixed for a sequence, in a KVCache of their own.
+  KVCache cross_cache;
+  if (cache) {
+    cross_cache.key = cache->cross_key;
+    cross_cache.value = cache->cross_value;
+  }
+  auto sa = [&](const Tensor& h) { return (*dropout1_)(self(h, h, {.cache = cache})); };
   auto mha = [&](const Tensor& h) {
-    return (*dropout2_)(cross(h, memory, {.attention_mask = mask}));
+    return (*dropout2_)(cross(h, memory, {.attention_mask = mask,
+                                          .cache = cache ? &cross_cache : nullptr,
+                                          .static_kv = true}));
   };
   auto ff = [&](const Tensor& h) {
     return (*dropout3_)((*linear2_)((*dropout_)((*linear1_)(h))));
@@ -238,6 +254,55 @@ std::vector<Tensor> TransformerDecoderLayer::call(const std::vector<Tensor>& inp
     x = (*norm2_)(x + mha(x));
     x = (*norm3_)(x + ff(x));
   }
+  if (cache) {
+    cache->cross_key = cross_cache.key;
+    cache->cross_value = cross_cache.value;
+  }
+  return x;
+}
+
+Tensor TransformerDecoderLayer::forward_incremental(const Tensor& x, std::int64_t start,
+                                                    KVCache& cache) {
+  if (start != cache.length())
+    fail("TransformerDecoderLayer", "layer '", name(), "': generation at position ", start,
+         " with a KV cache of ", cache.length(), " positions (reset the cache for a new sequence)");
+  if (!cache.memory.defined())
+    fail("TransformerDecoderLayer", "layer '", name(), "': generation needs the encoder memory "
+         "in the cache (cache.memory = [batch, S, d_model]) before the first step");
+  return run(x, cache.memory, cache.memory_mask, &cache);
+}
+
+std::vector<LoweredValue> TransformerDecoderLayer::lower(Lowering& l,
+                                                         const std::vector<LoweredValue>& in) {
+  if (in.empty() || in.size() > 3)
+    l.fail(describe(*this) + " takes {tgt [, memory [, memory_mask]]}, got " +
+           std::to_string(in.size()) + " inputs");
+  if (!built()) l.fail(describe(*this) + " is not built");
+  const LoweredValue& memory = in.size() > 1 ? in[1] : in[0];
+  auto sub = [&](Module& m, const std::vector<LoweredValue>& v) { return l.lower(m, v).at(0); };
+  auto add = [&](const LoweredValue& a, const LoweredValue& b) {
+    return LoweredValue{l.emit1("add", {a.name, b.name}), a.shape};
+  };
+  auto sa = [&](const LoweredValue& h) { return sub(*dropout1_, {sub(*self_attn_, {h})}); };
+  auto mha = [&](const LoweredValue& h) {
+    std::vector<LoweredValue> args{h, memory};
+    if (in.size() > 2) args.insert(args.end(), {memory, in[2]});
+    return sub(*dropout2_, {sub(*cross_attn_, args)});
+  };
+  auto ff = [&](const LoweredValue& h) {
+    return sub(*dropout3_, {sub(*linear2_, {sub(*dropout_, {sub(*linear1_, {h})})})});
+  };
+  LoweredValue x = in[0];
+  if (opt_.norm_first) {
+    x = add(x, sa(sub(*norm1_, {x})));
+    x = add(x, mha(sub(*norm2_, {x})));
+    x = add(x, ff(sub(*norm3_, {x})));
+  } else {
+    x = sub(*norm1_, {add(x, sa(x))});
+    x = sub(*norm2_, {add(x, mha(x))});
+    x = sub(*norm3_, {add(x, ff(x))});
+  }
+  x.shape = in[0].shape;
   return {x};
 }
 
@@ -311,6 +376,17 @@ std::vector<LoweredValue> PositionalEmbedding::lower(Lowering& l, const std::vec
     l.fail(describe(*this) + ": needs a known sequence length <= " + std::to_string(length_));
   Tensor rows = soma::slice(embeddings_.value(), {Slice{0, T}, Slice{}});
   return {{l.emit1("add", {x.name, l.weight("embeddings", rows)}), x.shape}};
+}
+
+std::vector<LoweredValue> SinePositionEncoding::lower(Lowering& l, const std::vector<LoweredValue>& in) {
+  if (in.size() != 1) l.fail(describe(*this) + " takes one input");
+  if (!add_) l.unsupported("add_to_inputs = false (the broadcast encoding)");
+  const LoweredValue& x = in[0];
+  if (x.shape.size() != 3 || x.shape[1] < 0 || x.shape[2] < 0)
+    l.fail(describe(*this) + ": needs [batch, seq, features] with known seq and features, got " +
+           shape_str(x.shape));
+  Tensor t = sine_position_encoding(x.shape[1], x.shape[2], max_wavelength_, DType::f64);
+  return {{l.emit1("add", {x.name, l.weight("encoding", t)}), x.shape}};
 }
 
 // ---- sinusoidal and rotary tables -------------------------------------------------------------

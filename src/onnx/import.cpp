@@ -26,6 +26,7 @@
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 
 #include "internal/conv_bias_act.hpp"
@@ -276,12 +277,69 @@ std::vector<Tensor> conv(const Node& n) {
   return {drop_1d(y, lifted)};
 }
 
-// Dilations, 3-D and wider windows, integer max pooling and MaxPool's Indices: the general path.
+// Dilations, 3-D and wider windows, integer max pooling: the general path (pool_nd). MaxPool's
+// Indices of a 1-D or 2-D float input come from soma's max_pool2d_with_indices (below).
 bool pool_needs_nd(const Node& n, bool max) {
   for (auto d : n.attr.ints("dilations"))
     if (d != 1) return true;
-  return (n.x().rank() != 3 && n.x().rank() != 4) || (max && !is_floating(n.x().dtype())) ||
-         (n.proto.output_size() > 1 && !n.proto.output(1).empty());
+  return (n.x().rank() != 3 && n.x().rank() != 4) || (max && !is_floating(n.x().dtype()));
+}
+
+// i64 offsets of each [N, C] plane's start in a packed [N, C, H, W] tensor with hw = H * W,
+// shaped [N, C, 1, 1] on the device of `like`: ONNX's indices count over the whole tensor.
+Tensor plane_starts(const Tensor& like, std::int64_t n, std::int64_t c, std::int64_t hw) {
+  const Tensor s = arange(0.0, double(n * c * hw), double(hw > 0 ? hw : 1), DType::i64);
+  return on_device_of(like, reshape(s, {n, c, 1, 1}));
+}
+
+// MaxPool with its Indices output: soma's plane offsets (max_pool2d_with_indices) plus each
+// plane's start. storage_order 1 numbers a plane column by column: the transposed planes pooled
+// with the transposed window give those offsets.
+std::vector<Tensor> max_pool_indices(const Node& n, const Tensor& x, Size2 ks, Size2 st,
+                                     const Padding& pad, bool lifted) {
+  Tensor y, idx;
+  if (n.attr.i("storage_order") == 0) {
+    std::tie(y, idx) = max_pool2d_with_indices(x, ks, st, pad);
+  } else {
+    Padding tp = pad;
+    if (pad.mode() == Padding::Mode::explicit_) {
+      const auto& p = pad.pads();
+      tp = Padding(p[2], p[3], p[0], p[1]);
+    }
+    const std::vector<std::int64_t> swap{0, 1, 3, 2};
+    auto r = max_pool2d_with_indices(transpose(x, swap), Size2(ks.w, ks.h), Size2(st.w, st.h), tp);
+    y = transpose(r.first, swap);
+    idx = transpose(r.second, swap);
+  }
+  idx = idx + plane_starts(idx, x.dim(0), x.dim(1), x.dim(2) * x.dim(3));
+  return {drop_1d(y, lifted), drop_1d(idx, lifted)};
+}
+
+// MaxUnpool (2-D): ONNX's whole-tensor indices less each plane's start are max_unpool2d's plane
+// offsets into the pooling's input size (in - 1) * stride + kernel - pads. An output_shape
+// larger than that gets zeros after (the indices still address the inferred size, as ONNX's
+// reference).
+// Other ranks (1-D, 3-D, ...) take max_unpool_nd (import_more.cpp: a scatter of the values).
+std::vector<Tensor> max_unpool(const Node& n) {
+  const Tensor& x = n.x();
+  if (x.rank() != 4) return max_unpool_nd(n);
+  const Size2 ks = size2(n, "kernel_shape", 1), st = size2(n, "strides", 1);
+  std::vector<std::int64_t> p = n.attr.ints("pads");
+  if (p.empty()) p = {0, 0, 0, 0};
+  if (p.size() != 4) fail(kWho, n.what, ": pads must have 4 values, got ", p.size());
+  const std::int64_t oh = (x.dim(2) - 1) * st.h + ks.h - p[0] - p[2];
+  const std::int64_t ow = (x.dim(3) - 1) * st.w + ks.w - p[1] - p[3];
+  const Tensor idx = on_device_of(x, cast(n.arg(1), DType::i64));
+  Tensor y = max_unpool2d(x, idx - plane_starts(idx, x.dim(0), x.dim(1), oh * ow), Shape{oh, ow});
+  if (n.has(2)) {
+    const auto os = ints_of(n.in[2]);
+    if (os.size() != 4 || os[0] != x.dim(0) || os[1] != x.dim(1) || os[2] < oh || os[3] < ow)
+      fail(kWho, n.what, ": output_shape ", shape_str(Shape(os.begin(), os.end())),
+           " must be [N, C, H, W] with the input's N, C and H, W at least the unpooled ", oh, "x",
+           ow);
+    if (os[2] != oh || os[3] != ow) y = soma::pad(y, {{0, 0}, {0, 0}, {0, os[2] - oh}, {0, os[3] - ow}});
+  }
+  return {y};
 }
 
 template <bool Max>
@@ -291,8 +349,8 @@ std::vector<Tensor> pool(const Node& n) {
   const Tensor x = lift_1d(n.x());
   if (x.rank() != 4)
     fail(kWho, n.what, ": only 1-D and 2-D pooling (inputs [N, C, L] or [N, C, H, W]) is supported");
-  if (n.proto.output_size() > 1 && !n.proto.output(1).empty())
-    fail(kWho, n.what, ": the Indices output is not supported");
+  const bool want_indices = n.proto.output_size() > 1 && !n.proto.output(1).empty();
+  if (!Max && want_indices) fail(kWho, n.what, ": AveragePool has no Indices output");
   Size2 ks = size2(n, "kernel_shape", 1);
   Size2 st = size2(n, "strides", 1);  // ONNX's default is 1
   for (auto d : n.attr.ints("dilations"))
@@ -332,6 +390,7 @@ std::vector<Tensor> pool(const Node& n) {
       pad = Padding(p[0], p[1], p[2], p[3]);
     }
   }
+  if (Max && want_indices) return max_pool_indices(n, xi, ks, st, pad, lifted);
   return {drop_1d(Max ? max_pool2d(xi, ks, st, pad) : avg_pool2d(xi, ks, st, pad), lifted)};
 }
 
@@ -1856,6 +1915,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
                          false, check_conv_transpose}},
       {"MaxPool", {pool<true>, pool_attrs({I("storage_order")}), {}, false, check_max_pool}},
       {"AveragePool", {pool<false>, pool_attrs({I("count_include_pad")}), {}, false, check_pool}},
+      {"MaxUnpool", {max_unpool, {Is("kernel_shape"), Is("pads"), Is("strides")}}},
       {"LpPool", {lp_pool, pool_attrs({I("p", 2)}), {}, false, check_lp_pool}},
       {"GlobalAveragePool", {global_pool<false>}},
       {"GlobalMaxPool", {global_pool<true>}},
@@ -1997,7 +2057,6 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Unique", {unique, {I("axis"), I("sorted", 1)}}},
       {"NonMaxSuppression", {non_max_suppression, {I("center_point_box")}}},
       {"Col2Im", {col2im, {Is("dilations"), Is("pads"), Is("strides")}}},
-      {"MaxUnpool", {max_unpool, {Is("kernel_shape"), Is("pads"), Is("strides")}}},
       {"BitCast", {bit_cast, {I("to")}, {}, false, check_bit_cast}},
       {"RoiAlign",
        {roi_align,

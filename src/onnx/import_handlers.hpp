@@ -40,7 +40,7 @@ std::vector<Tensor> compress(const Node& n);
 std::vector<Tensor> unique(const Node& n);
 std::vector<Tensor> non_max_suppression(const Node& n);
 std::vector<Tensor> col2im(const Node& n);
-std::vector<Tensor> max_unpool(const Node& n);
+std::vector<Tensor> max_unpool_nd(const Node& n);  // MaxUnpool beyond 2-D
 std::vector<Tensor> batch_norm_training(const Node& n);
 std::vector<Tensor> bit_cast(const Node& n);
 void check_bit_cast(const LoadCheck& c);

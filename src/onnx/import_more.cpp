@@ -923,10 +923,11 @@ std::vector<Tensor> col2im(const Node& n) {
   return {reshape(y, shape)};
 }
 
-// MaxUnpool, as ONNX's reference: the values X written at their flat Indices into zeros of the
-// unpooled shape ((in - 1) * stride - pads + kernel per spatial axis), then zero-padded at the
-// end to output_shape when one is given.
-std::vector<Tensor> max_unpool(const Node& n) {
+// MaxUnpool of other ranks than 2-D (import.cpp's max_unpool takes 2-D through max_unpool2d), as
+// ONNX's reference: the values X written at their flat Indices into zeros of the unpooled shape
+// ((in - 1) * stride - pads + kernel per spatial axis), then zero-padded at the end to
+// output_shape when one is given.
+std::vector<Tensor> max_unpool_nd(const Node& n) {
   const Tensor &x = n.x(), &idx = n.arg(1);
   const auto ks = n.attr.ints("kernel_shape");
   const std::size_t dims = std::size_t(x.rank() - 2);

@@ -7,7 +7,9 @@
 //   conv2d_backprop_input(g, w)         -> dx   (attr "input_shape")
 //   conv2d_backprop_filter(x, g)        -> dw   (attr "filter_shape")
 //   max_pool2d(x) / max_pool2d_grad(x, g) / max_pool2d_grad_grad(x, h)
-//   avg_pool2d(x) / avg_pool2d_grad(g)  (attr "input_shape")
+//   avg_pool2d(x) / avg_pool2d_grad(g)  (attr "input_shape"; both: "count_include_pad" 0 or 1)
+//   max_pool2d_with_indices(x)          -> y, indices (i64 offsets within each [H, W] plane)
+//   max_unpool2d(x, indices)            -> y  (attr "output_size" [N, C, H, W])
 // The three convolution ops are bilinear and their gradients are written with one another (as
 // TensorFlow does), so every order of derivative is available. The pooling gradients close the
 // same way: max_pool2d_grad and max_pool2d_grad_grad are each other's gradient with respect to
@@ -309,13 +311,19 @@ Tensor call_max_pool_grad_grad(const Tensor& x, const Tensor& h, const Attrs& a)
   static const OpDef& d = op("max_pool2d_grad_grad");
   return call_op1(d, {x, h}, pool_attrs(a));
 }
+// Average pooling's attrs: the window's, and count_include_pad where set.
+Attrs avg_attrs(const Attrs& a) {
+  Attrs out = pool_attrs(a);
+  if (a.has("count_include_pad")) out.set("count_include_pad", a.i("count_include_pad"));
+  return out;
+}
 Tensor call_avg_pool(const Tensor& x, const Attrs& a) {
   static const OpDef& d = op("avg_pool2d");
-  return call_op1(d, {x}, pool_attrs(a));
+  return call_op1(d, {x}, avg_attrs(a));
 }
 Tensor call_avg_pool_grad(const Tensor& g, const Shape& input_shape, const Attrs& a) {
   static const OpDef& d = op("avg_pool2d_grad");
-  return call_op1(d, {g}, pool_attrs(a).set("input_shape", Ints(input_shape)));
+  return call_op1(d, {g}, avg_attrs(a).set("input_shape", Ints(input_shape)));
 }
 
 void check_pooled(const char* name, const Shape& got, const Shape& x, const PoolGeom& p) {
@@ -377,6 +385,48 @@ std::vector<TensorSpec> avg_pool_grad_infer(const std::vector<TensorSpec>& in, c
   return {{xs, in[0].dtype}};
 }
 std::vector<Tensor> avg_pool_grad_grad_fn(G c) { return {call_avg_pool(c.grads[0], c.attrs)}; }
+
+// max_pool2d_with_indices(x) -> (y, indices): y's gradient goes to each window's first maximum
+// (the offset `indices` holds), as max_pool2d's; the indices carry none.
+std::vector<TensorSpec> max_pool_indices_infer(const std::vector<TensorSpec>& in,
+                                               const Attrs& a) {
+  auto out = pool_infer("max_pool2d_with_indices", in, a);
+  out.push_back({out[0].shape, DType::i64});
+  return out;
+}
+std::vector<Tensor> max_pool_indices_grad_fn(G c) {
+  if (!c.grads[0].defined()) return {Tensor()};
+  return {call_max_pool_grad(c.inputs[0], c.grads[0], c.attrs)};
+}
+
+// max_unpool2d(x, indices) -> zeros of attr output_size [N, C, H, W], x written at its plane
+// offsets; the gradient reads g back at them (a gather along the flattened planes).
+std::vector<TensorSpec> max_unpool_infer(const std::vector<TensorSpec>& in, const Attrs& a) {
+  const char* name = "max_unpool2d";
+  check_float(name, in[0].dtype);
+  check_rank4(name, in[0].shape, "input", "[N, C, H, W]");
+  if (in[1].dtype != DType::i64)
+    fail(name, "indices must be i64, got ", dtype_name(in[1].dtype));
+  if (in[1].shape != in[0].shape)
+    fail(name, "indices ", shape_str(in[1].shape), " must have the input's shape ",
+         shape_str(in[0].shape));
+  const Shape os = a.ints("output_size");
+  if (os.size() != 4 || os[0] != in[0].shape[0] || os[1] != in[0].shape[1] || os[2] < 0 ||
+      os[3] < 0)
+    fail(name, "output_size ", shape_str(os), " must be [N, C, H, W] with the input's N and C (",
+         "input ", shape_str(in[0].shape), ")");
+  if (numel(in[0].shape) != 0 && os[2] * os[3] == 0)
+    fail(name, "output_size ", shape_str(os), " has empty planes but the input ",
+         shape_str(in[0].shape), " does not");
+  return {{os, in[0].dtype}};
+}
+std::vector<Tensor> max_unpool_grad_fn(G c) {
+  const Shape& xs = c.inputs[0].shape();
+  const Shape& os = c.grads[0].shape();
+  const Tensor g = reshape(c.grads[0], {os[0], os[1], os[2] * os[3]});
+  const Tensor idx = reshape(c.inputs[1], {xs[0], xs[1], xs[2] * xs[3]});
+  return {reshape(take_along_axis(g, idx, 2), xs), Tensor()};
+}
 
 // ---- public-function helpers ----
 void check_defined(const char* name, std::initializer_list<const Tensor*> ts) {
@@ -452,10 +502,28 @@ void register_nn_ops() {
   register_op({.name = "avg_pool2d", .num_inputs = 1, .infer = avg_pool_infer,
                .grad = avg_pool_grad_fn, .tags = kFloatOnly,
                .test = {.shapes = {px}, .attrs = pool, .reference = ref::avg_pool2d}});
+  // avg_pool2d's sample divides by the real elements, avg_pool2d_grad's by the whole window:
+  // each checks the other's mode through the gradient (they are each other's adjoint).
   register_op({.name = "avg_pool2d_grad", .num_inputs = 1, .infer = avg_pool_grad_infer,
                .grad = avg_pool_grad_grad_fn, .tags = kFloatOnly,
-               .test = {.shapes = {py}, .attrs = Attrs(pool).set("input_shape", Ints(px)),
+               .test = {.shapes = {py},
+                        .attrs = Attrs(pool)
+                                     .set("input_shape", Ints(px))
+                                     .set("count_include_pad", std::int64_t(1)),
                         .reference = ref::avg_pool2d_grad}});
+  register_op({.name = "max_pool2d_with_indices", .num_inputs = 1,
+               .infer = max_pool_indices_infer, .grad = max_pool_indices_grad_fn,
+               .tags = kFloatOnly,
+               .test = {.shapes = {px}, .attrs = pool,
+                        .reference = ref::max_pool2d_with_indices}});
+  // One element per plane, so the random indices never collide (a collision keeps the last
+  // write, whose gradient finite differences would see but a gather does not).
+  register_op({.name = "max_unpool2d", .num_inputs = 2, .infer = max_unpool_infer,
+               .grad = max_unpool_grad_fn, .tags = kFloatOnly,
+               .test = {.shapes = {{2, 3, 1, 1}, {2, 3, 1, 1}},
+                        .attrs = {{"output_size", Ints{2, 3, 2, 3}}},
+                        .reference = ref::max_unpool2d,
+                        .fixed_inputs = {{.input = 1, .dtype = DType::i64, .lo = 0, .hi = 5}}}});
 }
 }  // namespace detail
 
@@ -512,6 +580,44 @@ Tensor conv1d(const Tensor& x, const Tensor& w, std::int64_t stride, const Paddi
   Tensor y = conv2d(expand_dims(x, 2), expand_dims(w, 2), Size2(1, stride),
                     conv1d_padding(padding), Size2(1, dilation), groups);
   return squeeze(y, {2});
+}
+
+Tensor conv3d(const Tensor& x, const Tensor& w, std::array<std::int64_t, 3> strides,
+              std::array<std::int64_t, 6> pads, std::array<std::int64_t, 3> dilation,
+              std::int64_t groups) {
+  const char* name = "conv3d";
+  check_defined(name, {&x, &w});
+  if (x.rank() != 5 || w.rank() != 5)
+    fail(name, "expected x [N, C, D, H, W] and w [O, C/groups, KD, KH, KW], got ",
+         shape_str(x.shape()), " and ", shape_str(w.shape()));
+  for (int i = 0; i < 3; ++i)
+    if (strides[std::size_t(i)] < 1 || dilation[std::size_t(i)] < 1)
+      fail(name, "strides and dilation must be >= 1, got strides ", shape_str(Shape(strides.begin(), strides.end())),
+           " and dilation ", shape_str(Shape(dilation.begin(), dilation.end())));
+  for (auto p : pads)
+    if (p < 0) fail(name, "padding must be >= 0, got ", shape_str(Shape(pads.begin(), pads.end())));
+  const std::int64_t n = x.dim(0), c = x.dim(1), d = x.dim(2), h = x.dim(3), wd = x.dim(4);
+  const std::int64_t kd = w.dim(2), sd = strides[0], dd = dilation[0];
+  const std::int64_t dp = d + pads[0] + pads[1], ekd = (kd - 1) * dd + 1;
+  if (kd < 1 || ekd > dp)
+    fail(name, "kernel depth ", kd, " (dilation ", dd, ") does not fit the padded input depth ",
+         dp, " (input ", shape_str(x.shape()), ", kernel ", shape_str(w.shape()), ")");
+  const std::int64_t od = 1 + (dp - ekd) / sd;
+  const Tensor xp = pads[0] || pads[1]
+                        ? pad(x, {{0, 0}, {0, 0}, {pads[0], pads[1]}, {0, 0}, {0, 0}})
+                        : x;
+  const Padding hw_pad(pads[2], pads[3], pads[4], pads[5]);
+  Tensor acc;
+  for (std::int64_t k = 0; k < kd; ++k) {
+    // Depth planes k*dd, k*dd + sd, ... of the padded input: one per output depth.
+    const Tensor xs = slice(xp, {Slice{}, Slice{}, Slice{k * dd, k * dd + (od - 1) * sd + 1, sd}});
+    const Tensor x2 = reshape(transpose(xs, {0, 2, 1, 3, 4}), {n * od, c, h, wd});
+    const Tensor w2 = squeeze(slice(w, {Slice{}, Slice{}, Slice{k, k + 1, 1}}), {2});
+    const Tensor y2 = conv2d(x2, w2, Size2(strides[1], strides[2]), hw_pad,
+                             Size2(dilation[1], dilation[2]), groups);
+    acc = acc.defined() ? acc + y2 : y2;
+  }
+  return transpose(reshape(acc, {n, od, acc.dim(1), acc.dim(2), acc.dim(3)}), {0, 2, 1, 3, 4});
 }
 
 Tensor conv2d_backprop_input(const Tensor& g, const Tensor& w, const Shape& input_shape,
@@ -603,9 +709,30 @@ Tensor max_pool2d(const Tensor& x, Size2 pool_size, std::optional<Size2> strides
 }
 
 Tensor avg_pool2d(const Tensor& x, Size2 pool_size, std::optional<Size2> strides,
-                  const Padding& padding) {
+                  const Padding& padding, bool count_include_pad) {
   check_defined("avg_pool2d", {&x});
-  return call_avg_pool(x, public_pool_attrs("avg_pool2d", x.shape(), pool_size, strides, padding));
+  Attrs a = public_pool_attrs("avg_pool2d", x.shape(), pool_size, strides, padding);
+  if (count_include_pad) a.set("count_include_pad", std::int64_t(1));
+  return call_avg_pool(x, a);
+}
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Size2 pool_size,
+                                                  std::optional<Size2> strides,
+                                                  const Padding& padding) {
+  static const OpDef& d = get_op("max_pool2d_with_indices");
+  check_defined("max_pool2d_with_indices", {&x});
+  auto out = call_op(
+      d, {x},
+      public_pool_attrs("max_pool2d_with_indices", x.shape(), pool_size, strides, padding));
+  return {out[0], out[1]};
+}
+
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, const Shape& output_size) {
+  static const OpDef& d = get_op("max_unpool2d");
+  check_defined("max_unpool2d", {&x, &indices});
+  Shape os = output_size;
+  if (os.size() == 2 && x.rank() == 4) os = {x.dim(0), x.dim(1), os[0], os[1]};
+  return call_op1(d, {x, indices}, {{"output_size", Ints(os)}});
 }
 
 Tensor max_pool2d_grad(const Tensor& x, const Tensor& g, Size2 pool_size,
@@ -617,9 +744,11 @@ Tensor max_pool2d_grad(const Tensor& x, const Tensor& g, Size2 pool_size,
 }
 
 Tensor avg_pool2d_grad(const Tensor& g, const Shape& input_shape, Size2 pool_size,
-                       std::optional<Size2> strides, const Padding& padding) {
+                       std::optional<Size2> strides, const Padding& padding,
+                       bool count_include_pad) {
   check_defined("avg_pool2d_grad", {&g});
   Attrs a = public_pool_attrs("avg_pool2d_grad", input_shape, pool_size, strides, padding);
+  if (count_include_pad) a.set("count_include_pad", std::int64_t(1));
   return call_avg_pool_grad(g, input_shape, a);
 }
 

@@ -231,6 +231,13 @@ Ints pool_argmax(const Nd& x, const Pool& g, std::int64_t n, std::int64_t c, std
       if (at(x, {n, c, yy, xx}) > at(x, best)) best = {n, c, yy, xx};
   return best;
 }
+// The divisor of an average: the real (unpadded) elements of the clipped window, or with attr
+// count_include_pad the whole window (every window lies inside the padded input).
+double pool_count(const Pool& g, const Attrs& a, std::int64_t y0, std::int64_t y1,
+                  std::int64_t x0, std::int64_t x1) {
+  if (a.has("count_include_pad") && a.i("count_include_pad")) return double(g.ph * g.pw);
+  return double((y1 - y0) * (x1 - x0));
+}
 template <class F>
 void for_each_window(const Pool& g, F f) {
   for (std::int64_t n = 0; n < g.n; ++n)
@@ -656,6 +663,37 @@ Outputs max_pool2d_grad_grad(const Inputs& in, const Attrs& a) {
   return {tensor(y, in[0].dtype())};
 }
 
+// -> (y, indices): indices are flat offsets within each (n, c) plane of x (PyTorch's), as i64.
+Outputs max_pool2d_with_indices(const Inputs& in, const Attrs& a) {
+  Nd x = nd(in[0]);
+  Pool p = pool_geometry(x.shape, a, "max_pool2d_with_indices");
+  Nd y = filled({p.n, p.c, p.oh, p.ow}, 0.0), idx = filled({p.n, p.c, p.oh, p.ow}, 0.0);
+  for_each_window(p, [&](auto n, auto c, auto oy, auto ox) {
+    const Ints best = pool_argmax(x, p, n, c, oy, ox);
+    at(y, {n, c, oy, ox}) = at(x, best);
+    at(idx, {n, c, oy, ox}) = double(best[2] * p.w + best[3]);
+  });
+  return {tensor(y, in[0].dtype()), tensor(idx, DType::i64)};
+}
+
+// (x, indices) -> zeros of attr output_size [N, C, H, W] with x written at each plane offset.
+Outputs max_unpool2d(const Inputs& in, const Attrs& a) {
+  Nd x = nd(in[0]), idx = nd(in[1]);
+  const Shape os = a.ints("output_size");
+  check_shape(idx.shape, x.shape, "max_unpool2d");
+  Nd y = filled(os, 0.0);
+  const std::int64_t hw = os[2] * os[3];
+  for (std::int64_t n = 0; n < x.shape[0]; ++n)
+    for (std::int64_t c = 0; c < x.shape[1]; ++c)
+      for (std::int64_t i = 0; i < x.shape[2]; ++i)
+        for (std::int64_t j = 0; j < x.shape[3]; ++j) {
+          const auto k = std::int64_t(at(idx, {n, c, i, j}));
+          if (k < 0 || k >= hw) fail("max_unpool2d", "reference: index out of range");
+          at(y, {n, c, k / os[3], k % os[3]}) = at(x, {n, c, i, j});
+        }
+  return {tensor(y, in[0].dtype())};
+}
+
 Outputs avg_pool2d(const Inputs& in, const Attrs& a) {
   Nd x = nd(in[0]);
   Pool p = pool_geometry(x.shape, a, "avg_pool2d");
@@ -666,7 +704,7 @@ Outputs avg_pool2d(const Inputs& in, const Attrs& a) {
     double s = 0;
     for (std::int64_t yy = y0; yy < y1; ++yy)
       for (std::int64_t xx = x0; xx < x1; ++xx) s += at(x, {n, c, yy, xx});
-    at(y, {n, c, oy, ox}) = s / double((y1 - y0) * (x1 - x0));  // padding is not counted
+    at(y, {n, c, oy, ox}) = s / pool_count(p, a, y0, y1, x0, x1);
   });
   return {tensor(y, in[0].dtype())};
 }
@@ -680,7 +718,7 @@ Outputs avg_pool2d_grad(const Inputs& in, const Attrs& a) {
   for_each_window(p, [&](auto n, auto c, auto oy, auto ox) {
     std::int64_t y0, y1, x0, x1;
     p.window(oy, ox, y0, y1, x0, x1);
-    const double v = at(g, {n, c, oy, ox}) / double((y1 - y0) * (x1 - x0));
+    const double v = at(g, {n, c, oy, ox}) / pool_count(p, a, y0, y1, x0, x1);
     for (std::int64_t yy = y0; yy < y1; ++yy)
       for (std::int64_t xx = x0; xx < x1; ++xx) at(dx, {n, c, yy, xx}) += v;
   });

@@ -58,6 +58,8 @@ Outputs max_pool2d(const Inputs&, const Attrs&);
 Outputs max_pool2d_grad(const Inputs&, const Attrs&);
 Outputs max_pool2d_grad_grad(const Inputs&, const Attrs&);
 Outputs avg_pool2d(const Inputs&, const Attrs&);
+Outputs max_pool2d_with_indices(const Inputs&, const Attrs&);
+Outputs max_unpool2d(const Inputs&, const Attrs&);
 Outputs avg_pool2d_grad(const Inputs&, const Attrs&);
 
 // Attention (attrs "causal", "scale"; the grad op also "mask_grad"; src/ops/attention.cpp).

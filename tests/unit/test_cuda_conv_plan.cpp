@@ -331,6 +331,25 @@ void check_pooling(DType dt) {
           host_run<T>(n_in, [&](auto i) { return avg_pool_grad_at<T>(gd, p, i); }),
           dav.to_vector<T>()))
           << "avg_pool2d_grad " << what;
+      // count_include_pad: the whole window is the divisor.
+      const Attrs ac = Attrs(a).set("count_include_pad", std::int64_t(1));
+      PoolDims pc = plan_pool(k.x, k.pool, k.st, k.pads, true);
+      const Tensor avc = call_op1(get_op("avg_pool2d"), {x}, ac);
+      EXPECT_TRUE(same_bits(host_run<T>(n_out, [&](auto i) { return avg_pool_at<T>(xd, pc, i); }),
+                            avc.to_vector<T>()))
+          << "avg_pool2d count_include_pad " << what;
+      const Tensor davc =
+          call_op1(get_op("avg_pool2d_grad"), {g}, Attrs(ac).set("input_shape", Ints(k.x)));
+      EXPECT_TRUE(same_bits(
+          host_run<T>(n_in, [&](auto i) { return avg_pool_grad_at<T>(gd, pc, i); }),
+          davc.to_vector<T>()))
+          << "avg_pool2d_grad count_include_pad " << what;
+      // max_pool2d_with_indices: the same values, and the argmax offsets.
+      const auto yi = call_op(get_op("max_pool2d_with_indices"), {x}, a);
+      EXPECT_TRUE(same_bits(yi[0].to_vector<T>(), y.to_vector<T>())) << what;
+      EXPECT_EQ(host_run<std::int64_t>(n_out, [&](auto i) { return max_pool_index_at<T>(xd, p, i); }),
+                yi[1].to_vector<std::int64_t>())
+          << "max_pool2d_with_indices " << what;
     }
 }
 

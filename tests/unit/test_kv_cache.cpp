@@ -109,6 +109,74 @@ TEST(KVCache, MisuseIsRefused) {
   EXPECT_THROW(nn::decode_step(m.layers(), tokens(2, 1, 2), c2), Error);
 }
 
+// A decoder stack (sine positions, two TransformerDecoderLayers attending to an encoder memory
+// with a padding mask, a Dense head) stepped with decode_step: the self-attention cache grows,
+// the cross-attention keys/values are projected from the memory once and reused; each step gives
+// the full recomputation's outputs.
+static void check_decoder_cached_equals_full(bool norm_first, std::int64_t prefill, std::int64_t chunk) {
+  const std::int64_t B = 2, n = 9, S = 6, d = 16;
+  std::vector<nn::ModuleRef> layers{
+      nn::ModuleRef(nn::SinePositionEncoding(10000.0, /*add_to_inputs=*/true)),
+      nn::ModuleRef(nn::TransformerDecoderLayer(d, 4, {.dim_feedforward = 2 * d,
+                                                       .norm_first = norm_first,
+                                                       .causal = true})),
+      nn::ModuleRef(nn::TransformerDecoderLayer(d, 4, {.dim_feedforward = 2 * d,
+                                                       .norm_first = norm_first,
+                                                       .causal = true})),
+      nn::ModuleRef(nn::Dense(5))};
+  for (auto& l : layers) l->eval();
+  Tensor x = rand_tensor({B, n, d}, 12, -1, 1), memory = rand_tensor({B, S, d}, 13, -1, 1);
+  std::vector<double> keep(std::size_t(B * S));  // row b attends to its first S - 2b positions
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t s = 0; s < S; ++s) keep[std::size_t(b * S + s)] = s < S - 2 * b ? 1.0 : 0.0;
+  Tensor mask = cast(constant(keep, {B, 1, S}), DType::boolean);
+  Tensor full;
+  {
+    NoGradScope no_grad;
+    Tensor h = (*layers[0])(x);
+    for (int i : {1, 2}) h = layers[std::size_t(i)]->call({h, memory, mask})[0];
+    full = (*layers[3])(h);
+  }
+  nn::DecodeCache cache;
+  for (std::size_t i : {1u, 2u}) {
+    cache.layer(i).memory = memory;
+    cache.layer(i).memory_mask = mask;
+  }
+  std::int64_t at = 0;
+  while (at < n) {
+    const std::int64_t len = std::min(at == 0 ? prefill : chunk, n - at);
+    Tensor step = nn::decode_step(layers, cols(x, at, at + len), cache);
+    ASSERT_EQ(step.shape(), (Shape{B, len, 5}));
+    EXPECT_TRUE(all_close(step, cols(full, at, at + len), 1e-5, 1e-5))
+        << "positions " << at << ".." << at + len;
+    at += len;
+    EXPECT_EQ(cache.layer(1).length(), at);
+    // The cross-attention keys/values: the memory's S positions, projected once.
+    EXPECT_EQ(cache.layer(1).cross_key.shape(), (Shape{B, 4, S, d / 4}));
+  }
+}
+
+TEST(KVCache, DecoderLayerStepsMatchTheFullRecomputationPostNorm) {
+  set_seed(9);
+  check_decoder_cached_equals_full(false, 1, 1);
+}
+
+TEST(KVCache, DecoderLayerChunksMatchTheFullRecomputationPreNorm) {
+  set_seed(10);
+  check_decoder_cached_equals_full(true, 4, 2);
+}
+
+TEST(KVCache, DecoderLayerNeedsTheMemory) {
+  set_seed(11);
+  nn::TransformerDecoderLayer dec(8, 2, {.dim_feedforward = 16});
+  dec.eval();
+  nn::KVCache cache;
+  EXPECT_THROW(dec.forward_incremental(rand_tensor({1, 2, 8}, 1), 0, cache), Error);
+  cache.memory = rand_tensor({1, 3, 8}, 2);
+  EXPECT_NO_THROW(dec.forward_incremental(rand_tensor({1, 2, 8}, 1), 0, cache));
+  EXPECT_THROW(dec.forward_incremental(rand_tensor({1, 1, 8}, 1), 5, cache), Error);  // position
+}
+
 // Not a pass/fail check: tokens/s of 64 single-token steps with the cache against re-running
 // the context window each time (what char_transformer did before the cache), printed for the
 // note.

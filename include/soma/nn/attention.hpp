@@ -44,8 +44,12 @@ struct MultiHeadAttentionOptions {
 // whole context. One per self-attention layer; empty at the start of a sequence.
 struct KVCache {
   Tensor key, value;  // [B, H, n, key_dim] and [B, H, n, value_dim]
+  // A TransformerDecoderLayer's cross-attention: the encoder output it attends to (set by the
+  // caller before the first step, with its padding mask [B, 1, S] if any) and the keys/values
+  // projected from it on the first step, then reused.
+  Tensor memory, memory_mask, cross_key, cross_value;
   std::int64_t length() const { return key.defined() ? key.dim(2) : 0; }
-  void reset() { key = value = Tensor(); }
+  void reset() { key = value = memory = memory_mask = cross_key = cross_value = Tensor(); }
 };
 
 // Keras' call arguments after query and value.
@@ -58,6 +62,10 @@ struct AttentionCallOptions {
   // cache and the query attends over all of it. With the causal mask, query i (of T new ones)
   // sees cache positions j <= cache.length() + i (the mask is aligned bottom-right).
   KVCache* cache = nullptr;
+  // With `cache`: the keys/values come from a fixed input (cross-attention to an encoder
+  // memory): an empty cache is filled from key/value, a filled one is used as it is (key and
+  // value are not projected again) and never grows.
+  bool static_kv = false;
 };
 
 struct AttentionResult {

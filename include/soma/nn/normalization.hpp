@@ -115,6 +115,8 @@ class RMSNormalization : public Module {
   const RMSNormOptions& options() const { return opt_; }
   const Variable& scale() const { return scale_; }
   void visit_config(ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
+  // ONNX export: ReduceMean, Mul, Add, Sqrt, Div, Mul (ONNX's own RMSNormalization is opset 23).
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
 
  protected:
   void build(const Shape& input_shape) override;

@@ -86,8 +86,8 @@ class TransformerEncoderLayer : public Module, public IncrementalLayer {
   // Self-attention over the cached keys/values plus x's (KVCache in attention.hpp); with
   // `causal`, x's positions see the cache and themselves up to their own position.
   Tensor forward_incremental(const Tensor& x, std::int64_t start, KVCache& cache) override;
-  // ONNX export: its submodules' lowerings and the residual adds; inputs {src} (an
-  // attention_mask input is not lowered).
+  // ONNX export: its submodules' lowerings and the residual adds; inputs {src [,
+  // attention_mask]} (the mask [B, T, T] or [B, 1, T], bool or numeric).
   std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   std::int64_t d_model() const { return d_model_; }
@@ -106,7 +106,7 @@ class TransformerEncoderLayer : public Module, public IncrementalLayer {
   ModuleRef self_attn_, linear1_, linear2_, norm1_, norm2_, dropout_, dropout1_, dropout2_;
 };
 
-class TransformerDecoderLayer : public Module {
+class TransformerDecoderLayer : public Module, public IncrementalLayer {
  public:
   TransformerDecoderLayer(std::int64_t d_model, std::int64_t nhead,
                           TransformerLayerOptions options = {.causal = true});
@@ -114,6 +114,14 @@ class TransformerDecoderLayer : public Module {
   // inputs {tgt, memory [, memory_mask]}: memory [B, S, d_model]; memory_mask broadcastable to
   // [B, T, S], true where allowed (a padding mask [B, 1, S]). One input: memory = tgt.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs) override;
+  // Generation: x holds target positions start .. start + T - 1; the self-attention keys/values
+  // are appended to cache.key/value, the cross-attention's are projected from cache.memory
+  // (which the caller sets before the first step, with cache.memory_mask [B, 1, S] if any) once
+  // and kept in cache.cross_key/cross_value.
+  Tensor forward_incremental(const Tensor& x, std::int64_t start, KVCache& cache) override;
+  // ONNX export: inputs {tgt, memory [, memory_mask]} (one input: memory = tgt); the mask bool
+  // or numeric (nonzero: attend), [B, T, S] or [B, 1, S].
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   std::int64_t d_model() const { return d_model_; }
   std::int64_t nhead() const { return nhead_; }
@@ -125,6 +133,7 @@ class TransformerDecoderLayer : public Module {
   Tensor forward(const Tensor& x) override;
 
  private:
+  Tensor run(const Tensor& tgt, const Tensor& memory, const Tensor& mask, KVCache* cache);
   std::int64_t d_model_, nhead_;
   TransformerLayerOptions opt_;
   ModuleRef self_attn_, cross_attn_, linear1_, linear2_, norm1_, norm2_, norm3_, dropout_,
@@ -181,6 +190,9 @@ class SinePositionEncoding : public Module, public IncrementalLayer {
   std::string type_name() const override { return "SinePositionEncoding"; }
   // Positions start .. start + T - 1 (generation with a cache).
   Tensor forward_incremental(const Tensor& x, std::int64_t start, KVCache& cache) override;
+  // ONNX export with add_to_inputs: x + the encoding as a constant [T, D] (T, D known from the
+  // input shape).
+  std::vector<LoweredValue> lower(Lowering& l, const std::vector<LoweredValue>& inputs) override;
   Shape output_shape(const Shape& input_shape) override { return input_shape; }
   double max_wavelength() const { return max_wavelength_; }
   bool add_to_inputs() const { return add_; }

@@ -386,6 +386,11 @@ void backprop_filter_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
 // element and the average divides by at least 1. An empty batch or channel dim means no planes.
 struct Pool {
   std::int64_t planes, h, w, oh, ow, ph, pw, sh, sw, pt, pl;
+  bool count_pad = false;  // averages divide by ph * pw (attr count_include_pad)
+  // The divisor of the average over a clipped window (each window lies in the padded input).
+  std::int64_t count(std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1) const {
+    return count_pad ? ph * pw : (y1 - y0) * (x1 - x0);
+  }
   // Window rows [y0, y1) and columns [x0, x1), clipped to the input (padding excluded).
   void window(std::int64_t oy, std::int64_t ox, std::int64_t& y0, std::int64_t& y1,
               std::int64_t& x0, std::int64_t& x1) const {
@@ -417,7 +422,9 @@ struct Pool {
 
 Pool make_pool(const Shape& x, const Shape& y, const Attrs& a) {
   const Ints &pool = a.ints("pool"), &st = a.ints("strides"), &pads = a.ints("pads");
-  return {x[0] * x[1], x[2], x[3], y[2], y[3], pool[0], pool[1], st[0], st[1], pads[0], pads[2]};
+  const bool count_pad = a.has("count_include_pad") && a.i("count_include_pad") != 0;
+  return {x[0] * x[1], x[2],    x[3],    y[2],    y[3],     pool[0],
+          pool[1],     st[0],   st[1],   pads[0], pads[2], count_pad};
 }
 
 // The common 2x2, stride-2, unpadded window (every CNN's MaxPool2D(2)) gets unrolled loops;
@@ -660,7 +667,7 @@ void avg_pool_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, co
             T s = 0;
             for (std::int64_t yy = y0; yy < y1; ++yy)
               for (std::int64_t xx = x0; xx < x1; ++xx) s += plane[yy * p.w + xx];
-            yo[oy * p.ow + ox] = s / T((y1 - y0) * (x1 - x0));
+            yo[oy * p.ow + ox] = s / T(p.count(y0, y1, x0, x1));
           }
       });
     });
@@ -683,11 +690,58 @@ void avg_pool_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
           for (std::int64_t ox = 0; ox < p.ow; ++ox) {
             std::int64_t y0, y1, x0, x1;
             p.window(oy, ox, y0, y1, x0, x1);
-            const T v = gi[oy * p.ow + ox] / T((y1 - y0) * (x1 - x0));
+            const T v = gi[oy * p.ow + ox] / T(p.count(y0, y1, x0, x1));
             for (std::int64_t yy = y0; yy < y1; ++yy)
               for (std::int64_t xx = x0; xx < x1; ++xx) d[yy * p.w + xx] += v;
           }
       });
+    });
+  });
+}
+
+// in: x -> y (pooled), indices (i64, pooled shape): each window's first maximum and its offset
+// within the (n, c) plane (PyTorch's indices).
+void max_pool_with_indices_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                                  const Attrs& a) {
+  Pool p = make_pool(in[0].shape(), out[0].shape(), a);
+  Tensor ind = out[1].is_contiguous() ? out[1] : Tensor::empty(out[1].shape(), DType::i64);
+  std::int64_t* idx = ind.data<std::int64_t>();
+  with_work_dtype(in, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
+    dispatch_work(o.dtype(), [&]<class T>() {
+      const T* x = wi[0].data<T>();
+      T* y = o.data<T>();
+      for_each_plane(p, [&](std::int64_t i) {
+        const T* plane = x + i * p.h * p.w;
+        for (std::int64_t r = 0; r < p.oh * p.ow; ++r) {
+          const std::int64_t k = p.argmax(plane, r / p.ow, r % p.ow);
+          y[i * p.oh * p.ow + r] = plane[k];
+          idx[i * p.oh * p.ow + r] = k;
+        }
+      });
+    });
+  });
+  if (!out[1].is_contiguous()) copy_into(ind, out[1]);
+}
+
+// in: x, indices (same shape, i64 plane offsets) -> zeros of attr output_size with each x at
+// its offset in its plane; the last write in row-major order wins (as scatter).
+void max_unpool_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  const Shape& xs = in[0].shape();
+  const Shape& os = out[0].shape();
+  const std::int64_t planes = xs[0] * xs[1], n = xs[2] * xs[3], hw = os[2] * os[3];
+  const Tensor ix = in[1].contiguous();
+  const std::int64_t* idx = ix.data<std::int64_t>();
+  for (std::int64_t i = 0; i < planes * n; ++i)
+    if (idx[i] < 0 || idx[i] >= hw)
+      fail("max_unpool2d", "index ", idx[i], " is outside the output plane of ", os[2], "x",
+           os[3], " (output size ", shape_str(os), ")");
+  with_work_dtype({in[0]}, out[0], [&](const std::vector<Tensor>& wi, const Tensor& o) {
+    dispatch_work(o.dtype(), [&]<class T>() {
+      const T* x = wi[0].data<T>();
+      T* y = o.data<T>();
+      std::fill(y, y + planes * hw, T(0));
+      for (std::int64_t pl = 0; pl < planes; ++pl)
+        for (std::int64_t j = 0; j < n; ++j) y[pl * hw + idx[pl * n + j]] = x[pl * n + j];
     });
   });
 }
@@ -703,6 +757,8 @@ void register_cpu_nn_kernels() {
   register_kernel("max_pool2d_grad", DeviceKind::CPU, max_pool_grad_kernel);
   register_kernel("max_pool2d_grad_grad", DeviceKind::CPU, max_pool_grad_grad_kernel);
   register_kernel("avg_pool2d", DeviceKind::CPU, avg_pool_kernel);
+  register_kernel("max_pool2d_with_indices", DeviceKind::CPU, max_pool_with_indices_kernel);
+  register_kernel("max_unpool2d", DeviceKind::CPU, max_unpool_kernel);
   register_kernel("avg_pool2d_grad", DeviceKind::CPU, avg_pool_grad_kernel);
   // The layer ops (src/ops/dense.cpp, src/ops/optim_updates.cpp).
   register_cpu_dense_kernel();

@@ -59,7 +59,8 @@ void zero(const Tensor& t, const char* op, int dev) {
 
 // ---- pooling ------------------------------------------------------------------------------------
 PoolDims pool_dims(const char* op, const Shape& x, const Shape& pooled, const Attrs& a) {
-  PoolDims p = plan_pool(x, a.ints("pool"), a.ints("strides"), a.ints("pads"));
+  const bool count_pad = a.has("count_include_pad") && a.i("count_include_pad") != 0;
+  PoolDims p = plan_pool(x, a.ints("pool"), a.ints("strides"), a.ints("pads"), count_pad);
   if (pooled.size() != 4 || pooled[2] != p.oh || pooled[3] != p.ow)
     fail(op, "internal: the pooled shape ", shape_str(pooled), " of input ", shape_str(x),
          " is not the planned ", p.oh, "x", p.ow);
@@ -100,6 +101,41 @@ void max_pool_grad_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor
   run_pool("max_pool2d_grad_grad", PoolKind::max_grad_grad, in[0], &in[1], out[0],
            in[0].shape(), out[0].shape(), a);
 }
+// (x) -> (y, indices i64): the values as max_pool2d, then each window's argmax offset in its
+// plane (the same first-maximum rule, so the two agree).
+void max_pool_with_indices_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                                  const Attrs& a) {
+  const char* op = "max_pool2d_with_indices";
+  run_pool(op, PoolKind::max, in[0], nullptr, out[0], in[0].shape(), out[0].shape(), a);
+  const int dev = use_device(out[1].device().index, op);
+  const PoolDims p = pool_dims(op, in[0].shape(), out[1].shape(), a);
+  const Tensor x = packed(in[0]);
+  into(out[1], [&](const Tensor& idx) {
+    launched(launch_pool_argmax(first_element(x), static_cast<std::int64_t*>(first_element(idx)),
+                                elem(x.dtype()), p, stream(dev)),
+             op, dev);
+  });
+}
+// (x, indices) -> zeros of attr output_size with x scattered to each plane offset: a composite
+// of scatter along the flattened planes (the same rule: the last write in row-major order wins).
+void max_unpool_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  static const OpDef& scatter = get_op("scatter");
+  const char* op = "max_unpool2d";
+  const int dev = use_device(out[0].device().index, op);
+  const Shape& xs = in[0].shape();
+  const Shape& os = out[0].shape();
+  auto flat = [](const Tensor& t, const Shape& s) {  // packed [N, C, H*W] view
+    const Tensor p = packed(t);
+    const Shape f{s[0], s[1], s[2] * s[3]};
+    return Tensor::view_of(p, f, contiguous_strides(f), p.offset());
+  };
+  Tensor zeros = Tensor::empty({os[0], os[1], os[2] * os[3]}, out[0].dtype(), out[0].device());
+  zero(zeros, op, dev);
+  const Tensor y = call_op1(scatter, {zeros, flat(in[1], xs), flat(in[0], xs)},
+                            {{"axis", std::int64_t(2)}, {"reduction", std::string("none")}});
+  detail::copy_into(Tensor::view_of(y, os, contiguous_strides(os), y.offset()), out[0]);
+}
+
 void avg_pool_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   run_pool("avg_pool2d", PoolKind::avg, in[0], nullptr, out[0], in[0].shape(), out[0].shape(), a);
 }
@@ -560,6 +596,8 @@ void register_cuda_conv_kernels() {
   reg("max_pool2d_grad", max_pool_grad_kernel);
   reg("max_pool2d_grad_grad", max_pool_grad_grad_kernel);
   reg("avg_pool2d", avg_pool_kernel);
+  reg("max_pool2d_with_indices", max_pool_with_indices_kernel);
+  reg("max_unpool2d", max_unpool_kernel);
   reg("avg_pool2d_grad", avg_pool_grad_kernel);
 }
 

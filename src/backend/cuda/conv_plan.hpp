@@ -68,8 +68,9 @@ inline ConvPlan plan_conv(const std::vector<std::int64_t>& x, const std::vector<
 // x: [N, C, H, W]; pool {ph, pw}, strides {sh, sw}, pads {t, b, l, r} (checked by the infer rule).
 inline PoolDims plan_pool(const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& pool,
                           const std::vector<std::int64_t>& strides,
-                          const std::vector<std::int64_t>& pads) {
+                          const std::vector<std::int64_t>& pads, bool count_pad = false) {
   PoolDims p;
+  p.count_pad = count_pad;
   p.planes = x[0] * x[1], p.h = x[2], p.w = x[3];
   p.ph = pool[0], p.pw = pool[1], p.sh = strides[0], p.sw = strides[1];
   p.pt = pads[0], p.pl = pads[2];

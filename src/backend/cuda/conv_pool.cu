@@ -63,6 +63,12 @@ __global__ void pool_kernel(PoolKind kind, const T* a, const T* b, T* out, PoolD
   }
 }
 
+template <class T>
+__global__ void pool_argmax_kernel(const T* x, std::int64_t* out, PoolDims p, std::int64_t n) {
+  using C = compute_t<T>;
+  SOMA_GRID_LOOP(i, n) { out[i] = max_pool_index_at<C>(x, p, i); }
+}
+
 template <class U>
 __global__ void window_copy_kernel(const U* in, U* out, WindowCopy c, std::int64_t n) {
   SOMA_GRID_LOOP(i, n) { out[i] = window_copy_at(in, c, i); }
@@ -101,6 +107,18 @@ cudaError_t launch_pool(PoolKind kind, const void* a, const void* b, void* out, 
     using T = typename decltype(tag)::type;
     pool_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(
         kind, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), p, n);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_pool_argmax(const void* x, std::int64_t* out, ElemType type,
+                               const PoolDims& p, cudaStream_t stream) {
+  const std::int64_t n = p.planes * p.oh * p.ow;
+  if (n == 0) return cudaSuccess;
+  return dispatch_float(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    pool_argmax_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), out, p,
+                                                                n);
     return cudaGetLastError();
   });
 }

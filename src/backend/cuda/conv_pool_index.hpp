@@ -8,7 +8,8 @@
 //
 // The semantics are the CPU kernels' (src/backend/cpu/nn.cpp), exactly:
 //   - a pooling window is clipped to the input: padding is never a candidate for the maximum and
-//     is not counted by the average;
+//     is not counted by the average (unless count_pad: then every window counts ph * pw, as
+//     PyTorch's and ONNX's count_include_pad; each window lies inside the padded input);
 //   - the maximum of a window is its FIRST maximum in row-major order, NaN propagating (the first
 //     NaN wins), and max_pool2d_grad sends each window's gradient there;
 //   - gradients are gathered per input element over the windows that cover it, in increasing
@@ -33,6 +34,7 @@ namespace soma::cuda_detail {
 struct PoolDims {
   std::int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0, ph = 1, pw = 1, sh = 1, sw = 1, pt = 0,
                pl = 0;
+  bool count_pad = false;  // average pooling divides by ph * pw (padding counted)
 };
 
 // Window of output (oy, ox): rows [y0, y1), columns [x0, x1), clipped to the input.
@@ -65,6 +67,18 @@ SOMA_HD inline std::int64_t pool_argmax(const T* plane, const PoolDims& p, std::
       }
     }
   return best;
+}
+
+// The divisor of an average over the clipped window `win`.
+SOMA_HD inline std::int64_t pool_count(const PoolDims& p, const PoolWindow& win) {
+  return p.count_pad ? p.ph * p.pw : (win.y1 - win.y0) * (win.x1 - win.x0);
+}
+
+// Output element i of max_pool2d_with_indices' indices: the argmax's offset in its plane.
+template <class C, class T>
+SOMA_HD inline std::int64_t max_pool_index_at(const T* x, const PoolDims& p, std::int64_t i) {
+  const std::int64_t plane = i / (p.oh * p.ow), r = i % (p.oh * p.ow);
+  return pool_argmax<C>(x + plane * p.h * p.w, p, r / p.ow, r % p.ow);
 }
 
 // Output element i (over planes * oh * ow) of max_pool2d(x).
@@ -113,7 +127,7 @@ SOMA_HD inline C max_pool_grad_at(const T* x, const T* g, const PoolDims& p, std
   return acc;
 }
 
-// Output element i of avg_pool2d(x): the mean of the clipped window.
+// Output element i of avg_pool2d(x): the mean of the clipped window (see pool_count).
 template <class C, class T>
 SOMA_HD inline C avg_pool_at(const T* x, const PoolDims& p, std::int64_t i) {
   const std::int64_t plane = i / (p.oh * p.ow), r = i % (p.oh * p.ow);
@@ -122,7 +136,7 @@ SOMA_HD inline C avg_pool_at(const T* x, const PoolDims& p, std::int64_t i) {
   C s = C(0);
   for (std::int64_t y = win.y0; y < win.y1; ++y)
     for (std::int64_t x = win.x0; x < win.x1; ++x) s += static_cast<C>(xp[y * p.w + x]);
-  return s / C((win.y1 - win.y0) * (win.x1 - win.x0));
+  return s / C(pool_count(p, win));
 }
 
 // Input element i of avg_pool2d_grad(g): each covering window's g over its element count.
@@ -138,7 +152,7 @@ SOMA_HD inline C avg_pool_grad_at(const T* g, const PoolDims& p, std::int64_t i)
   for (std::int64_t oy = y_lo; oy <= y_hi; ++oy)
     for (std::int64_t ox = x_lo; ox <= x_hi; ++ox) {
       const PoolWindow win = pool_window(p, oy, ox);
-      acc += static_cast<C>(gp[oy * p.ow + ox]) / C((win.y1 - win.y0) * (win.x1 - win.x0));
+      acc += static_cast<C>(gp[oy * p.ow + ox]) / C(pool_count(p, win));
     }
   return acc;
 }

@@ -23,6 +23,9 @@ enum class PoolKind : int {
 // Floating types (f32, f64, f16, bf16); f16/bf16 compute in f32.
 cudaError_t launch_pool(PoolKind kind, const void* a, const void* b, void* out, ElemType type,
                         const PoolDims& dims, cudaStream_t stream);
+// out [planes, oh, ow] = each window's argmax offset within its plane of x (i64).
+cudaError_t launch_pool_argmax(const void* x, std::int64_t* out, ElemType type,
+                               const PoolDims& dims, cudaStream_t stream);
 // out = the window copy of `in` (elements of elem_bytes = 2, 4 or 8 bytes).
 cudaError_t launch_window_copy(const void* in, void* out, int elem_bytes, const WindowCopy& copy,
                                cudaStream_t stream);
