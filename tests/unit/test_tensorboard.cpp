@@ -51,11 +51,11 @@ struct ReaderRun {
   std::vector<std::string> lines;
 };
 
-ReaderRun run_reader(const std::string& path) {
+// Runs `python3 SCRIPT PATH`, collecting its output (stdout and stderr) and exit status.
+ReaderRun run_python(const char* script, const std::string& path) {
   ReaderRun r;
-#if defined(SOMA_PYTHON3) && defined(SOMA_TFEVENTS_READER)
-  std::string cmd = std::string("'") + SOMA_PYTHON3 + "' '" + SOMA_TFEVENTS_READER + "' '" + path +
-                    "' 2>&1";
+#if defined(SOMA_PYTHON3)
+  std::string cmd = std::string("'") + SOMA_PYTHON3 + "' '" + script + "' '" + path + "' 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
   char buf[4096];
@@ -67,9 +67,18 @@ ReaderRun run_reader(const std::string& path) {
   for (std::string line; std::getline(is, line);)
     if (!line.empty()) r.lines.push_back(line);
 #else
-  (void)path;
+  (void)script, (void)path;
 #endif
   return r;
+}
+
+ReaderRun run_reader(const std::string& path) {
+#if defined(SOMA_TFEVENTS_READER)
+  return run_python(SOMA_TFEVENTS_READER, path);
+#else
+  (void)path;
+  return {};
+#endif
 }
 
 #if defined(SOMA_PYTHON3) && defined(SOMA_TFEVENTS_READER)
@@ -460,22 +469,7 @@ TEST_F(TensorBoardCallback, TensorBoardsOwnReaderLoadsScalarsHistogramsAndTheGra
                       .validation_data = {{features(8, 3), labels(8, 3, 4)}},
                       .callbacks = {TensorBoard({.log_dir = dir_.string(), .histogram_freq = 1})},
                       .verbose = 0});
-  auto run = [](const fs::path& d) {
-    ReaderRun r;
-    std::string cmd = std::string("'") + SOMA_PYTHON3 + "' '" + SOMA_TB_ACCUMULATOR + "' '" +
-                      d.string() + "' 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    std::istringstream is(r.output);
-    for (std::string line; std::getline(is, line);)
-      if (!line.empty()) r.lines.push_back(line);
-    return r;
-  };
+  auto run = [](const fs::path& d) { return run_python(SOMA_TB_ACCUMULATOR, d.string()); };
   ReaderRun rt = run(dir_ / "train");
   if (rt.status == 77) GTEST_SKIP() << "tensorboard is not installed: " << rt.output;
   ASSERT_EQ(rt.status, 0) << rt.output;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/device_dispatch.cuh"
 #include "backend/cuda/sort_scan_launch.hpp"
 
 namespace soma::cuda_detail {
@@ -26,45 +27,7 @@ using u64 = std::uint64_t;
 using bf16 = __nv_bfloat16;
 namespace ss = soma::sort_scan;
 
-constexpr int kThreads = 256;
-
-unsigned grid_for(i64 n) {
-  i64 blocks = (n + kThreads - 1) / kThreads;
-  if (blocks > (i64(1) << 20)) blocks = i64(1) << 20;  // the rest by grid-stride loops
-  return unsigned(blocks < 1 ? 1 : blocks);
-}
-
-#define SOMA_GRID_LOOP(i, n)                                                   \
-  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);            \
-       i += i64(gridDim.x) * blockDim.x)
-
-template <class T> struct Tag { using type = T; };
-
-template <class F>
-cudaError_t by_width(int bytes, F&& f) {
-  switch (bytes) {
-    case 1: return f(Tag<std::uint8_t>{});
-    case 2: return f(Tag<std::uint16_t>{});
-    case 4: return f(Tag<std::uint32_t>{});
-    case 8: return f(Tag<std::uint64_t>{});
-  }
-  return cudaErrorInvalidValue;
-}
-
-template <class F>
-cudaError_t by_type(ElemType t, F&& f) {
-  switch (t) {
-    case ElemType::f32: return f(Tag<float>{});
-    case ElemType::f64: return f(Tag<double>{});
-    case ElemType::f16: return f(Tag<__half>{});
-    case ElemType::bf16: return f(Tag<bf16>{});
-    case ElemType::i32: return f(Tag<std::int32_t>{});
-    case ElemType::i64: return f(Tag<std::int64_t>{});
-    case ElemType::u8: return f(Tag<std::uint8_t>{});
-    case ElemType::boolean: return f(Tag<bool>{});
-  }
-  return cudaErrorInvalidValue;
-}
+using namespace soma::cuda_detail::device;
 
 // 16-bit floats compute in f32 (as on the CPU); bool as int; everything else in its own type.
 template <class T> struct compute { using type = T; };
