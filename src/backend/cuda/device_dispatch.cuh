@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/launch.hpp"
 
@@ -51,6 +52,23 @@ cudaError_t by_type(ElemType t, F&& f) {
     case ElemType::i8: return f(Tag<std::int8_t>{});
   }
   return cudaErrorInvalidValue;
+}
+
+// Converts between element types on the device; 16-bit floats go through float (or from double
+// directly), as the CPU's conversions do.
+template <class To, class From>
+__device__ __forceinline__ To to(From v) {
+  if constexpr (std::is_same_v<From, __half> || std::is_same_v<From, __nv_bfloat16>) {
+    return to<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, __half>) {
+    if constexpr (std::is_same_v<From, double>) return __double2half(v);
+    else return __float2half_rn(float(v));
+  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
+    if constexpr (std::is_same_v<From, double>) return __double2bfloat16(v);
+    else return __float2bfloat16_rn(float(v));
+  } else {
+    return static_cast<To>(v);
+  }
 }
 
 }  // namespace soma::cuda_detail::device

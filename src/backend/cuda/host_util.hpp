@@ -3,6 +3,7 @@
 // tensors into launch arguments (ops.cpp, index_ops.cpp, conv.cpp, dense.cpp, optim_ops.cpp).
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "backend/cuda/launch.hpp"
@@ -71,5 +72,41 @@ inline ReduceSpace reduce_space(const char* op, const Tensor& x, const Tensor& o
   }
   return s;
 }
+
+// The device word where index kernels (gather, scatter, take_along_axis, ...) record the first
+// bad index position (~0: none); throw_if_bad turns it into the CPU kernel's message.
+class BadIndex {
+ public:
+  BadIndex(int device, const char* op) : device_(device), op_(op) {
+    p_ = static_cast<unsigned long long*>(allocate(sizeof(unsigned long long), device));
+    check(cudaMemsetAsync(p_, 0xff, sizeof(unsigned long long), stream(device)), op,
+          "cudaMemsetAsync", device);
+  }
+  ~BadIndex() { deallocate(p_, sizeof(unsigned long long), device_); }
+  BadIndex(const BadIndex&) = delete;
+  BadIndex& operator=(const BadIndex&) = delete;
+  unsigned long long* get() const { return p_; }
+  // Waits for the kernels and throws the CPU kernel's message for a bad index.
+  void throw_if_bad(const Tensor& ids, std::int64_t n, int axis) const {
+    unsigned long long pos = 0;
+    check(cudaMemcpyAsync(&pos, p_, sizeof pos, cudaMemcpyDeviceToHost, stream(device_)), op_,
+          "cudaMemcpyAsync", device_);
+    check(cudaStreamSynchronize(stream(device_)), op_, "cudaStreamSynchronize", device_);
+    if (pos == ~0ull) return;
+    std::int64_t j = 0;
+    const std::size_t es = dtype_size(ids.dtype());
+    check(cudaMemcpy(&j, static_cast<const char*>(first_element(ids)) + pos * es, es,
+                     cudaMemcpyDeviceToHost),
+          op_, "cudaMemcpy", device_);
+    if (ids.dtype() == DType::i32) j = std::int64_t(static_cast<std::int32_t>(j));
+    fail(op_, "index ", j, " is out of range for axis ", axis, " of size ", n, " (expected ", -n,
+         " <= index < ", n, ")");
+  }
+
+ private:
+  int device_;
+  const char* op_;
+  unsigned long long* p_ = nullptr;
+};
 
 }  // namespace soma::cuda_detail

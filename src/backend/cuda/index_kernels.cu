@@ -32,20 +32,6 @@ template <> struct compute<__half> { using type = float; };
 template <> struct compute<bf16> { using type = float; };
 template <class T> using compute_t = typename compute<T>::type;
 
-template <class To, class From>
-__device__ __forceinline__ To to(From v) {
-  if constexpr (std::is_same_v<From, __half> || std::is_same_v<From, bf16>) {
-    return to<To>(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<To, __half>) {
-    if constexpr (std::is_same_v<From, double>) return __double2half(v);
-    else return __float2half_rn(float(v));
-  } else if constexpr (std::is_same_v<To, bf16>) {
-    if constexpr (std::is_same_v<From, double>) return __double2bfloat16(v);
-    else return __float2bfloat16_rn(float(v));
-  } else {
-    return static_cast<To>(v);
-  }
-}
 
 // An index of a launch's index tensor, as i64.
 __device__ __forceinline__ i64 index_at(const Indices& ids, i64 j) {

@@ -62,40 +62,6 @@ Indices indices_of(const Tensor& packed_ids, const char* op) {
   return {first_element(packed_ids), packed_ids.dtype() == DType::i64};
 }
 
-// The device word where index kernels record the first bad position (~0: none).
-class BadIndex {
- public:
-  BadIndex(int device, const char* op) : device_(device), op_(op) {
-    p_ = static_cast<unsigned long long*>(allocate(sizeof(unsigned long long), device));
-    check(cudaMemsetAsync(p_, 0xff, sizeof(unsigned long long), stream(device)), op,
-          "cudaMemsetAsync", device);
-  }
-  ~BadIndex() { deallocate(p_, sizeof(unsigned long long), device_); }
-  BadIndex(const BadIndex&) = delete;
-  BadIndex& operator=(const BadIndex&) = delete;
-  unsigned long long* get() const { return p_; }
-  // Waits for the kernels and throws the CPU kernel's message for a bad index.
-  void throw_if_bad(const Tensor& ids, std::int64_t n, int axis) const {
-    unsigned long long pos = 0;
-    check(cudaMemcpyAsync(&pos, p_, sizeof pos, cudaMemcpyDeviceToHost, stream(device_)), op_,
-          "cudaMemcpyAsync", device_);
-    check(cudaStreamSynchronize(stream(device_)), op_, "cudaStreamSynchronize", device_);
-    if (pos == ~0ull) return;
-    std::int64_t j = 0;
-    const std::size_t es = dtype_size(ids.dtype());
-    check(cudaMemcpy(&j, static_cast<const char*>(first_element(ids)) + pos * es, es,
-                     cudaMemcpyDeviceToHost),
-          op_, "cudaMemcpy", device_);
-    if (ids.dtype() == DType::i32) j = std::int64_t(static_cast<std::int32_t>(j));
-    fail(op_, "index ", j, " is out of range for axis ", axis, " of size ", n, " (expected ", -n,
-         " <= index < ", n, ")");
-  }
-
- private:
-  int device_;
-  const char* op_;
-  unsigned long long* p_ = nullptr;
-};
 
 // ---- concat ----
 void concat_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
