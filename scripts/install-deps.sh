@@ -30,6 +30,8 @@ PACKAGES=(
   libonnx-dev
   python3-onnx
   python3-torch
+  # reads `soma train --csv` logs as a Keras user would (cli.train_csv_reads_like_keras_csvlogger)
+  python3-pandas
   # Distributed training over MPI; the mpirun tests skip without openmpi-bin
   libopenmpi-dev
   openmpi-bin

@@ -137,6 +137,41 @@ case $case_name in
     acc=$(tail -n 1 "$out/stdout" | sed 's/.*test_accuracy=//')
     awk -v a="$acc" 'BEGIN { exit !(a >= 0.5) }' || fail "test accuracy $acc < 0.5"
     ;;
+  train_csv_reads_like_keras_csvlogger)
+    # Issue 27: the --csv log opens unchanged in pandas and Python's csv module, as a Keras
+    # CSVLogger file does: header "epoch" then the metric names sorted, one row per epoch from 0,
+    # every field a number. pandas is a test oracle (Debian's python3-pandas); without it only the
+    # csv module reads the file.
+    run train --model mlp --epochs 3 --batch-size 32 --seed 1 --data idx:"$dir" \
+      --out "$out/k.soma" --csv "$out/k.csv" --threads 1 --verbose 0
+    expect_status 0
+    /usr/bin/python3 - "$out/k.csv" >"$out/py" 2>&1 <<'PY' || fail "the CSV log is not what Keras' CSVLogger writes: $(cat "$out/py")"
+import csv, math, sys
+rows = list(csv.reader(open(sys.argv[1], newline="")))
+head, body = rows[0], rows[1:]
+assert head[0] == "epoch", head
+assert head[1:] == sorted(head[1:]), f"metric columns not sorted as Keras sorts them: {head}"
+assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(head), head
+assert [r[0] for r in body] == ["0", "1", "2"], [r[0] for r in body]
+for r in body:
+    assert len(r) == len(head), r
+    assert all(math.isfinite(float(v)) for v in r[1:]), r
+try:
+    import pandas
+except ImportError:
+    print("pandas not installed: read with the csv module only")
+    sys.exit(0)
+df = pandas.read_csv(sys.argv[1])
+assert list(df.columns) == head, list(df.columns)
+assert len(df) == 3 and list(df["epoch"]) == [0, 1, 2], df
+assert all(str(t) in ("int64", "float64") for t in df.dtypes), df.dtypes
+assert not df.isna().any().any(), df
+# soma writes the shortest round-trip form: pandas' round-trip parser gets the exact double back
+exact = pandas.read_csv(sys.argv[1], float_precision="round_trip")
+assert exact["loss"].iloc[-1] == float(body[-1][head.index("loss")]), exact["loss"]
+print("pandas", pandas.__version__, "reads", len(df), "epochs:", list(df.columns))
+PY
+    ;;
   train_from_config)
     run train --config "$dir/my_model.json" --data idx:"$dir" --epochs 3 --out "$out/c.soma" \
       --csv "$out/c.csv" --verbose 0 --optimizer sgd --lr 0.1
