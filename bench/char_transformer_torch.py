@@ -64,13 +64,23 @@ def main():
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--generate", type=int, default=100)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--file-extra", nargs="*", default=[],
+                   help="more training text (the held-out tail stays --file's), as char_transformer --extra")
+    p.add_argument("--curve", type=int, default=0, metavar="N",
+                   help="a learning curve instead of a speed run: N steps with a warm-up then a cosine "
+                        "decay to lr/10 (as char_transformer), the validation loss every --eval-every")
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=20)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
 
     ids = list(open(a.file, "rb").read())
     split = len(ids) * 9 // 10
-    x, y = windows(ids[:split], a.context, a.context // 4 + 1)
+    train_ids = ids[:split]
+    for f in a.file_extra:
+        train_ids = list(open(f, "rb").read()) + train_ids
+    x, y = windows(train_ids, a.context, a.context // 4 + 1)
     vx, vy = windows(ids[split:], a.context, a.context)
     model = GPT(a.layers, a.d_model, a.heads, a.context, a.dropout)
     decay = [q for n, q in model.named_parameters() if q.dim() >= 2 and n != "pos"]
@@ -91,6 +101,9 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         return loss.item()
+
+    if a.curve:
+        return curve(a, model, opt, step, loss_fn, vx, vy)
 
     model.train()
     step(0)  # warm-up (allocations), not timed
@@ -114,6 +127,42 @@ def main():
         dt = time.perf_counter() - t0
     print(f"generate: {a.generate} bytes in {dt:.2f} s: {a.generate / dt:.0f} tokens/s "
           f"(re-running the {a.context}-byte window per byte)")
+
+
+def curve(a, model, opt, step, loss_fn, vx, vy):
+    """The validation curve of a --curve N run: what this text allows the model (the control for
+    char_transformer's validation figure; docs/attention.md)."""
+    warm = min(a.warmup, a.curve // 2)
+
+    def rate(i):
+        if i < warm:
+            return a.lr * (i + 1) / warm
+        t = (i - warm) / max(1, a.curve - warm)
+        return a.lr / 10 + (a.lr - a.lr / 10) * 0.5 * (1 + math.cos(math.pi * t))
+
+    def validate():
+        model.eval()
+        with torch.no_grad():
+            tot = 0.0
+            for i in range(0, len(vx), a.batch):
+                lo = model(vx[i:i + a.batch])
+                tot += loss_fn(lo.reshape(-1, 256), vy[i:i + a.batch].reshape(-1)).item() * len(vx[i:i + a.batch])
+        model.train()
+        return tot / len(vx)
+
+    best, best_at, t0 = float("inf"), 0, time.perf_counter()
+    model.train()
+    for i in range(a.curve):
+        for g in opt.param_groups:
+            g["lr"] = rate(i)
+        loss = step(i)
+        if (i + 1) % a.eval_every == 0 or i + 1 == a.curve:
+            v = validate()
+            if v < best:
+                best, best_at = v, i + 1
+            print(f"step {i + 1}: train {loss:.3f}, validation {v:.3f} nats/char, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"best validation {best:.3f} nats/char at step {best_at} of {a.curve}")
 
 
 if __name__ == "__main__":
