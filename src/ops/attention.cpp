@@ -222,8 +222,10 @@ void register_attention_ops() {
   // Samples: seq_q != seq_k, d != d_v, a causal mask on top of an additive one broadcast over
   // the heads (so its gradient is a sum over them).
   const Attrs sample = {{"causal", true}, {"scale", 0.7}};
+  // Under autocast on a device the forward runs in bf16/f16 (as PyTorch's autocast does), which
+  // on CUDA is cuDNN's fused attention; the backward stays in its inputs' dtype (f32).
   OpDef fwd{.name = kName, .num_inputs = -1, .infer = sdpa_infer, .grad = sdpa_grad,
-            .tags = kFloatOnly, .attrs = attrs,
+            .tags = kFloatOnly | kAutocastLow, .attrs = attrs,
             .test = {.shapes = {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, {2, 1, 3, 5}},
                      .attrs = sample,
                      .reference = ref::scaled_dot_product_attention}};

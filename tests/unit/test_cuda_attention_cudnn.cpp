@@ -8,7 +8,8 @@
 //     the description (cuDNN's documented semantics of each operation, in f64), it gives the CPU
 //     op's out and lse: the graph computes attention, causal or not, sq != sk, d != dv.
 // On a GPU (skipped without one): the fused path against the CPU op in f16 and bf16, causal and
-// not, head dims 64 and 128, sequence lengths not multiples of 64; lse too; the backward
+// not, head dims 64 and 128, sequence lengths not multiples of 64; lse too; f32 under autocast;
+// the backward
 // (composite on CUDA) fed by the fused forward; the fallback (head dim 7, f32, an explicit mask,
 // SOMA_CUDNN_ATTENTION=0) engages and gives the same answer.
 #include <gtest/gtest.h>
@@ -317,6 +318,26 @@ TEST(CudnnAttentionGpu, FusedMatchesCpu) {
       EXPECT_TRUE(all_close(r.gpu[1], r.cpu[1], 4 * tol(t), tol(t))) << what << " (lse)";
     }
   }
+}
+
+// f32 inputs under autocast: the op is lowered to f16 and runs fused; outputs come back f32.
+TEST(CudnnAttentionGpu, AutocastLowersF32ToTheFusedPath) {
+  SKIP_WITHOUT_GPU();
+  const Case c{1, 2, 64, 96, 64, 64, true, 0.0};
+  const Tensor q = cast(rand_tensor({c.b, c.h, c.sq, c.d}, 31), DType::f32);
+  const Tensor k = cast(rand_tensor({c.b, c.h, c.sk, c.d}, 32), DType::f32);
+  const Tensor v = cast(rand_tensor({c.b, c.h, c.sk, c.dv}, 33), DType::f32);
+  const Tensor want = scaled_dot_product_attention(q, k, v, {}, {.causal = true});
+  cuda::reset_fused_attention_stats();
+  Tensor got;
+  {
+    AutocastScope scope(DType::f16);
+    got = scaled_dot_product_attention(q.to(kGpu), k.to(kGpu), v.to(kGpu), {}, {.causal = true});
+  }
+  EXPECT_EQ(got.dtype(), DType::f32);
+  EXPECT_EQ(cuda::fused_attention_stats().cudnn_calls, 1u)
+      << cuda::fused_attention_stats().last_fallback_reason;
+  EXPECT_TRUE(all_close(cast(got.to(Device::cpu()), DType::f64), cast(want, DType::f64), 4e-3, 4e-3));
 }
 
 TEST(CudnnAttentionGpu, BackwardFromFusedForwardMatchesCpu) {

@@ -366,7 +366,10 @@ std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
       if (!aligned(first_element(*x))) return "a tensor's data is not 16-byte aligned";
     const float scale = float(a.has("scale") && a.f("scale") > 0 ? a.f("scale")
                                                                    : 1.0 / std::sqrt(double(p.d)));
-    const float neg_inf = -std::numeric_limits<float>::infinity();
+    // The masked logits' value: -inf, or the lowest float for cuDNN before 9.10, whose softmax
+    // engines prefer it (cudnn_frontend does the same); either gives those keys exp() = 0.
+    const float neg_inf = cudnn_version() >= 91000 ? -std::numeric_limits<float>::infinity()
+                                                   : std::numeric_limits<float>::lowest();
     std::vector<void*> ptrs;
     for (std::int64_t id : plan->uids) {
       switch (id) {
