@@ -62,6 +62,15 @@ TEST(CudnnAttentionPlan, SupportPredicate) {
             std::string::npos);
   EXPECT_NE(attn::unsupported_reason(problem(1, 1, 8, 8, 64, 64, false), 7).find("8.0"),
             std::string::npos);
+  // cuDNN versions with known wrong answers, and decode with a causal mask before 9.10.
+  EXPECT_NE(attn::unsupported_reason(problem(1, 1, 8, 8, 64, 64, false), 9, 91000).find("9.10.0"),
+            std::string::npos);
+  EXPECT_NE(attn::unsupported_reason(problem(1, 1, 8, 8, 64, 64, false), 9, 91001), "");
+  EXPECT_EQ(attn::unsupported_reason(problem(1, 1, 8, 8, 64, 64, false), 9, 91002), "");
+  EXPECT_NE(attn::unsupported_reason(problem(1, 1, 1, 8, 64, 64, true), 9, 90900), "");
+  EXPECT_EQ(attn::unsupported_reason(problem(1, 1, 1, 8, 64, 64, false), 9, 90900), "");
+  EXPECT_EQ(attn::unsupported_reason(problem(1, 1, 1, 8, 64, 64, true), 9, 91900), "");
+  EXPECT_NE(attn::unsupported_reason(problem(1, 1, 1, 8, 192, 192, false), 10, 90800), "");
   EXPECT_NE(attn::unsupported_reason(problem(1024, 64, 1024, 1024, 64, 64, false), 9)
                 .find("2^31"), std::string::npos);
 }

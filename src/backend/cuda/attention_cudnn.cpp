@@ -330,7 +330,9 @@ std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   p.causal = a.has("causal") && a.b("causal");
   p.has_mask = in.size() > 3;
   const int dev = use_device(out[0].device().index, kOp);
-  if (std::string why = attn::unsupported_reason(p, compute_major(dev)); !why.empty()) return why;
+  if (std::string why = attn::unsupported_reason(p, compute_major(dev), cudnn_version());
+      !why.empty())
+    return why;
 
   const std::vector<std::int64_t> key = p.key(dev);
   Cache& c = cache();
@@ -348,13 +350,20 @@ std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
     }
     handle = handle_for(*api, dev);
     if (!plan) {
-      plan = build_plan(*api, handle, attn::forward_graph(p));
+      const attn::Graph g = attn::forward_graph(p);
+      if (std::string bad = attn::validate(g); !bad.empty())
+        throw Unusable{"internal: the attention graph is malformed: " + bad};
+      plan = build_plan(*api, handle, g);
       c.plans[key] = plan;
     }
   } catch (const Unusable& e) {
     std::lock_guard<std::mutex> lock(c.m);
     first = c.failed.emplace(key, e.why).second;
     return e.why;
+  } catch (const std::exception& e) {  // anything else while building: the same
+    std::lock_guard<std::mutex> lock(c.m);
+    first = c.failed.emplace(key, e.what()).second;
+    return e.what();
   }
 
   try {
@@ -409,7 +418,7 @@ std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
     first = c.failed.emplace(key, e.why).second;
     c.plans.erase(key);
     return e.why;
-  } catch (const Error& e) {  // e.g. no device memory for the workspace: this call only
+  } catch (const std::exception& e) {  // e.g. no device memory for the workspace: this call only
     return e.what();
   }
   return {};

@@ -15,6 +15,7 @@
 //   O = matmul(P, V)                           [b, h, sq, dv]
 // K is read transposed through its strides (KT [b, h, d, sk]); Q, K, V, O are packed [b, h, s, d].
 // scale and -inf are by-value scalars, given at execution time: one plan serves every scale.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,9 +40,11 @@ struct Problem {
 constexpr std::int64_t kMaxHeadDim = 256;
 
 // Empty when the fused path may be tried for `p` on a device of compute capability
-// `compute_major` (0: not known), else why not. Passing this predicate is no promise: cuDNN's
-// heuristics may still find no engine, and then the caller falls back (remembering the key).
-inline std::string unsupported_reason(const Problem& p, int compute_major) {
+// `compute_major` with the cuDNN library of version `cudnn` (cudnnGetVersion, e.g. 91900; 0: not
+// known), else why not. Passing this predicate is no promise: cuDNN's heuristics may still find
+// no engine, and then the caller falls back (remembering the key). The version rules are the
+// known bugs cudnn_frontend's support checks refuse (wrong answers, not refusals).
+inline std::string unsupported_reason(const Problem& p, int compute_major, std::size_t cudnn = 0) {
   if (p.dtype != Elem::f16 && p.dtype != Elem::bf16)
     return "cuDNN's fused attention takes f16 and bf16 only";
   if (p.has_mask)
@@ -55,6 +58,12 @@ inline std::string unsupported_reason(const Problem& p, int compute_major) {
     return "head dimensions above " + std::to_string(kMaxHeadDim);
   if (compute_major != 0 && compute_major < 8)
     return "cuDNN's fused flash attention needs compute capability 8.0 (Ampere) or later";
+  if (cudnn == 91000 || cudnn == 91001)
+    return "cuDNN 9.10.0/9.10.1 have known bugs in f16/bf16 fused attention";
+  if (cudnn != 0 && cudnn <= 90900 && p.sq == 1 &&
+      (p.causal || (compute_major == 10 && (p.d > 128 || p.dv > 128))))
+    return "one query (decode) with a causal mask or head dims above 128 on Blackwell needs "
+           "cuDNN 9.10 or later";
   // cuDNN counts elements of a tensor in int64 but the engines index with 32-bit offsets.
   const std::int64_t limit = std::int64_t(1) << 31;
   if (p.b * p.h * p.sq * p.d >= limit || p.b * p.h * p.sk * p.d >= limit ||
