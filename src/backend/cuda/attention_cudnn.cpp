@@ -54,6 +54,7 @@ Counters& counters() {
 #if SOMA_HAS_CUDNN_HEADERS
 
 constexpr int kMaxDevices = 64;
+constexpr std::size_t kMaxFailed = 4096;  // remembered refusals (then forgotten and retried)
 
 // A failure while building or running the fused graph: becomes a fallback, never an error.
 struct Unusable {
@@ -350,6 +351,9 @@ std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
     }
     handle = handle_for(*api, dev);
     if (!plan) {
+      if (c.plans.size() >= attn::kMaxPlans)
+        throw Unusable{"the plan cache is full (" + std::to_string(attn::kMaxPlans) +
+                       " shapes): further shapes run the composite kernel"};
       const attn::Graph g = attn::forward_graph(p);
       if (std::string bad = attn::validate(g); !bad.empty())
         throw Unusable{"internal: the attention graph is malformed: " + bad};
@@ -358,6 +362,7 @@ std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
     }
   } catch (const Unusable& e) {
     std::lock_guard<std::mutex> lock(c.m);
+    if (c.failed.size() >= kMaxFailed) c.failed.clear();  // bounded: shapes may never repeat
     first = c.failed.emplace(key, e.why).second;
     return e.why;
   } catch (const std::exception& e) {  // anything else while building: the same

@@ -38,6 +38,8 @@ struct Problem {
 
 // Largest head dimension the fused engines are asked for; larger ones run the composite.
 constexpr std::int64_t kMaxHeadDim = 256;
+// Plans kept (each may have compiled a kernel when built); shapes beyond run the composite.
+constexpr std::size_t kMaxPlans = 64;
 
 // Empty when the fused path may be tried for `p` on a device of compute capability
 // `compute_major` with the cuDNN library of version `cudnn` (cudnnGetVersion, e.g. 91900; 0: not
@@ -60,10 +62,10 @@ inline std::string unsupported_reason(const Problem& p, int compute_major, std::
     return "cuDNN's fused flash attention needs compute capability 8.0 (Ampere) or later";
   if (cudnn == 91000 || cudnn == 91001)
     return "cuDNN 9.10.0/9.10.1 have known bugs in f16/bf16 fused attention";
-  if (cudnn != 0 && cudnn <= 90900 && p.sq == 1 &&
-      (p.causal || (compute_major == 10 && (p.d > 128 || p.dv > 128))))
-    return "one query (decode) with a causal mask or head dims above 128 on Blackwell needs "
-           "cuDNN 9.10 or later";
+  // Decoding with a KV cache: one query against a key length that grows every step would build a
+  // plan per step; its [b, h, 1, sk] logits are small, so the composite serves it. (cuDNN before
+  // 9.10 also mishandles one query with a causal mask.)
+  if (p.sq == 1) return "a single query row (decoding) runs the composite kernel";
   // cuDNN counts elements of a tensor in int64 but the engines index with 32-bit offsets.
   const std::int64_t limit = std::int64_t(1) << 31;
   if (p.b * p.h * p.sq * p.d >= limit || p.b * p.h * p.sk * p.d >= limit ||
