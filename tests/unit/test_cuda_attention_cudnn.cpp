@@ -4,11 +4,13 @@
 // On the CPU (every build, GPU or not):
 //   - the support predicate and the SOMA_CUDNN_ATTENTION setting;
 //   - the graph description: well formed (validate), K read transposed through its strides, the
-//     Stats output [b, h, sq, 1] f32, the variant pack's uids; and, run by a small interpreter of
-//     the description (cuDNN's documented semantics of each operation, in f64), it gives the CPU
-//     op's out and lse: the graph computes attention, causal or not, sq != sk, d != dv.
+//     Stats output [b, h, sq, 1] f32, the variant pack's uids, the two q/k/v layouts; and, run by
+//     a small interpreter of the description (cuDNN's documented semantics of each operation, in
+//     f64), it gives the CPU op's out and lse: the graph computes attention, causal or not,
+//     sq != sk, d != dv, q/k/v packed or [b, s, h, d].
 // On a GPU (skipped without one): the fused path against the CPU op in f16 and bf16, causal and
-// not, head dims 64 and 128, sequence lengths not multiples of 64; lse too; f32 under autocast;
+// not, head dims 64 and 128, sequence lengths not multiples of 64; lse too; heads transposed from
+// [b, s, h, d] read in place; f32 under autocast;
 // the backward
 // (composite on CUDA) fed by the fused forward; the fallback (head dim 7, f32, an explicit mask,
 // SOMA_CUDNN_ATTENTION=0) engages and gives the same answer.
@@ -84,6 +86,24 @@ TEST(CudnnAttentionPlan, Setting) {
   EXPECT_EQ(attn::parse_setting("debug"), attn::Setting::debug);
 }
 
+TEST(CudnnAttentionPlan, Layouts) {
+  attn::Layout l = attn::Layout::bshd;
+  EXPECT_TRUE(attn::match_layout({2, 3, 5, 8}, {120, 40, 8, 1}, l));
+  EXPECT_EQ(l, attn::Layout::bhsd);
+  EXPECT_TRUE(attn::match_layout({2, 3, 5, 8}, {120, 8, 24, 1}, l));  // [2, 5, 3, 8] transposed
+  EXPECT_EQ(l, attn::Layout::bshd);
+  EXPECT_FALSE(attn::match_layout({2, 3, 5, 8}, {120, 40, 1, 5}, l));  // d not innermost
+  EXPECT_FALSE(attn::match_layout({2, 3, 5, 8}, {240, 80, 16, 1}, l));  // a strided slice
+  EXPECT_TRUE(attn::match_layout({1, 1, 5, 8}, {7, 9, 8, 1}, l));  // size-1 dims: any stride
+  // What soma's own transpose of a [b, s, h, d] tensor gives is recognised.
+  const Tensor x = rand_tensor({2, 5, 3, 8}, 1);
+  const Tensor t = transpose(x, {0, 2, 1, 3});
+  EXPECT_TRUE(attn::match_layout(std::vector<std::int64_t>(t.shape().begin(), t.shape().end()),
+                                 std::vector<std::int64_t>(t.strides().begin(), t.strides().end()),
+                                 l));
+  EXPECT_EQ(l, attn::Layout::bshd);
+}
+
 TEST(CudnnAttentionPlan, KeysTellShapesDtypesAndCausalApart) {
   const attn::Problem p = problem(2, 3, 10, 12, 64, 64, false);
   attn::Problem c = p;
@@ -96,6 +116,9 @@ TEST(CudnnAttentionPlan, KeysTellShapesDtypesAndCausalApart) {
   EXPECT_NE(p.key(0), t.key(0));
   EXPECT_NE(p.key(0), s.key(0));
   EXPECT_NE(p.key(0), p.key(1));
+  attn::Problem l = p;
+  l.k_layout = attn::Layout::bshd;
+  EXPECT_NE(p.key(0), l.key(0));
   EXPECT_EQ(p.key(0), problem(2, 3, 10, 12, 64, 64, false).key(0));
 }
 
@@ -227,12 +250,15 @@ struct Case {
   std::int64_t b, h, sq, sk, d, dv;
   bool causal;
   double scale;  // 0: 1/sqrt(d)
+  bool bshd = false;  // q, k, v given as [b, s, h, d] buffers (read through the layout's strides)
 };
 
 TEST(CudnnAttentionPlan, DescribedGraphComputesTheOp) {
   const std::vector<Case> cases = {{2, 2, 5, 7, 8, 8, false, 0.0},  {2, 2, 5, 7, 8, 16, true, 0.0},
                                    {1, 3, 9, 4, 16, 8, true, 0.7},  {1, 1, 6, 6, 8, 8, true, 0.0},
-                                   {2, 1, 3, 11, 24, 8, false, 1.3}};
+                                   {2, 1, 3, 11, 24, 8, false, 1.3},
+                                   {2, 3, 5, 7, 8, 16, true, 0.0, true},
+                                   {2, 2, 6, 4, 16, 8, false, 0.5, true}};
   for (const Case& c : cases) {
     const Tensor q = rand_tensor({c.b, c.h, c.sq, c.d}, 1);
     const Tensor k = rand_tensor({c.b, c.h, c.sk, c.d}, 2);
@@ -240,19 +266,23 @@ TEST(CudnnAttentionPlan, DescribedGraphComputesTheOp) {
     const Attrs a{{"causal", c.causal}, {"scale", c.scale}};
     const std::vector<Tensor> want = call_op(get_op("scaled_dot_product_attention"), {q, k, v}, a);
 
-    const attn::Graph g =
-        attn::forward_graph(problem(c.b, c.h, c.sq, c.sk, c.d, c.dv, c.causal));
+    attn::Problem p = problem(c.b, c.h, c.sq, c.sk, c.d, c.dv, c.causal);
+    if (c.bshd) p.q_layout = p.k_layout = p.v_layout = attn::Layout::bshd;
+    const attn::Graph g = attn::forward_graph(p);
     ASSERT_EQ(attn::validate(g), "");
     Interpreter run{g, {}};
-    // Packed q, k, v buffers: the description's strides say how to read them (K transposed).
-    run.buf[attn::uid::q] = q.to_vector<double>();
-    run.buf[attn::uid::k] = k.to_vector<double>();
-    run.buf[attn::uid::v] = v.to_vector<double>();
+    // q, k, v buffers in the layout described: its strides say how to read them (K transposed).
+    auto buffer = [&](const Tensor& t) {
+      return (c.bshd ? transpose(t, {0, 2, 1, 3}) : t).to_vector<double>();
+    };
+    run.buf[attn::uid::q] = buffer(q);
+    run.buf[attn::uid::k] = buffer(k);
+    run.buf[attn::uid::v] = buffer(v);
     run.buf[attn::uid::scale] = {c.scale > 0 ? c.scale : 1.0 / std::sqrt(double(c.d))};
     run.buf[attn::uid::neg_inf] = {-std::numeric_limits<double>::infinity()};
     run.run();
     const std::string what = "case sq " + std::to_string(c.sq) + " sk " + std::to_string(c.sk) +
-                             " causal " + std::to_string(c.causal);
+                             " causal " + std::to_string(c.causal) + " bshd " + std::to_string(c.bshd);
     EXPECT_TRUE(all_close(want[0], run.buf.at(attn::uid::o), 1e-12, 1e-12)) << what;
     EXPECT_TRUE(all_close(want[1], run.buf.at(attn::uid::stats), 1e-12, 1e-12)) << what;
   }
@@ -327,6 +357,25 @@ TEST(CudnnAttentionGpu, FusedMatchesCpu) {
       EXPECT_TRUE(all_close(r.gpu[1], r.cpu[1], 4 * tol(t), tol(t))) << what << " (lse)";
     }
   }
+}
+
+// Heads as MultiHeadAttention makes them (a [b, s, h, d] projection transposed): read in place.
+TEST(CudnnAttentionGpu, TransposedHeadsRunInPlace) {
+  SKIP_WITHOUT_GPU();
+  const DType t = DType::f16;
+  const Tensor xq = cast(rand_tensor({2, 70, 4, 64}, 41), t);
+  const Tensor xk = cast(rand_tensor({2, 90, 4, 64}, 42), t);
+  const Tensor xv = cast(rand_tensor({2, 90, 4, 64}, 43), t);
+  auto heads = [](const Tensor& x) { return transpose(x, {0, 2, 1, 3}); };
+  const Tensor want = scaled_dot_product_attention(heads(xq), heads(xk), heads(xv), {},
+                                                   {.causal = true});
+  cuda::reset_fused_attention_stats();
+  const Tensor got = scaled_dot_product_attention(heads(xq.to(kGpu)), heads(xk.to(kGpu)),
+                                                  heads(xv.to(kGpu)), {}, {.causal = true});
+  EXPECT_EQ(cuda::fused_attention_stats().cudnn_calls, 1u)
+      << cuda::fused_attention_stats().last_fallback_reason;
+  EXPECT_TRUE(all_close(cast(got.to(Device::cpu()), DType::f64), cast(want, DType::f64), tol(t),
+                        tol(t)));
 }
 
 // f32 inputs under autocast: the op is lowered to f16 and runs fused; outputs come back f32.

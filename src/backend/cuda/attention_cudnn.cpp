@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/attention_graph.hpp"
@@ -330,11 +331,26 @@ std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   p.dtype = t == DType::f16 ? attn::Elem::f16 : t == DType::bf16 ? attn::Elem::bf16 : attn::Elem::f32;
   p.causal = a.has("causal") && a.b("causal");
   p.has_mask = in.size() > 3;
+  // q, k, v in place when packed [b, h, s, d] or [b, s, h, d]-seen-as-[b, h, s, d] (the
+  // MultiHeadAttention layer's heads), else packed copies.
+  auto layout = [](const Tensor& x, attn::Layout& l) {
+    const std::vector<std::int64_t> dims(x.shape().begin(), x.shape().end());
+    const std::vector<std::int64_t> st(x.strides().begin(), x.strides().end());
+    if (attn::match_layout(dims, st, l)) return x;
+    l = attn::Layout::bhsd;
+    return packed(x);
+  };
   const int dev = use_device(out[0].device().index, kOp);
   if (std::string why = attn::unsupported_reason(p, compute_major(dev), cudnn_version());
       !why.empty())
     return why;
 
+  Tensor q, k, v;
+  try {
+    q = layout(q0, p.q_layout), k = layout(k0, p.k_layout), v = layout(v0, p.v_layout);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
   const std::vector<std::int64_t> key = p.key(dev);
   Cache& c = cache();
   std::shared_ptr<Plan> plan;
@@ -372,11 +388,10 @@ std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   }
 
   try {
-    const Tensor q = packed(q0), k = packed(k0), v = packed(v0);
     const bool out_direct = out[0].is_contiguous() && aligned(first_element(out[0]));
     const Tensor o = out_direct ? out[0] : Tensor::empty(out[0].shape(), t, out[0].device());
     const Tensor stats = Tensor::empty({p.b, p.h, p.sq}, DType::f32, out[0].device());
-    for (const Tensor* x : {&q, &k, &v, &o, &stats})
+    for (const Tensor* x : {&std::as_const(q), &std::as_const(k), &std::as_const(v), &o, &stats})
       if (!aligned(first_element(*x))) return "a tensor's data is not 16-byte aligned";
     const float scale = float(a.has("scale") && a.f("scale") > 0 ? a.f("scale")
                                                                    : 1.0 / std::sqrt(double(p.d)));

@@ -13,16 +13,48 @@
 //   Stats = M + log(Z)                         the op's lse, f32 (the only non-virtual f32 tensor)
 //   P = E / Z                                  in the input dtype (the second matmul's A)
 //   O = matmul(P, V)                           [b, h, sq, dv]
-// K is read transposed through its strides (KT [b, h, d, sk]); Q, K, V, O are packed [b, h, s, d].
+// K is read transposed through its strides (KT [b, h, d, sk]); Q, K, V are packed [b, h, s, d] or
+// [b, s, h, d] (Layout), O and Stats packed [b, h, s, d].
 // scale and -inf are by-value scalars, given at execution time: one plan serves every scale.
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace soma::cuda_detail::attn {
 
 enum class Elem : int { f16, bf16, f32, i32, boolean };
+
+// How q, k or v lie in memory. bhsd: packed [b, h, s, d]; bshd: a packed [b, s, h, d] seen as
+// [b, h, s, d] (MultiHeadAttention's heads, transposed from its projections: read in place
+// rather than copied). Anything else is packed into bhsd first.
+enum class Layout : int { bhsd, bshd };
+
+inline std::vector<std::int64_t> layout_strides(Layout l, std::int64_t b, std::int64_t h,
+                                                std::int64_t s, std::int64_t d) {
+  (void)b;
+  if (l == Layout::bshd) return {s * h * d, d, h * d, 1};
+  return {h * s * d, s * d, d, 1};
+}
+
+// Sets `out` to the layout of a [b, h, s, d] tensor with these strides; false when it is neither
+// (dims of size 1 may have any stride, as a packed tensor's do).
+inline bool match_layout(const std::vector<std::int64_t>& dims,
+                         const std::vector<std::int64_t>& strides, Layout& out) {
+  if (dims.size() != 4 || strides.size() != 4) return false;
+  for (Layout l : {Layout::bhsd, Layout::bshd}) {
+    const std::vector<std::int64_t> want = layout_strides(l, dims[0], dims[1], dims[2], dims[3]);
+    bool ok = true;
+    for (int i = 0; i < 4; ++i)
+      if (dims[std::size_t(i)] != 1 && strides[std::size_t(i)] != want[std::size_t(i)]) ok = false;
+    if (ok) {
+      out = l;
+      return true;
+    }
+  }
+  return false;
+}
 
 // One call's geometry and options; `key()` is what a plan is cached by (with the device).
 struct Problem {
@@ -30,9 +62,11 @@ struct Problem {
   Elem dtype = Elem::f16;  // of q, k, v and out
   bool causal = false;
   bool has_mask = false;  // an explicit mask input (not taken by this path: see unsupported_reason)
+  Layout q_layout = Layout::bhsd, k_layout = Layout::bhsd, v_layout = Layout::bhsd;  // out: bhsd
 
   std::vector<std::int64_t> key(int device) const {
-    return {device, int(dtype), b, h, sq, sk, d, dv, causal ? 1 : 0};
+    return {device, int(dtype), b, h, sq, sk, d, dv, causal ? 1 : 0,
+            int(q_layout), int(k_layout), int(v_layout)};
   }
 };
 
@@ -160,9 +194,11 @@ inline Graph forward_graph(const Problem& p) {
                 std::int64_t axis = -1) { g.ops.push_back({m, std::move(in), out, math, axis}); };
 
   const std::int64_t b = p.b, h = p.h, sq = p.sq, sk = p.sk, d = p.d, dv = p.dv;
-  io(uid::q, {b, h, sq, d}, {h * sq * d, sq * d, d, 1}, p.dtype);
-  io(uid::k, {b, h, d, sk}, {h * sk * d, sk * d, 1, d}, p.dtype);  // K^T: packed K read across
-  io(uid::v, {b, h, sk, dv}, {h * sk * dv, sk * dv, dv, 1}, p.dtype);
+  io(uid::q, {b, h, sq, d}, layout_strides(p.q_layout, b, h, sq, d), p.dtype);
+  std::vector<std::int64_t> kt = layout_strides(p.k_layout, b, h, sk, d);
+  std::swap(kt[2], kt[3]);  // K^T [b, h, d, sk]: K read across
+  io(uid::k, {b, h, d, sk}, kt, p.dtype);
+  io(uid::v, {b, h, sk, dv}, layout_strides(p.v_layout, b, h, sk, dv), p.dtype);
   io(uid::o, {b, h, sq, dv}, {h * sq * dv, sq * dv, dv, 1}, p.dtype);
   io(uid::stats, {b, h, sq, 1}, {h * sq, sq, 1, 1}, Elem::f32);
   scalar(uid::scale);
