@@ -8,8 +8,8 @@
 //   - f32/f64 inputs, an explicit mask, head dims not multiples of 8 or above 256, no keys, a
 //     pre-Ampere GPU (attn::unsupported_reason);
 //   - any failure while building, finalising, finding an engine or executing: the composite runs
-//     instead, silently, and the shape is remembered so it is not tried again (with
-//     SOMA_CUDNN_ATTENTION=debug each such reason is printed once on stderr);
+//     instead, silently, and the shape is remembered so it is not tried again;
+//   - SOMA_CUDNN_ATTENTION=debug prints each fallback's reason (with the shapes) once on stderr;
 //   - SOMA_CUDNN_ATTENTION=0 (read at each call): never tried.
 // cuda::fused_attention_stats() counts both outcomes (tests check which path ran).
 // The backward op (scaled_dot_product_attention_grad) runs the composite on CUDA: it recomputes
@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,7 @@ struct Counters {
   std::atomic<std::uint64_t> fused{0}, fallback{0};
   std::mutex m;
   std::string last;
+  std::set<std::string> printed;  // SOMA_CUDNN_ATTENTION=debug's lines so far
 };
 Counters& counters() {
   static Counters* c = new Counters;  // never destroyed: kernels may run during static exit
@@ -319,10 +321,7 @@ Cache& cache() {
 bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 // Runs the fused graph; empty on success, else why not (the outputs are then unspecified).
-// `first` is set when this call is the first to find the key unusable (for the debug line).
-std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a,
-                      bool& first) {
-  first = false;
+std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   const Tensor &q0 = in[0], &k0 = in[1], &v0 = in[2];
   attn::Problem p;
   p.b = q0.dim(0), p.h = q0.dim(1), p.sq = q0.dim(2), p.d = q0.dim(3);
@@ -379,11 +378,11 @@ std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   } catch (const Unusable& e) {
     std::lock_guard<std::mutex> lock(c.m);
     if (c.failed.size() >= kMaxFailed) c.failed.clear();  // bounded: shapes may never repeat
-    first = c.failed.emplace(key, e.why).second;
+    c.failed.emplace(key, e.why);
     return e.why;
   } catch (const std::exception& e) {  // anything else while building: the same
     std::lock_guard<std::mutex> lock(c.m);
-    first = c.failed.emplace(key, e.what()).second;
+    c.failed.emplace(key, e.what());
     return e.what();
   }
 
@@ -435,7 +434,7 @@ std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
     detail::copy_into(stats, out[1]);  // f32 -> q's dtype
   } catch (const Unusable& e) {
     std::lock_guard<std::mutex> lock(c.m);
-    first = c.failed.emplace(key, e.why).second;
+    c.failed.emplace(key, e.why);
     c.plans.erase(key);
     return e.why;
   } catch (const std::exception& e) {  // e.g. no device memory for the workspace: this call only
@@ -446,9 +445,7 @@ std::string try_fused(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
 
 #else  // built without cudnn.h
 
-std::string try_fused(const std::vector<Tensor>&, std::vector<Tensor>&, const Attrs&,
-                      bool& first) {
-  first = false;
+std::string try_fused(const std::vector<Tensor>&, std::vector<Tensor>&, const Attrs&) {
   return cudnn_unavailable_reason();
 }
 
@@ -459,12 +456,8 @@ void sdpa_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const 
   // composite, which runs anywhere, and nothing counted.
   if (out[0].device().kind != DeviceKind::CUDA) return detail::sdpa_composite_kernel(in, out, a);
   const attn::Setting setting = attn::parse_setting(std::getenv("SOMA_CUDNN_ATTENTION"));
-  std::string why;
-  bool first = false;
-  if (setting == attn::Setting::off)
-    why = "SOMA_CUDNN_ATTENTION=0";
-  else
-    why = try_fused(in, out, a, first);
+  const std::string why =
+      setting == attn::Setting::off ? std::string("SOMA_CUDNN_ATTENTION=0") : try_fused(in, out, a);
   Counters& n = counters();
   if (why.empty()) {
     n.fused.fetch_add(1, std::memory_order_relaxed);
@@ -475,9 +468,20 @@ void sdpa_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const 
     std::lock_guard<std::mutex> lock(n.m);
     n.last = why;
   }
-  if (first && setting == attn::Setting::debug)
-    std::fprintf(stderr, "soma: %s on cuda: cuDNN fused attention not used, composite kernel "
-                         "instead: %s\n", kOp, why.c_str());
+  if (setting == attn::Setting::debug) {  // each (reason, shapes) once
+    const std::string line = why + " (query " + shape_str(in[0].shape()) + ", key " +
+                             shape_str(in[1].shape()) + ", " + dtype_name(in[0].dtype()) +
+                             (a.has("causal") && a.b("causal") ? ", causal" : "") +
+                             (in.size() > 3 ? ", mask" : "") + ")";
+    bool fresh = false;
+    {
+      std::lock_guard<std::mutex> lock(n.m);
+      fresh = n.printed.size() < 4096 && n.printed.insert(line).second;
+    }
+    if (fresh)
+      std::fprintf(stderr, "soma: %s on cuda: composite kernel, not cuDNN's fused attention: %s\n",
+                   kOp, line.c_str());
+  }
   detail::sdpa_composite_kernel(in, out, a);
 }
 
