@@ -83,7 +83,9 @@ TEST(CudnnAttentionPlan, Setting) {
   EXPECT_EQ(attn::parse_setting("1"), attn::Setting::on);
   EXPECT_EQ(attn::parse_setting("0"), attn::Setting::off);
   EXPECT_EQ(attn::parse_setting("off"), attn::Setting::off);
+  EXPECT_EQ(attn::parse_setting("FALSE"), attn::Setting::off);
   EXPECT_EQ(attn::parse_setting("debug"), attn::Setting::debug);
+  EXPECT_EQ(attn::parse_setting("DEBUG"), attn::Setting::debug);
 }
 
 TEST(CudnnAttentionPlan, Layouts) {

@@ -16,6 +16,7 @@
 // K is read transposed through its strides (KT [b, h, d, sk]); Q, K, V are packed [b, h, s, d] or
 // [b, s, h, d] (Layout), O and Stats packed [b, h, s, d].
 // scale and -inf are by-value scalars, given at execution time: one plan serves every scale.
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -108,15 +109,17 @@ inline std::string unsupported_reason(const Problem& p, int compute_major, std::
   return {};
 }
 
-// SOMA_CUDNN_ATTENTION: unset, "1" or "on": the fused path; "0", "off" or "false": never;
+// SOMA_CUDNN_ATTENTION: unset, "1" or "on": the fused path; "0", "off", "false" or "no": never;
 // "debug": the fused path, and each fallback's reason printed once per shape on stderr.
 enum class Setting { on, off, debug };
 inline Setting parse_setting(const char* env) {
   if (!env || !*env) return Setting::on;
-  const std::string s(env);
-  if (s == "0" || s == "off" || s == "false" || s == "OFF" || s == "FALSE") return Setting::off;
-  if (s == "debug" || s == "DEBUG") return Setting::debug;
-  return Setting::on;
+  std::string s(env);
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  static const std::string kOff[] = {"0", "off", "false", "no"}, kDebug = "debug";
+  for (const std::string& w : kOff)
+    if (s == w) return Setting::off;
+  return s == kDebug ? Setting::debug : Setting::on;
 }
 
 // ---- the graph as data ---------------------------------------------------------------------------
