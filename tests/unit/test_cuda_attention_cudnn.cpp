@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -466,6 +467,39 @@ TEST(CudnnAttentionGpu, FallbackEngagesAndAgrees) {
     EXPECT_EQ(cuda::fused_attention_stats().last_fallback_reason, "SOMA_CUDNN_ATTENTION=0");
     EXPECT_TRUE(all_close(composite.gpu[0], fused.gpu[0], tol(DType::f16), tol(DType::f16)));
     EXPECT_TRUE(all_close(composite.gpu[0], composite.cpu[0], tol(DType::f16), tol(DType::f16)));
+  }
+}
+
+// Not run by default (--gtest_also_run_disabled_tests --gtest_filter=*Timing*): forward time and
+// peak device memory of the fused path and of the composite (SOMA_CUDNN_ATTENTION=0), f16.
+TEST(CudnnAttentionGpu, DISABLED_TimingFusedVsComposite) {
+  SKIP_WITHOUT_GPU();
+  for (bool causal : {false, true}) {
+    const std::int64_t B = 4, H = 16, S = 2048, D = 64;
+    const Tensor q = cast(rand_tensor({B, H, S, D}, 51), DType::f16).to(kGpu);
+    const Tensor k = cast(rand_tensor({B, H, S, D}, 52), DType::f16).to(kGpu);
+    const Tensor v = cast(rand_tensor({B, H, S, D}, 53), DType::f16).to(kGpu);
+    double ms[2] = {0, 0};
+    std::size_t peak[2] = {0, 0};
+    for (int composite = 0; composite < 2; ++composite) {
+      EnvVar env("SOMA_CUDNN_ATTENTION", composite ? "0" : "1");
+      for (int i = 0; i < 3; ++i) scaled_dot_product_attention(q, k, v, {}, {.causal = causal});
+      cuda::synchronize();
+      cuda::reset_peak_memory_stats(0);
+      const std::size_t before = cuda::memory_stats(0).allocated_bytes;
+      cuda::Event start, stop;
+      const int n = 20;
+      start.record();
+      for (int i = 0; i < n; ++i) scaled_dot_product_attention(q, k, v, {}, {.causal = causal});
+      stop.record();
+      ms[composite] = start.elapsed_ms(stop) / n;
+      peak[composite] = cuda::memory_stats(0).peak_allocated_bytes - before;
+    }
+    std::printf("[%lld, %lld, %lld, %lld] f16%s forward: cuDNN fused %.3f ms (peak +%.1f MiB), "
+                "composite %.3f ms (peak +%.1f MiB), %.1fx\n",
+                (long long)B, (long long)H, (long long)S, (long long)D, causal ? " causal" : "",
+                ms[0], double(peak[0]) / (1 << 20), ms[1], double(peak[1]) / (1 << 20),
+                ms[1] / ms[0]);
   }
 }
 
