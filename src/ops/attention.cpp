@@ -214,9 +214,7 @@ void sdpa_grad_composite_kernel(const std::vector<Tensor>& in, std::vector<Tenso
   detail::copy_into(matmul(swap_last(p), dout), out[2]);
   if (out.size() > 3) detail::copy_into(ds, out[3]);
 }
-}  // namespace detail
 
-namespace detail {
 void register_attention_ops() {
   const std::vector<AttrSpec> attrs = {{"causal", false}, {"scale", 0.0}};
   // Samples: seq_q != seq_k, d != d_v, a causal mask on top of an additive one broadcast over
