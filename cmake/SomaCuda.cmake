@@ -78,7 +78,7 @@ function(soma_configure_cuda_target target)
   set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/cublaslt_loader.cpp APPEND PROPERTY
                COMPILE_DEFINITIONS "SOMA_CUBLASLT_SONAME=\"libcublasLt.so.${CUDAToolkit_VERSION_MAJOR}\""
                "SOMA_CUBLASLT_PATH=\"${_soma_cublaslt}\"")
-  # cuDNN (convolutions, src/backend/cuda/conv.cpp): its headers at build time, the library
+  # cuDNN (convolutions, src/backend/cuda/conv.cpp; fused attention, attention_cudnn.cpp): its headers at build time, the library
   # opened with dlopen on first use like cuBLAS (cudnn_loader.cpp); never linked. Without the
   # headers the backend still builds and its convolutions report why they are unavailable.
   find_path(SOMA_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS}
@@ -97,6 +97,7 @@ function(soma_configure_cuda_target target)
       set(_soma_cudnn_path "${SOMA_CUDNN_LIBRARY}")
     endif()
     set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/conv.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/attention_cudnn.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/cudnn_loader.cpp
                  APPEND PROPERTY COMPILE_DEFINITIONS SOMA_HAS_CUDNN_HEADERS=1)
     set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/cudnn_loader.cpp APPEND PROPERTY

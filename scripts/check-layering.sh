@@ -40,7 +40,7 @@ declare -A INTERNAL=(
   [atomic_file.hpp]=core [cpu_allocator.hpp]=core [dispatch.hpp]=core [parallel.hpp]=core
   [runtime_checks.hpp]=core [tensor_alloc.hpp]=core [tensor_vector_pool.hpp]=core
   [copy.hpp]=backend [fast_paths.hpp]=backend [fused_dense.hpp]=backend
-  [conv_bias_act.hpp]=ops [registration.hpp]=ops [relu_gradient.hpp]=ops
+  [attention_composite.hpp]=ops [conv_bias_act.hpp]=ops [registration.hpp]=ops [relu_gradient.hpp]=ops
   [dense_chain.hpp]=nn [fused_inference.hpp]=nn
   [dense_op.hpp]=ops [optim_updates.hpp]=ops [monitor_mode.hpp]=optim
 )
@@ -64,6 +64,7 @@ ALLOWED=(
   "src/core/device_backend.cpp -> src/internal/copy.hpp | the CPU stand-in device of the tests (emulated_device_backend) copies and fills with the CPU routines; it sits beside the backend override hook so that device_free knows its blocks whatever table is installed"
   "src/backend/* -> src/internal/dense_op.hpp | the dense op's attribute reader and kernel registration, shared by the op and its CPU kernel (as registration.hpp)"
   "src/backend/* -> src/internal/optim_updates.hpp | the update ops' composite kernels, which the CPU kernels fall back to for other dtypes, and their registration"
+  "src/backend/* -> src/internal/attention_composite.hpp | scaled_dot_product_attention's composite kernels, which CUDA's cuDNN fused attention falls back to for what cuDNN does not take"
   "src/nn/config.cpp -> include/soma/model/merge.hpp | the merge layers (Add, Concatenate, ...) are nn layers declared in model/; merge.hpp belongs in include/soma/nn/"
 )
 

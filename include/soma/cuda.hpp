@@ -43,6 +43,18 @@ std::string cudnn_load_error();
 std::string cuda_version_str(int version);
 std::string cudnn_version_str(int version);
 
+// scaled_dot_product_attention on CUDA runs cuDNN's fused flash attention where it can (f16/bf16,
+// no explicit mask, head dims multiples of 8 up to 256) and the op's composite kernel otherwise or
+// when cuDNN refuses a shape (docs/attention.md; SOMA_CUDNN_ATTENTION=0 turns it off, =debug prints
+// each fallback's reason once). These count the forward calls of each kind since the start (or
+// the last reset) and keep the last fallback's reason; all zero without the CUDA backend.
+struct FusedAttentionStats {
+  std::uint64_t cudnn_calls = 0;
+  std::uint64_t fallback_calls = 0;
+  std::string last_fallback_reason;
+};
+FusedAttentionStats fused_attention_stats();
+void reset_fused_attention_stats();
 // Waits until all work queued on soma's stream of `device` (-1: every device) has finished.
 // A no-op when no device is usable (nothing can have been queued).
 void synchronize(int device = -1);

@@ -213,6 +213,8 @@ int driver_version() { return 0; }
 int runtime_version() { return 0; }
 int cudnn_version() { return 0; }
 std::string cudnn_load_error() { return unavailable_reason(); }
+FusedAttentionStats fused_attention_stats() { return {}; }
+void reset_fused_attention_stats() {}
 MemoryStats memory_stats(int) { return {}; }
 void reset_peak_memory_stats(int) {}
 void empty_cache() {}

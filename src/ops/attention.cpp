@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "dispatch_hooks.hpp"
+#include "internal/attention_composite.hpp"
 #include "internal/copy.hpp"
 #include "internal/registration.hpp"
 #include "references.hpp"
@@ -131,8 +132,9 @@ std::vector<TensorSpec> sdpa_grad_infer(const std::vector<TensorSpec>& in, const
 }
 
 // ---- the composite kernels: any device, the [Sq, Sk] logits held whole ----------------------
-// For devices without a fused kernel (CUDA until cuDNN's fused attention is wired in): matmul,
-// softmax-like steps and the same fully-masked-row rule as the CPU kernels.
+// For devices without a fused kernel, and CUDA's fallback for what cuDNN's fused attention does
+// not take (internal/attention_composite.hpp): matmul, softmax-like steps and the same
+// fully-masked-row rule as the CPU kernels.
 
 // A kernel's own ops are not graph nodes or tape entries: the dispatch hooks are off while it
 // runs (dense's composite kernel gets the same from NoGradScope, which ops/ cannot include).
@@ -169,6 +171,9 @@ Tensor composite_logits(const std::vector<Tensor>& in, std::size_t mask_input, c
   return s;
 }
 
+}  // namespace
+
+namespace detail {
 void sdpa_composite_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
                            const Attrs& a) {
   HooksOff off;
@@ -210,16 +215,15 @@ void sdpa_grad_composite_kernel(const std::vector<Tensor>& in, std::vector<Tenso
   if (out.size() > 3) detail::copy_into(ds, out[3]);
 }
 
-}  // namespace
-
-namespace detail {
 void register_attention_ops() {
   const std::vector<AttrSpec> attrs = {{"causal", false}, {"scale", 0.0}};
   // Samples: seq_q != seq_k, d != d_v, a causal mask on top of an additive one broadcast over
   // the heads (so its gradient is a sum over them).
   const Attrs sample = {{"causal", true}, {"scale", 0.7}};
+  // Under autocast on a device the forward runs in bf16/f16 (as PyTorch's autocast does), which
+  // on CUDA is cuDNN's fused attention; the backward stays in its inputs' dtype (f32).
   OpDef fwd{.name = kName, .num_inputs = -1, .infer = sdpa_infer, .grad = sdpa_grad,
-            .tags = kFloatOnly, .attrs = attrs,
+            .tags = kFloatOnly | kAutocastLow, .attrs = attrs,
             .test = {.shapes = {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, {2, 1, 3, 5}},
                      .attrs = sample,
                      .reference = ref::scaled_dot_product_attention}};

@@ -28,7 +28,8 @@ double max_diff(const Tensor& a, const Tensor& b) {
 
 TEST(AutocastPolicy, MatrixWorkRunsLowAndReductionsSoftmaxUpdatesStayF32) {
   const std::set<std::string> low = {"matmul",       "dense_bias_act",         "conv2d",
-                                     "conv2d_bias_act", "conv2d_backprop_input", "conv2d_backprop_filter"};
+                                     "conv2d_bias_act", "conv2d_backprop_input", "conv2d_backprop_filter",
+                                     "scaled_dot_product_attention"};
   const std::set<std::string> f32 = {"softmax", "log_softmax", "sum",         "mean",
                                      "prod",    "max",         "min",         "sgd_update",
                                      "adam_update", "nadam_update", "rmsprop_update", "adagrad_update"};

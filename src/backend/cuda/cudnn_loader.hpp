@@ -1,5 +1,6 @@
 #pragma once
-// cuDNN 9 (its legacy "classic" API), loaded on first use with dlopen("libcudnn.so.9"), as
+// cuDNN 9 (its legacy "classic" API for convolutions, the backend graph API for fused
+// attention, attention_cudnn.cpp), loaded on first use with dlopen("libcudnn.so.9"), as
 // cuBLAS is (cublas_loader.hpp): linking it would make every process that links libsoma map the
 // library (and the ~1 GB of engine libraries it opens) at start-up, GPU or not. The header
 // cudnn.h is needed at build time only (cmake/SomaCuda.cmake: SOMA_HAS_CUDNN_HEADERS).
@@ -31,7 +32,9 @@ std::string cudnn_unavailable_reason();
   X(cudnnConvolutionForward) X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                    \
   X(cudnnGetConvolutionBackwardDataWorkspaceSize) X(cudnnConvolutionBackwardData)              \
   X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                                             \
-  X(cudnnGetConvolutionBackwardFilterWorkspaceSize) X(cudnnConvolutionBackwardFilter)
+  X(cudnnGetConvolutionBackwardFilterWorkspaceSize) X(cudnnConvolutionBackwardFilter)         \
+  X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute) \
+  X(cudnnBackendGetAttribute) X(cudnnBackendFinalize) X(cudnnBackendExecute)
 
 struct CudnnApi {
 #define SOMA_CUDNN_MEMBER(name) decltype(&::name) name = nullptr;

@@ -22,6 +22,7 @@ void register_cuda_index_kernels();  // index_ops.cpp
 void register_cuda_sort_scan_kernels();  // sort_scan_ops.cpp
 void register_cuda_linalg_kernels();  // linalg_host.cpp (solve, inv, ... through the host)
 void register_cuda_quantize_kernels();  // quantize.cpp
+void register_cuda_attention_kernels();  // attention_cudnn.cpp (cuDNN fused attention)
 }  // namespace soma::detail
 
 namespace soma::cuda_detail {
@@ -407,6 +408,7 @@ void register_cuda_kernels() {
   register_cuda_sort_scan_kernels();
   register_cuda_linalg_kernels();
   register_cuda_quantize_kernels();
+  register_cuda_attention_kernels();
 }
 
 }  // namespace soma::detail
