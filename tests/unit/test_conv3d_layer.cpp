@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "../../src/backend/cpu/onednn_conv.hpp"
 #include "error_testing.hpp"
 #include "soma/model/keras.hpp"
 #include "soma/onnx.hpp"
@@ -148,6 +149,48 @@ TEST(Pool3DLayer, SameWithUnevenPaddingMatchesANaiveLoop) {
         }
   EXPECT_TRUE(all_close(nn::MaxPool3D({k}, nn::Size3{s}, "same")(x), want_max, 1e-12, 1e-12));
   EXPECT_TRUE(all_close(nn::AvgPool3D({k}, nn::Size3{s}, "same")(x), want_avg, 1e-12, 1e-12));
+}
+
+// The conv3d ops' CPU kernel: oneDNN's 3-d primitives for packed f32, else the composite
+// (conv2d over the depth taps folded into channels; SOMA_CONV_IMPL=im2col forces it). The two
+// agree on forward, input gradient and kernel gradient (strided, padded, dilated, grouped, and
+// with a strided input view).
+TEST(Conv3dOp, OneDnnPrimitivesMatchTheComposite) {
+  struct Case {
+    Shape x, w;
+    std::array<std::int64_t, 3> s;
+    std::array<std::int64_t, 6> p;
+    std::array<std::int64_t, 3> d;
+    std::int64_t groups;
+  };
+  const Case cases[] = {
+      {{2, 3, 5, 6, 7}, {4, 3, 3, 3, 3}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, 1},
+      {{1, 4, 6, 5, 6}, {6, 2, 2, 3, 2}, {2, 1, 2}, {1, 0, 0, 2, 1, 1}, {2, 1, 1}, 2},
+      {{3, 2, 4, 4, 5}, {2, 2, 1, 2, 3}, {1, 2, 1}, {0, 0, 0, 0, 0, 0}, {1, 1, 2}, 1},
+  };
+  auto passes = [](const Case& c, const Tensor& x, const Tensor& w) {
+    Variable xv(x), wv(w);
+    GradientTape tape;
+    Tensor y = conv3d(xv.value(), wv.value(), c.s, c.p, c.d, c.groups);
+    // A strided upstream gradient (a broadcast), as the gradient of a sum arrives.
+    auto g = tape.gradient(sum(y * rand_tensor({y.dim(0), y.dim(1), 1, 1, 1}, 7, -1, 1, DType::f32)),
+                           std::vector<Variable>{xv, wv});
+    return std::vector<Tensor>{y, g[0], g[1]};
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
+    const Tensor x = rand_tensor(c.x, 1, -1, 1, DType::f32), w = rand_tensor(c.w, 2, -1, 1, DType::f32);
+    const auto fast = passes(c, x, w);
+    const detail::ConvImpl before = detail::conv_impl();
+    detail::set_conv_impl(detail::ConvImpl::im2col);
+    const auto composite = passes(c, x, w);
+    detail::set_conv_impl(before);
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(all_close(fast[std::size_t(i)], composite[std::size_t(i)], 1e-5, 1e-5)) << i;
+    // A strided view of x runs too.
+    const Tensor xs = slice(concat({x, x}, 4), {Slice{}, Slice{}, Slice{}, Slice{}, Slice{0, std::nullopt, 2}});
+    EXPECT_TRUE(all_close(conv3d(xs, w, c.s, c.p, c.d, c.groups),
+                          conv3d(contiguous(xs), w, c.s, c.p, c.d, c.groups), 1e-6, 1e-6));
+  }
 }
 
 TEST(Conv3DLayer, GradientsMatchFiniteDifferences) {
