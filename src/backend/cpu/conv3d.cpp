@@ -5,9 +5,7 @@
 #include "internal/conv3d_op.hpp"
 #include "internal/copy.hpp"
 #include "onednn_conv.hpp"
-#include "soma/autograd.hpp"
 #include "soma/op.hpp"
-#include "soma/ops.hpp"
 
 namespace soma::detail {
 namespace {
@@ -32,8 +30,9 @@ bool onednn_case(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 Tensor packed(const Tensor& t) {
   if (t.is_contiguous()) return t;
-  NoGradScope no_grad;
-  return contiguous(t);
+  Tensor p = Tensor::empty(t.shape(), t.dtype(), t.device());
+  copy_into(t, p);
+  return p;
 }
 
 void conv3d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
