@@ -10,6 +10,7 @@
 
 #include "../../src/backend/cpu/onednn_conv.hpp"
 #include "error_testing.hpp"
+#include "soma/cuda.hpp"
 #include "soma/model/keras.hpp"
 #include "soma/onnx.hpp"
 #include "test_support.hpp"
@@ -191,6 +192,39 @@ TEST(Conv3dOp, OneDnnPrimitivesMatchTheComposite) {
     EXPECT_TRUE(all_close(conv3d(xs, w, c.s, c.p, c.d, c.groups),
                           conv3d(contiguous(xs), w, c.s, c.p, c.d, c.groups), 1e-6, 1e-6));
   }
+}
+
+// The CUDA kernels (cuDNN's N-d convolution for one padding per axis, the composite for uneven
+// padding) against the CPU: forward and both gradients, f32 and f64. Needs a GPU.
+TEST(Conv3dOp, CudaMatchesTheCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason();
+  const Device gpu = Device::cuda(0);
+  struct Case {
+    Shape x, w;
+    std::array<std::int64_t, 3> s;
+    std::array<std::int64_t, 6> p;
+    std::array<std::int64_t, 3> d;
+    std::int64_t groups;
+  };
+  const Case cases[] = {
+      {{2, 4, 5, 6, 7}, {6, 2, 3, 3, 3}, {1, 2, 1}, {1, 1, 0, 0, 2, 2}, {1, 1, 2}, 2},  // cuDNN
+      {{1, 3, 4, 5, 6}, {2, 3, 2, 2, 3}, {2, 1, 1}, {1, 0, 0, 1, 1, 1}, {1, 1, 1}, 1},  // composite
+  };
+  for (DType dt : {DType::f32, DType::f64})
+    for (const auto& c : cases) {
+      SCOPED_TRACE(shape_str(c.x) + " " + dtype_name(dt));
+      const Tensor x = rand_tensor(c.x, 31, -1, 1, dt), w = rand_tensor(c.w, 32, -1, 1, dt);
+      auto passes = [&](const Tensor& xi, const Tensor& wi) {
+        Variable xv(xi), wv(wi);
+        GradientTape tape;
+        Tensor y = conv3d(xv.value(), wv.value(), c.s, c.p, c.d, c.groups);
+        auto g = tape.gradient(sum(y * y), std::vector<Variable>{xv, wv});
+        return std::vector<Tensor>{y.to(Device::cpu()), g[0].to(Device::cpu()), g[1].to(Device::cpu())};
+      };
+      const auto cpu = passes(x, w), dev = passes(x.to(gpu), w.to(gpu));
+      const double tol = dt == DType::f64 ? 1e-10 : 2e-3;  // TF32 on Ampere and later
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE(all_close(dev[std::size_t(i)], cpu[std::size_t(i)], tol, tol)) << i;
+    }
 }
 
 TEST(Conv3DLayer, GradientsMatchFiniteDifferences) {

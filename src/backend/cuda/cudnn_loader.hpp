@@ -31,7 +31,8 @@ std::string cudnn_unavailable_reason();
   X(cudnnConvolutionForward) X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                    \
   X(cudnnGetConvolutionBackwardDataWorkspaceSize) X(cudnnConvolutionBackwardData)              \
   X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                                             \
-  X(cudnnGetConvolutionBackwardFilterWorkspaceSize) X(cudnnConvolutionBackwardFilter)
+  X(cudnnGetConvolutionBackwardFilterWorkspaceSize) X(cudnnConvolutionBackwardFilter)         \
+  X(cudnnSetTensorNdDescriptor) X(cudnnSetFilterNdDescriptor) X(cudnnSetConvolutionNdDescriptor)
 
 struct CudnnApi {
 #define SOMA_CUDNN_MEMBER(name) decltype(&::name) name = nullptr;
