@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../../src/backend/cpu/onednn_conv.hpp"
+#include "../onnx/model_bytes.hpp"
 #include "error_testing.hpp"
 #include "soma/cuda.hpp"
 #include "soma/model/keras.hpp"
@@ -352,6 +353,39 @@ TEST(Conv3DLayer, OnnxExportImportsBackAndMatches) {
   auto back = soma::onnx::load_from_bytes(soma::onnx::export_to_bytes(*g));
   back->eval();
   EXPECT_TRUE(all_close(back->call({x})[0], (*g)(x), 1e-6, 1e-6));
+}
+
+// A Conv node with 3 spatial axes (as another exporter writes it): explicit begin/end pads,
+// auto_pad SAME_UPPER / SAME_LOWER / VALID, group and bias, against conv3d.
+TEST(Conv3dOnnx, ImportsA3dConvNode) {
+  if (!soma::onnx::available()) GTEST_SKIP() << "soma was built without ONNX";
+  using namespace soma::onnx_test;
+  const Tensor x = rand_tensor({1, 4, 4, 5, 6}, 40, -1, 1, DType::f32);
+  const Tensor w = rand_tensor({2, 2, 2, 3, 2}, 41, -1, 1, DType::f32);
+  const Tensor b = rand_tensor({2}, 42, -1, 1, DType::f32);
+  const Tensor bias = reshape(b, {1, 2, 1, 1, 1});
+  struct Case {
+    std::vector<std::string> attrs;
+    std::array<std::int64_t, 6> soma_pads;
+  };
+  const std::vector<std::string> common{attr_ints("strides", {1, 2, 1}), attr_int("group", 2)};
+  const Case cases[] = {
+      // ONNX {d_begin, h_begin, w_begin, d_end, h_end, w_end} -> soma {d_b, d_e, h_b, h_e, w_b, w_e}
+      {{attr_ints("pads", {1, 0, 2, 0, 1, 1})}, {1, 0, 0, 1, 2, 1}},
+      {{attr_string("auto_pad", "SAME_UPPER")}, {0, 1, 1, 1, 0, 1}},
+      {{attr_string("auto_pad", "SAME_LOWER")}, {1, 0, 1, 1, 1, 0}},
+      {{attr_string("auto_pad", "VALID")}, {0, 0, 0, 0, 0, 0}},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> attrs = common;
+    attrs.insert(attrs.end(), c.attrs.begin(), c.attrs.end());
+    const std::string bytes = onnx_model({{"Conv", {"x", "w", "b"}, {"y"}, attrs}},
+                                         {{"x", x.shape()}, {"w", w.shape()}, {"b", b.shape()}}, "y");
+    auto m = soma::onnx::load_from_bytes(bytes);
+    const Tensor got = m->call({x, w, b})[0];
+    EXPECT_TRUE(all_close(got, conv3d(x, w, {1, 2, 1}, c.soma_pads, {1, 1, 1}, 2) + bias, 1e-5, 1e-5))
+        << shape_str(Shape(c.soma_pads.begin(), c.soma_pads.end()));
+  }
 }
 
 TEST(Conv3DLayer, BuildsFromKerasJson) {
