@@ -182,7 +182,10 @@ TEST(Conv3dOp, OneDnnPrimitivesMatchTheComposite) {
   for (const auto& c : cases) {
     SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
     const Tensor x = rand_tensor(c.x, 1, -1, 1, DType::f32), w = rand_tensor(c.w, 2, -1, 1, DType::f32);
+    const std::uint64_t calls = detail::onednn_conv3d_calls();
     const auto fast = passes(c, x, w);
+    if (detail::onednn_conv_built())  // forward, backward data, backward weights
+      EXPECT_EQ(detail::onednn_conv3d_calls() - calls, 3u);
     const detail::ConvImpl before = detail::conv_impl();
     detail::set_conv_impl(detail::ConvImpl::im2col);
     const auto composite = passes(c, x, w);

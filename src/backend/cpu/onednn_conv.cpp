@@ -45,6 +45,7 @@ namespace soma::detail {
 namespace {
 
 thread_local std::uint64_t t_fused_calls = 0;
+thread_local std::uint64_t t_conv3d_calls = 0;
 
 ConvImpl impl_from_env() {
   const char* v = std::getenv("SOMA_CONV_IMPL");
@@ -60,6 +61,7 @@ std::atomic<ConvImpl>& impl_flag() {
 }  // namespace
 
 std::uint64_t onednn_conv_fused_calls() { return t_fused_calls; }
+std::uint64_t onednn_conv3d_calls() { return t_conv3d_calls; }
 
 ConvImpl conv_impl() { return impl_flag().load(std::memory_order_relaxed); }
 void set_conv_impl(ConvImpl impl) { impl_flag().store(impl); }
@@ -402,7 +404,9 @@ bool run3(Pass pass, const Conv3dGeometry& g, const float* a, const float* b, fl
   Entry* e = nullptr;
   if (cpu_autocast_dtype() == DType::bf16) e = lookup3(pass, g, dt::bf16);
   if (!e) e = lookup3(pass, g, dt::f32);
-  return run_entry(e, a, b, c);
+  if (!run_entry(e, a, b, c)) return false;
+  ++t_conv3d_calls;
+  return true;
 }
 
 // Binds the call's buffers to a cached primitive and runs it with its reorders.

@@ -73,5 +73,7 @@ bool onednn_conv3d_backward_data(const Conv3dGeometry& g, const float* dy, const
                                  float* dx);
 bool onednn_conv3d_backward_weights(const Conv3dGeometry& g, const float* x, const float* dy,
                                     float* dw);
+// How many 3-d primitives ran on this thread (tests check the path is taken).
+std::uint64_t onednn_conv3d_calls();
 
 }  // namespace soma::detail
