@@ -61,8 +61,8 @@ Tensor conv1d(const Tensor& x, const Tensor& w, std::int64_t stride = 1,
 // 3-d convolution: x [N, C, D, H, W], w [O, C/groups, KD, KH, KW] -> [N, O, D', H', W']
 // (PyTorch's Conv3d layout), D' = 1 + (D + front + back - dd*(KD-1) - 1) / sd (floor), the same
 // for H' and W'. pads: {front, back, top, bottom, left, right}; strides and dilation
-// {d, h, w}. Written as one conv2d per kernel depth over the strided depth slices of x (the
-// planes stacked into the batch), summed: it has conv2d's kernels (oneDNN, cuDNN) and gradients.
+// {d, h, w}. Written as one conv2d with the kernel's depth taps folded into the channels and
+// the output depths into the batch: it has conv2d's kernels (oneDNN, cuDNN) and gradients.
 Tensor conv3d(const Tensor& x, const Tensor& w, std::array<std::int64_t, 3> strides = {1, 1, 1},
               std::array<std::int64_t, 6> pads = {0, 0, 0, 0, 0, 0},
               std::array<std::int64_t, 3> dilation = {1, 1, 1}, std::int64_t groups = 1);

@@ -48,6 +48,11 @@ std::string canonical_type(const std::string& t) {
       {"MaxPooling2D", "MaxPool2D"},
       {"AveragePooling2D", "AvgPool2D"},
       {"GlobalAvgPool2D", "GlobalAveragePooling2D"},
+      {"MaxPooling3D", "MaxPool3D"},
+      {"AveragePooling3D", "AvgPool3D"},
+      {"GlobalAvgPool3D", "GlobalAveragePooling3D"},
+      {"GlobalMaxPool2D", "GlobalMaxPooling2D"},
+      {"GlobalMaxPool1D", "GlobalMaxPooling1D"},
   };
   auto it = aliases.find(t);
   return it == aliases.end() ? t : it->second;

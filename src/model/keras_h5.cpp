@@ -164,6 +164,7 @@ const std::map<std::string, std::vector<std::int64_t>>& kernel_permutations() {
       {"Dense", {}},
       {"Conv2D", {3, 2, 0, 1}},
       {"Conv2DTranspose", {3, 2, 0, 1}},
+      {"Conv3D", {4, 3, 0, 1, 2}},  // DHWIO -> OIDHW
       {"BatchNormalization", {}},
       {"LayerNormalization", {}},
       {"Embedding", {}},
@@ -185,7 +186,7 @@ void match_layer(nn::Module& layer, const std::vector<Tensor>& keras, const std:
     fail(kOp, "'", file, "': ", who, " has ", params.size(), " weights, the file has ", keras.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
     Tensor w = keras[i];
-    if (w.rank() == 4 && !it->second.empty()) w = contiguous(transpose(w, it->second));
+    if (!it->second.empty() && w.rank() == std::int64_t(it->second.size())) w = contiguous(transpose(w, it->second));
     Variable& v = params[i].second;
     if (w.shape() != v.shape())
       fail(kOp, "'", file, "': ", who, ": weight '", params[i].first, "' is ", shape_str(v.shape()),

@@ -122,6 +122,27 @@ std::map<std::string, LayerCodec> builtin_codecs() {
       schema_codec<nn::GlobalAveragePooling2D>(
           "GlobalAveragePooling2D", [] { return nn::GlobalAveragePooling2D(); },
           [](const nn::GlobalAveragePooling2D& p) { return nn::ModuleRef(nn::GlobalAveragePooling2D(p.keepdims(), p.data_format())); }));
+  add("Conv3D", schema_codec<nn::Conv3D>("Conv3D", [] { return nn::Conv3D(1, 1); }, [](const nn::Conv3D& p) {
+        return nn::ModuleRef(nn::Conv3D(p.filters(), p.kernel_size(), p.options()));
+      }, {"filters", "kernel_size"}));
+  add("MaxPool3D", schema_codec<nn::MaxPool3D>("MaxPool3D", [] { return nn::MaxPool3D(); }, [](const nn::MaxPool3D& p) {
+        return nn::ModuleRef(nn::MaxPool3D(p.pool_size(), p.strides(), p.padding(), p.data_format()));
+      }));
+  add("AvgPool3D", schema_codec<nn::AvgPool3D>("AvgPool3D", [] { return nn::AvgPool3D(); }, [](const nn::AvgPool3D& p) {
+        return nn::ModuleRef(nn::AvgPool3D(p.pool_size(), p.strides(), p.padding(), p.data_format()));
+      }));
+  add("GlobalAveragePooling3D",
+      schema_codec<nn::GlobalAveragePooling3D>(
+          "GlobalAveragePooling3D", [] { return nn::GlobalAveragePooling3D(); },
+          [](const nn::GlobalAveragePooling3D& p) { return nn::ModuleRef(nn::GlobalAveragePooling3D(p.keepdims(), p.data_format())); }));
+  add("GlobalMaxPooling2D",
+      schema_codec<nn::GlobalMaxPooling2D>(
+          "GlobalMaxPooling2D", [] { return nn::GlobalMaxPooling2D(); },
+          [](const nn::GlobalMaxPooling2D& p) { return nn::ModuleRef(nn::GlobalMaxPooling2D(p.keepdims(), p.data_format())); }));
+  add("GlobalMaxPooling1D",
+      schema_codec<nn::GlobalMaxPooling1D>(
+          "GlobalMaxPooling1D", [] { return nn::GlobalMaxPooling1D(); },
+          [](const nn::GlobalMaxPooling1D& p) { return nn::ModuleRef(nn::GlobalMaxPooling1D(p.keepdims(), p.data_format())); }));
   add("Flatten", plain_codec<nn::Flatten>("Flatten"));
   add("Reshape", schema_codec<nn::Reshape>("Reshape", [] { return nn::Reshape(Shape{}); }, [](const nn::Reshape& p) {
         return nn::ModuleRef(nn::Reshape(p.target_shape()));

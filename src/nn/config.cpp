@@ -116,6 +116,27 @@ void GlobalAveragePooling2D::visit_config(ConfigVisitor& v) {
   data_format_field(v, data_format_);
 }
 
+void Conv3D::visit_config(ConfigVisitor& v) {
+  v.field("filters", filters_);
+  v.field("kernel_size", kernel_size_);
+  v.field("strides", opt_.strides);
+  v.field("padding", opt_.padding);
+  conv_common(v, opt_);
+  data_format_field(v, opt_.data_format);
+}
+
+void Pool3D::visit_config(ConfigVisitor& v) {
+  v.field("pool_size", pool_);
+  v.field("strides", strides_);
+  v.field("padding", padding_);
+  data_format_field(v, data_format_);
+}
+
+void GlobalPooling::visit_config(ConfigVisitor& v) {
+  v.field("keepdims", keepdims_, {.optional = true});
+  data_format_field(v, data_format_);
+}
+
 // ---- normalisation ---------------------------------------------------------------------------
 void BatchNormalization::visit_config(ConfigVisitor& v) {
   v.field("axis", opt_.axis);

@@ -297,6 +297,84 @@ Values GlobalAveragePooling2D::lower(Lowering& l, const Values& in) {
   return {{y, output_shape(given.shape)}};
 }
 
+// ---- 3-d convolution and pooling, global pooling ------------------------------------------
+// The 2-d lowering ops with three values per attribute: kernel_size / pool and strides
+// {d, h, w}, pads {front, back, top, bottom, left, right} (per axis {begin, end}, as Conv1D's
+// two): the consumer writes them as a Conv / MaxPool / AveragePool with 3 spatial axes.
+// Global max pooling is the lowering op global_max_pool (x [N, C, spatial...] -> [N, C, 1...]);
+// global_avg_pool2d takes any spatial rank too.
+namespace {
+LoweredValue lowered_ncdhw(Lowering& l, const Module& m, const LoweredValue& x, DataFormat f) {
+  const Shape& s = x.shape;
+  if (s.size() != 5 || s[2] < 0 || s[3] < 0 || s[4] < 0)
+    l.fail(describe(m) + ": needs an input [N, C, D, H, W] with known D, H and W, got " +
+           keras_shape(s));
+  if (f != DataFormat::channels_last) return x;
+  return {l.emit1("transpose", {x.name}, {{"perm", Ints{0, 4, 1, 2, 3}}}),
+          Shape{s[0], s[4], s[1], s[2], s[3]}};
+}
+std::string lowered_from_ncdhw(Lowering& l, const std::string& y, DataFormat f) {
+  if (f != DataFormat::channels_last) return y;
+  return l.emit1("transpose", {y}, {{"perm", Ints{0, 2, 3, 4, 1}}});
+}
+}  // namespace
+
+Values Conv3D::lower(Lowering& l, const Values& in) {
+  const auto& given = one_input(l, *this, in);
+  const auto& o = options();
+  lowered_ncdhw(l, *this, given, DataFormat::channels_first);  // the shape check
+  const auto p = pads(given.shape);
+  const LoweredValue x = lowered_ncdhw(l, *this, given, o.data_format);
+  std::vector<std::string> args{x.name, l.weight("kernel", kernel().value())};
+  if (bias().defined()) args.push_back(l.weight("bias", bias().value()));
+  auto y = l.emit1("conv2d", args,
+                   {{"kernel_size", kernel_size()},
+                    {"strides", o.strides},
+                    {"dilation", o.dilation_rate},
+                    {"pads", Ints(p.begin(), p.end())},
+                    {"groups", o.groups}});
+  return {{lowered_from_ncdhw(l, lower_activation(l, o.activation, y), o.data_format),
+           output_shape(given.shape)}};
+}
+
+Values Pool3D::lower(Lowering& l, const Values& in) {
+  const auto& given = one_input(l, *this, in);
+  const LoweredValue x = lowered_ncdhw(l, *this, given, data_format());
+  const Shape s = x.shape;
+  // The pads of a 3-d window: the depth and height from one 2-d resolution, the width from another.
+  const auto dh = resolve_padding(padding(), s[2], s[3], Size2(pool_size()[0], pool_size()[1]),
+                                  Size2(strides()[0], strides()[1]));
+  const auto hw = resolve_padding(padding(), s[3], s[4], Size2(pool_size()[1], pool_size()[2]),
+                                  Size2(strides()[1], strides()[2]));
+  auto y = l.emit1(is_max() ? "max_pool2d" : "avg_pool2d", {x.name},
+                   {{"pool", pool_size()},
+                    {"strides", strides()},
+                    {"pads", Ints{dh[0], dh[1], hw[0], hw[1], hw[2], hw[3]}}});
+  return {{lowered_from_ncdhw(l, y, data_format()), output_shape(given.shape)}};
+}
+
+Values GlobalPooling::lower(Lowering& l, const Values& in) {
+  const auto& given = one_input(l, *this, in);
+  const Shape out = output_shape(given.shape);
+  const auto rank = std::int64_t(given.shape.size());
+  std::string x = given.name;
+  if (data_format() == DataFormat::channels_last) {  // channels to axis 1
+    Ints perm{0, rank - 1};
+    for (std::int64_t a = 1; a < rank - 1; ++a) perm.push_back(a);
+    x = l.emit1("transpose", {x}, {{"perm", perm}});
+  }
+  auto y = l.emit1(is_max() ? "global_max_pool" : "global_avg_pool2d", {x});
+  Ints spatial;
+  for (std::int64_t a = 2; a < rank; ++a) spatial.push_back(a);
+  if (!keepdims()) y = l.emit1("squeeze", {y}, {{"axes", spatial}});
+  else if (data_format() == DataFormat::channels_last) {  // [N, C, 1...] -> [N, 1..., C]
+    Ints shape(out.begin(), out.end());
+    shape[0] = 0;  // the batch extent, copied
+    y = l.emit1("reshape", {y}, {{"shape", shape}});
+  }
+  return {{y, out}};
+}
+
 // ---- normalisation --------------------------------------------------------------------------
 
 Values BatchNormalization::lower(Lowering& l, const Values& in) {

@@ -200,9 +200,16 @@ using detail::attr;
 
 Names one(Exporter& e, const char* type, const Names& in) { return {e.op(type, in)}; }
 
+// soma's pads are {begin, end} per spatial axis ({top, bottom, left, right} in 2-d; Conv3D
+// {front, back, top, bottom, left, right}); ONNX's are every begin, then every end.
 std::vector<std::int64_t> onnx_pads(const Ints& p) {
-  if (p.size() == 2) return p;  // 1-d (Conv1D): {begin, end} in both
-  return {p[0], p[2], p[1], p[3]};  // soma {top, bottom, left, right} -> ONNX {t, l, b, r}
+  std::vector<std::int64_t> r(p.size());
+  const std::size_t axes = p.size() / 2;
+  for (std::size_t a = 0; a < axes; ++a) {
+    r[a] = p[2 * a];
+    r[axes + a] = p[2 * a + 1];
+  }
+  return r;
 }
 
 Names conv(Exporter& e, const Names& in, const Attrs& a, const char* type) {
@@ -341,6 +348,8 @@ const std::vector<OpWriter>& op_writers() {
        [](Exporter& e, const Names& in, A a, int) { return pool(e, in, a, "AveragePool"); }},
       {"global_avg_pool2d", 11,
        [](Exporter& e, const Names& in, A, int) { return one(e, "GlobalAveragePool", in); }},
+      {"global_max_pool", 11,
+       [](Exporter& e, const Names& in, A, int) { return one(e, "GlobalMaxPool", in); }},
       {"flatten", 11,
        [](Exporter& e, const Names& in, A a, int) -> Names {
          ::onnx::NodeProto* n = nullptr;

@@ -224,8 +224,42 @@ Size2 size2(const Node& n, std::string_view attr, std::int64_t def) {
 Tensor lift_1d(const Tensor& t) { return t.rank() == 3 ? expand_dims(t, 2) : t; }
 Tensor drop_1d(const Tensor& t, bool lifted) { return lifted ? squeeze(t, {2}) : t; }
 
+// A Conv with 3 spatial axes (inputs [N, C, D, H, W]): soma's conv3d, then the bias.
+std::vector<Tensor> conv_3d(const Node& n) {
+  const Tensor& x = n.x();
+  const Tensor& w = n.arg(1);
+  if (w.rank() != 5)
+    fail(kWho, n.what, ": a 3-D convolution needs a weight [O, C/group, KD, KH, KW], got ",
+         shape_str(w.shape()));
+  auto per_axis = [&](std::string_view name, std::int64_t def, std::size_t count) {
+    auto v = n.attr.ints(name);
+    if (v.empty()) v.assign(count, def);
+    if (v.size() != count)
+      fail(kWho, n.what, ": ", std::string(name), " has ", v.size(), " values, expected ", count);
+    return v;
+  };
+  const auto st = per_axis("strides", 1, 3), dil = per_axis("dilations", 1, 3);
+  const auto on = per_axis("pads", 0, 6);  // ONNX: every begin, then every end
+  std::array<std::int64_t, 6> pads{on[0], on[3], on[1], on[4], on[2], on[5]};
+  const AutoPad ap = auto_pads().at(n.attr.s("auto_pad"));
+  for (std::size_t a = 0; a < 3; ++a) {
+    if (ap == AutoPad::valid) pads[2 * a] = pads[2 * a + 1] = 0;
+    if (ap != AutoPad::same_upper && ap != AutoPad::same_lower) continue;
+    const std::int64_t in = x.dim(std::int64_t(a) + 2), keff = (w.dim(std::int64_t(a) + 2) - 1) * dil[a] + 1;
+    const std::int64_t out = (in + st[a] - 1) / st[a];
+    const std::int64_t total = std::max<std::int64_t>((out - 1) * st[a] + keff - in, 0);
+    pads[2 * a] = ap == AutoPad::same_upper ? total / 2 : total - total / 2;
+    pads[2 * a + 1] = total - pads[2 * a];
+  }
+  Tensor y = conv3d(x, w, {st[0], st[1], st[2]}, pads, {dil[0], dil[1], dil[2]}, n.attr.i("group"));
+  if (n.has(2)) y = y + reshape(n.in[2], {1, -1, 1, 1, 1});
+  if (n.relu) y = relu(y);
+  return {y};
+}
+
 template <bool Transposed>
 std::vector<Tensor> conv(const Node& n) {
+  if (!Transposed && n.x().rank() == 5) return conv_3d(n);
   const bool lifted = n.x().rank() == 3;
   const Tensor x = lift_1d(n.x());
   if (x.rank() != 4)
@@ -1491,7 +1525,22 @@ void check_window(const LoadCheck& c, bool pool) {
     fail(kWho, c.what, ": input 0 has element type ", elem_type_name(x.elem),
          "; soma runs it on float, double, float16 and bfloat16");
 }
-void check_conv(const LoadCheck& c) { check_window(c, false); }
+// Conv also runs 3-D windows (conv_3d).
+void check_conv(const LoadCheck& c) {
+  const Declared x = c.input(0);
+  if (c.attr.ints("kernel_shape").size() == 3 || x.rank == 5) {
+    for (int i : {0, 1}) {
+      const Declared d = c.input(i);
+      if (d.rank >= 0 && d.rank != 5)
+        fail(kWho, c.what, ": input ", i, " has rank ", d.rank, "; a 3-D convolution needs rank 5");
+    }
+    if (x.elem && !floating_elem(x.elem))
+      fail(kWho, c.what, ": input 0 has element type ", elem_type_name(x.elem),
+           "; soma runs it on float, double, float16 and bfloat16");
+    return;
+  }
+  check_window(c, false);
+}
 void check_conv_transpose(const LoadCheck& c) {
   check_window(c, false);
   if (auto_pads().at(c.attr.s("auto_pad")) != AutoPad::notset && c.attr.has("output_shape"))

@@ -19,6 +19,7 @@
 #include <cctype>
 
 #include "internal/registration.hpp"
+#include "internal/conv3d_op.hpp"
 #include "references.hpp"
 #include "internal/conv_bias_act.hpp"
 #include "internal/relu_gradient.hpp"
@@ -462,6 +463,7 @@ Attrs public_pool_attrs(const char* name, const Shape& x, Size2 pool,
 
 namespace detail {
 void register_nn_ops() {
+  register_conv3d_ops();  // src/ops/conv3d.cpp
   // Test samples: a grouped, strided, dilated, asymmetrically padded convolution (output
   // [2, 6, 2, 3]) and overlapping, padded pooling windows (output [2, 3, 3, 3]).
   const Attrs conv = {{"strides", Ints{2, 1}}, {"pads", Ints{1, 0, 1, 1}},
@@ -582,43 +584,7 @@ Tensor conv1d(const Tensor& x, const Tensor& w, std::int64_t stride, const Paddi
   return squeeze(y, {2});
 }
 
-Tensor conv3d(const Tensor& x, const Tensor& w, std::array<std::int64_t, 3> strides,
-              std::array<std::int64_t, 6> pads, std::array<std::int64_t, 3> dilation,
-              std::int64_t groups) {
-  const char* name = "conv3d";
-  check_defined(name, {&x, &w});
-  if (x.rank() != 5 || w.rank() != 5)
-    fail(name, "expected x [N, C, D, H, W] and w [O, C/groups, KD, KH, KW], got ",
-         shape_str(x.shape()), " and ", shape_str(w.shape()));
-  for (int i = 0; i < 3; ++i)
-    if (strides[std::size_t(i)] < 1 || dilation[std::size_t(i)] < 1)
-      fail(name, "strides and dilation must be >= 1, got strides ", shape_str(Shape(strides.begin(), strides.end())),
-           " and dilation ", shape_str(Shape(dilation.begin(), dilation.end())));
-  for (auto p : pads)
-    if (p < 0) fail(name, "padding must be >= 0, got ", shape_str(Shape(pads.begin(), pads.end())));
-  const std::int64_t n = x.dim(0), c = x.dim(1), d = x.dim(2), h = x.dim(3), wd = x.dim(4);
-  const std::int64_t kd = w.dim(2), sd = strides[0], dd = dilation[0];
-  const std::int64_t dp = d + pads[0] + pads[1], ekd = (kd - 1) * dd + 1;
-  if (kd < 1 || ekd > dp)
-    fail(name, "kernel depth ", kd, " (dilation ", dd, ") does not fit the padded input depth ",
-         dp, " (input ", shape_str(x.shape()), ", kernel ", shape_str(w.shape()), ")");
-  const std::int64_t od = 1 + (dp - ekd) / sd;
-  const Tensor xp = pads[0] || pads[1]
-                        ? pad(x, {{0, 0}, {0, 0}, {pads[0], pads[1]}, {0, 0}, {0, 0}})
-                        : x;
-  const Padding hw_pad(pads[2], pads[3], pads[4], pads[5]);
-  Tensor acc;
-  for (std::int64_t k = 0; k < kd; ++k) {
-    // Depth planes k*dd, k*dd + sd, ... of the padded input: one per output depth.
-    const Tensor xs = slice(xp, {Slice{}, Slice{}, Slice{k * dd, k * dd + (od - 1) * sd + 1, sd}});
-    const Tensor x2 = reshape(transpose(xs, {0, 2, 1, 3, 4}), {n * od, c, h, wd});
-    const Tensor w2 = squeeze(slice(w, {Slice{}, Slice{}, Slice{k, k + 1, 1}}), {2});
-    const Tensor y2 = conv2d(x2, w2, Size2(strides[1], strides[2]), hw_pad,
-                             Size2(dilation[1], dilation[2]), groups);
-    acc = acc.defined() ? acc + y2 : y2;
-  }
-  return transpose(reshape(acc, {n, od, acc.dim(1), acc.dim(2), acc.dim(3)}), {0, 2, 1, 3, 4});
-}
+// conv3d: src/ops/conv3d.cpp
 
 Tensor conv2d_backprop_input(const Tensor& g, const Tensor& w, const Shape& input_shape,
                              Size2 strides, const Padding& padding, Size2 dilation,

@@ -59,6 +59,17 @@ std::map<std::string, Sample> samples() {
       {"MaxPool2D", layer([] { return nn::MaxPool2D({3, 2}, Size2(1, 2), "same"); })},
       {"AvgPool2D", layer([] { return nn::AvgPool2D(2); })},
       {"GlobalAveragePooling2D", layer([] { return nn::GlobalAveragePooling2D(true); })},
+      {"Conv3D", layer([] {
+         return nn::Conv3D(4, {3, 2, 1},
+                           {.strides = {2, 1, 1}, .padding = "same", .dilation_rate = {1, 2, 1}, .groups = 2,
+                            .activation = nn::relu, .use_bias = false,
+                            .data_format = nn::DataFormat::channels_last});
+       })},
+      {"MaxPool3D", layer([] { return nn::MaxPool3D({3, 2, 2}, nn::Size3{1, 2, 2}, "same"); })},
+      {"AvgPool3D", layer([] { return nn::AvgPool3D({2}, std::nullopt, "valid", nn::DataFormat::channels_last); })},
+      {"GlobalAveragePooling3D", layer([] { return nn::GlobalAveragePooling3D(true); })},
+      {"GlobalMaxPooling2D", layer([] { return nn::GlobalMaxPooling2D(false, nn::DataFormat::channels_last); })},
+      {"GlobalMaxPooling1D", layer([] { return nn::GlobalMaxPooling1D(true); })},
       {"Flatten", layer([] { return nn::Flatten(); })},
       {"Reshape", layer([] { return nn::Reshape({2, -1}); })},
       {"Dropout", layer([] { return nn::Dropout(0.25, 3); })},

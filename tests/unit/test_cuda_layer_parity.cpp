@@ -60,6 +60,19 @@ std::map<std::string, LayerSample> samples() {
                                                       .activation = nn::relu}));
                  },
                  {{{2, 3, 9}}}};
+  s["Conv3D"] = {[] {
+                   return ModuleRef(nn::Conv3D(4, {2, 3, 3}, {.strides = {1, 2, 1}, .padding = "same",
+                                                              .activation = nn::relu}));
+                 },
+                 {{{2, 3, 4, 6, 5}}}};
+  s["MaxPool3D"] = {[] { return ModuleRef(nn::MaxPool3D({2, 2, 2}, nn::Size3{2, 1, 2}, "same")); },
+                    {{{2, 3, 5, 4, 5}}}};
+  s["AvgPool3D"] = {[] { return ModuleRef(nn::AvgPool3D({3, 2, 2}, nn::Size3{2, 2, 1}, "same")); },
+                    {{{2, 3, 5, 4, 5}}}};
+  s["GlobalAveragePooling3D"] = {[] { return ModuleRef(nn::GlobalAveragePooling3D()); },
+                                 {{{2, 3, 3, 4, 5}}}};
+  s["GlobalMaxPooling2D"] = {[] { return ModuleRef(nn::GlobalMaxPooling2D()); }, {{{2, 3, 5, 5}}}};
+  s["GlobalMaxPooling1D"] = {[] { return ModuleRef(nn::GlobalMaxPooling1D()); }, {{{2, 3, 7}}}};
   s["Conv2DTranspose"] = {[] { return ModuleRef(nn::Conv2DTranspose(3, 3, {.strides = 2})); },
                           {{{2, 4, 5, 5}}}};
   s["MaxPool2D"] = {[] { return ModuleRef(nn::MaxPool2D()); }, {{{2, 3, 8, 8}}}};

@@ -97,6 +97,16 @@ std::vector<Case> cases() {
                             MaxPool2D(3, Size2(2), "same"), GlobalAveragePooling2D(true), Flatten());
                },
                [] { return one(randf({2, 4, 7, 7}, 3)); }});
+  c.push_back({"cnn3d",
+               [] {
+                 return seq(Input({2, 5, 6, 5}),
+                            nn::Conv3D(4, 3, {.padding = "same", .activation = nn::relu}),
+                            nn::MaxPool3D({2, 2, 2}, nn::Size3{1, 2, 2}, "same"),
+                            nn::Conv3D(4, {2, 3, 2}, {.strides = {1, 2, 1}, .groups = 2}),
+                            nn::AvgPool3D({2, 1, 2}, nn::Size3{1}, "same"),
+                            nn::GlobalAveragePooling3D(), Dense(3));
+               },
+               [] { return one(randf({2, 2, 5, 6, 5}, 7)); }});
   c.push_back({"activations",
                [] {
                  return seq(Input({6}), Dense(6, "leaky_relu"), LeakyReLU(0.1), Dense(6, "elu"),

@@ -23,6 +23,7 @@
 #include <immintrin.h>
 #endif
 
+#include "internal/conv3d_op.hpp"
 #include "internal/copy.hpp"
 #include "internal/dense_op.hpp"
 #include "internal/dispatch.hpp"
@@ -749,6 +750,7 @@ void max_unpool_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, 
 }  // namespace
 
 void register_cpu_nn_kernels() {
+  register_cpu_conv3d_kernels();  // src/backend/cpu/conv3d.cpp
   register_kernel("conv2d", DeviceKind::CPU, conv2d_kernel);
   register_kernel("conv2d_bias_act", DeviceKind::CPU, conv2d_bias_act_kernel);
   register_kernel("conv2d_backprop_input", DeviceKind::CPU, backprop_input_kernel);

@@ -45,6 +45,7 @@ namespace soma::detail {
 namespace {
 
 thread_local std::uint64_t t_fused_calls = 0;
+thread_local std::uint64_t t_conv3d_calls = 0;
 
 ConvImpl impl_from_env() {
   const char* v = std::getenv("SOMA_CONV_IMPL");
@@ -60,6 +61,7 @@ std::atomic<ConvImpl>& impl_flag() {
 }  // namespace
 
 std::uint64_t onednn_conv_fused_calls() { return t_fused_calls; }
+std::uint64_t onednn_conv3d_calls() { return t_conv3d_calls; }
 
 ConvImpl conv_impl() { return impl_flag().load(std::memory_order_relaxed); }
 void set_conv_impl(ConvImpl impl) { impl_flag().store(impl); }
@@ -76,6 +78,15 @@ bool onednn_conv_backward_weights(const ConvGeometry&, const float*, const float
 }
 bool onednn_conv_forward_fused(const ConvGeometry&, const float*, const float*,
                                const std::shared_ptr<Storage>&, const float*, bool, float*) {
+  return false;
+}
+bool onednn_conv3d_forward(const Conv3dGeometry&, const float*, const float*, float*) {
+  return false;
+}
+bool onednn_conv3d_backward_data(const Conv3dGeometry&, const float*, const float*, float*) {
+  return false;
+}
+bool onednn_conv3d_backward_weights(const Conv3dGeometry&, const float*, const float*, float*) {
   return false;
 }
 
@@ -212,6 +223,29 @@ Descs make_descs(const ConvGeometry& g, dt lo) {
           {g.pb, g.pr}};
 }
 
+// The same for a 3-d convolution: NCDHW / OIDHW (GOIDHW grouped).
+Descs make_descs3(const Conv3dGeometry& g, dt lo) {
+  const memory::dims src{g.n, g.c, g.d, g.h, g.w}, dst{g.n, g.o, g.od, g.oh, g.ow};
+  const bool grouped = g.groups > 1;
+  const memory::dims wei = grouped ? memory::dims{g.groups, g.o / g.groups, g.c / g.groups, g.kd,
+                                                  g.kh, g.kw}
+                                   : memory::dims{g.o, g.c, g.kd, g.kh, g.kw};
+  const tag wtag = grouped ? tag::goidhw : tag::oidhw;
+  return {memory::desc(src, dt::f32, tag::ncdhw),
+          memory::desc(wei, dt::f32, wtag),
+          memory::desc(dst, dt::f32, tag::ncdhw),
+          memory::desc(src, dt::f32, tag::any),
+          memory::desc(wei, dt::f32, tag::any),
+          memory::desc(dst, dt::f32, tag::any),
+          memory::desc(src, lo, tag::any),
+          memory::desc(wei, lo, tag::any),
+          memory::desc(dst, lo, tag::any),
+          {g.sd, g.sh, g.sw},
+          {g.dd - 1, g.dh - 1, g.dw - 1},
+          {g.pf, g.pt, g.pl},
+          {g.pbk, g.pb, g.pr}};
+}
+
 dnnl::primitive_attr scratchpad_attr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -231,8 +265,7 @@ void check_not_reference(const dnnl::primitive_desc_base& pd, dt lo) {
     throw dnnl::error(dnnl_unimplemented, "reference bf16 convolution");
 }
 
-std::unique_ptr<Entry> build(Pass pass, const ConvGeometry& g, dt lo) {
-  const Descs d = make_descs(g, lo);
+std::unique_ptr<Entry> build_from(Pass pass, const Descs& d, dt lo) {
   auto e = std::make_unique<Entry>();
   memory::desc scratch_md;
   const auto fwd = forward_pd(d);
@@ -285,6 +318,10 @@ std::unique_ptr<Entry> build(Pass pass, const ConvGeometry& g, dt lo) {
               {e->c_arg, e->c->prim.get()},
               {DNNL_ARG_SCRATCHPAD, e->scratchpad.get()}}};
   return e;
+}
+
+std::unique_ptr<Entry> build(Pass pass, const ConvGeometry& g, dt lo) {
+  return build_from(pass, make_descs(g, lo), lo);
 }
 
 // An LRU cache of primitives, one per thread (an entry's memory objects are bound to the calling
@@ -341,11 +378,39 @@ Entry* lookup(Pass pass, const ConvGeometry& g, dt lo) {
   return find_or_build(cache, make_key(pass, g, lo), [&] { return build(pass, g, lo); });
 }
 
+using Key3 = std::array<std::int64_t, 28>;
+
+Entry* lookup3(Pass pass, const Conv3dGeometry& g, dt lo) {
+  thread_local Lru<Key3, Entry> cache;
+  const Key3 key{std::int64_t(pass), g.n,  g.c,  g.d,  g.h,  g.w,  g.o,  g.kd, g.kh, g.kw,
+                 g.od, g.oh, g.ow, g.sd, g.sh, g.sw, g.pf, g.pbk, g.pt, g.pb, g.pl, g.pr,
+                 g.dd, g.dh, g.dw, g.groups, std::int64_t(omp_get_max_threads()),
+                 std::int64_t(lo)};
+  return find_or_build(cache, key, [&] { return build_from(pass, make_descs3(g, lo), lo); });
+}
+
+bool run_entry(Entry* e, const float* a, const float* b, float* c);
+
 bool run(Pass pass, const ConvGeometry& g, const float* a, const float* b, float* c) {
   if (conv_impl() == ConvImpl::im2col) return false;
   Entry* e = nullptr;
   if (cpu_autocast_dtype() == DType::bf16) e = lookup(pass, g, dt::bf16);
   if (!e) e = lookup(pass, g, dt::f32);
+  return run_entry(e, a, b, c);
+}
+
+bool run3(Pass pass, const Conv3dGeometry& g, const float* a, const float* b, float* c) {
+  if (conv_impl() == ConvImpl::im2col) return false;
+  Entry* e = nullptr;
+  if (cpu_autocast_dtype() == DType::bf16) e = lookup3(pass, g, dt::bf16);
+  if (!e) e = lookup3(pass, g, dt::f32);
+  if (!run_entry(e, a, b, c)) return false;
+  ++t_conv3d_calls;
+  return true;
+}
+
+// Binds the call's buffers to a cached primitive and runs it with its reorders.
+bool run_entry(Entry* e, const float* a, const float* b, float* c) {
   if (!e) return false;
   auto& s = cpu_stream();
   e->a->bind(a);
@@ -558,6 +623,18 @@ bool onednn_conv_backward_data(const ConvGeometry& g, const float* dy, const flo
 bool onednn_conv_backward_weights(const ConvGeometry& g, const float* x, const float* dy,
                                   float* dw) {
   return run(Pass::backward_weights, g, x, dy, dw);
+}
+
+bool onednn_conv3d_forward(const Conv3dGeometry& g, const float* x, const float* w, float* y) {
+  return run3(Pass::forward, g, x, w, y);
+}
+bool onednn_conv3d_backward_data(const Conv3dGeometry& g, const float* dy, const float* w,
+                                 float* dx) {
+  return run3(Pass::backward_data, g, dy, w, dx);
+}
+bool onednn_conv3d_backward_weights(const Conv3dGeometry& g, const float* x, const float* dy,
+                                    float* dw) {
+  return run3(Pass::backward_weights, g, x, dy, dw);
 }
 
 #endif  // SOMA_HAS_ONEDNN

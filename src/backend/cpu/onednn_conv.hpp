@@ -56,4 +56,24 @@ bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const floa
 // How many onednn_conv_forward_fused calls ran on this thread (tests check the path is taken).
 std::uint64_t onednn_conv_fused_calls();
 
+// A 3-d convolution on packed NCDHW input, [O, C/groups, KD, KH, KW] kernel and NCDHW output
+// (pads explicit per axis, dilation 1 = dense): the conv3d ops' CPU kernels
+// (src/backend/cpu/conv3d.cpp). The same contract as the 2-d functions above.
+struct Conv3dGeometry {
+  std::int64_t n, c, d, h, w;
+  std::int64_t o, kd, kh, kw;
+  std::int64_t od, oh, ow;
+  std::int64_t sd, sh, sw;
+  std::int64_t pf, pbk, pt, pb, pl, pr;  // front, back, top, bottom, left, right
+  std::int64_t dd, dh, dw;
+  std::int64_t groups;
+};
+bool onednn_conv3d_forward(const Conv3dGeometry& g, const float* x, const float* w, float* y);
+bool onednn_conv3d_backward_data(const Conv3dGeometry& g, const float* dy, const float* w,
+                                 float* dx);
+bool onednn_conv3d_backward_weights(const Conv3dGeometry& g, const float* x, const float* dy,
+                                    float* dw);
+// How many 3-d primitives ran on this thread (tests check the path is taken).
+std::uint64_t onednn_conv3d_calls();
+
 }  // namespace soma::detail

@@ -25,6 +25,7 @@
 #include "backend/cuda/host_util.hpp"
 #include "backend/cuda/math_policy.hpp"
 #include "backend/cuda/runtime.hpp"
+#include "internal/conv3d_op.hpp"
 #include "internal/copy.hpp"
 #include "soma/cuda.hpp"
 #include "soma/op.hpp"
@@ -566,6 +567,272 @@ void backprop_filter_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
   });
 }
 
+// ---- 3-d convolution (conv3d ops, src/ops/conv3d.cpp) through cuDNN's N-d descriptors ----------
+// NCDHW / OIDHW, cross-correlation, groups and dilation as the ops define them. cuDNN takes one
+// padding per axis: unevenly padded convolutions (Keras' "same" with an odd total) and tensors
+// past cuDNN's int range run the ops' composite instead (conv2d with the depth taps folded into
+// the channels, which pads explicitly). Algorithms from cuDNN's heuristics per call (no
+// benchmarking), workspace from soma's allocator, candidates tried in order as for conv2d.
+struct Conv3Call {
+  const char* op;
+  DType dtype;
+  int dev;
+  const CudnnApi& api;
+  cudnnMathType_t math;
+  std::string what;  // shapes and attrs, for messages
+  void check(cudnnStatus_t st, const char* fn) const {
+    if (st == CUDNN_STATUS_SUCCESS) return;
+    fail(op, fn, " failed on cuda:", dev, ": ", api.cudnnGetErrorString(st), " (", what, ")");
+  }
+};
+
+cudnnHandle_t conv3_handle(const Conv3Call& c) {
+  static std::once_flag once[kMaxDevices];
+  static cudnnHandle_t handles[kMaxDevices] = {};
+  if (c.dev < 0 || c.dev >= kMaxDevices) fail(c.op, "cuda:", c.dev, " is out of range");
+  std::call_once(once[c.dev], [&] {
+    cudnnHandle_t h = nullptr;
+    c.check(c.api.cudnnCreate(&h), "cudnnCreate");
+    c.check(c.api.cudnnSetStream(h, stream(c.dev)), "cudnnSetStream");
+    handles[c.dev] = h;  // never destroyed, as the streams (runtime.cpp)
+  });
+  return handles[c.dev];
+}
+
+struct TensorNd {
+  const Conv3Call& c;
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorNd(const Conv3Call& call, const Shape& s) : c(call) {
+    int dims[5], strides[5];
+    for (int i = 4, st = 1; i >= 0; --i) {
+      dims[i] = int(s[std::size_t(i)]);
+      strides[i] = st;
+      st *= dims[i];
+    }
+    c.check(c.api.cudnnCreateTensorDescriptor(&d), "cudnnCreateTensorDescriptor");
+    c.check(c.api.cudnnSetTensorNdDescriptor(d, cudnn_type(c.dtype), 5, dims, strides),
+            "cudnnSetTensorNdDescriptor");
+  }
+  ~TensorNd() { c.api.cudnnDestroyTensorDescriptor(d); }
+  TensorNd(const TensorNd&) = delete;
+  TensorNd& operator=(const TensorNd&) = delete;
+};
+
+struct FilterNd {
+  const Conv3Call& c;
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterNd(const Conv3Call& call, const Shape& s) : c(call) {
+    int dims[5];
+    for (int i = 0; i < 5; ++i) dims[i] = int(s[std::size_t(i)]);
+    c.check(c.api.cudnnCreateFilterDescriptor(&d), "cudnnCreateFilterDescriptor");
+    c.check(c.api.cudnnSetFilterNdDescriptor(d, cudnn_type(c.dtype), CUDNN_TENSOR_NCHW, 5, dims),
+            "cudnnSetFilterNdDescriptor");
+  }
+  ~FilterNd() { c.api.cudnnDestroyFilterDescriptor(d); }
+  FilterNd(const FilterNd&) = delete;
+  FilterNd& operator=(const FilterNd&) = delete;
+};
+
+struct ConvNd {
+  const Conv3Call& c;
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvNd(const Conv3Call& call, const Attrs& a) : c(call) {
+    const Ints &st = a.ints("strides"), &p = a.ints("pads"), &dl = a.ints("dilation");
+    int pad[3], stride[3], dil[3];
+    for (int i = 0; i < 3; ++i) {
+      pad[i] = int(p[std::size_t(2 * i)]);
+      stride[i] = int(st[std::size_t(i)]);
+      dil[i] = int(dl[std::size_t(i)]);
+    }
+    c.check(c.api.cudnnCreateConvolutionDescriptor(&d), "cudnnCreateConvolutionDescriptor");
+    c.check(c.api.cudnnSetConvolutionNdDescriptor(d, 3, pad, stride, dil, CUDNN_CROSS_CORRELATION,
+                                                  compute_type(c.dtype)),
+            "cudnnSetConvolutionNdDescriptor");
+    c.check(c.api.cudnnSetConvolutionGroupCount(d, int(a.i("groups"))),
+            "cudnnSetConvolutionGroupCount");
+  }
+  void math(cudnnMathType_t m) const {
+    c.check(c.api.cudnnSetConvolutionMathType(d, m), "cudnnSetConvolutionMathType");
+  }
+  ~ConvNd() { c.api.cudnnDestroyConvolutionDescriptor(d); }
+  ConvNd(const ConvNd&) = delete;
+  ConvNd& operator=(const ConvNd&) = delete;
+};
+
+// cuDNN's case: one padding per axis and every tensor within int range.
+bool cudnn_conv3_case(const Attrs& a, std::initializer_list<const Shape*> shapes) {
+  const Ints& p = a.ints("pads");
+  for (int i = 0; i < 3; ++i)
+    if (p[std::size_t(2 * i)] != p[std::size_t(2 * i + 1)]) return false;
+  for (const Shape* s : shapes) {
+    std::int64_t n = 1;
+    for (auto d : *s) n *= d;
+    if (n > INT_MAX) return false;
+  }
+  return true;
+}
+
+std::string describe3(const Shape& x, const Shape& w, const Shape& y, DType t, const Attrs& a) {
+  return "input " + shape_str(x) + ", kernel " + shape_str(w) + ", output " + shape_str(y) + ", " +
+         dtype_name(t) + ", strides " + shape_str(a.ints("strides")) + ", pads " +
+         shape_str(a.ints("pads")) + ", dilation " + shape_str(a.ints("dilation")) + ", groups " +
+         std::to_string(a.i("groups"));
+}
+
+// The heuristics' candidates, best first (those over the workspace limit last), each run until
+// one works: list(perf, count, &returned), ws(algo, &bytes), exec(algo, workspace, bytes).
+template <class Perf, class List, class Ws, class Exec>
+void run_conv3(const Conv3Call& c, const ConvNd& cd, int max_count, const char* what, List&& list,
+               Ws&& ws, Exec&& exec) {
+  std::vector<Perf> perf(static_cast<std::size_t>(max_count));
+  int returned = 0;
+  cd.math(c.math);
+  c.check(list(perf.data(), max_count, &returned), what);
+  Algos within, over;
+  for (int i = 0; i < returned; ++i) {
+    const Perf& r = perf[std::size_t(i)];
+    if (r.status != CUDNN_STATUS_SUCCESS) continue;
+    const cudnnMathType_t m = c.math == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : r.mathType;
+    cd.math(m);
+    std::size_t bytes = 0;
+    if (ws(r.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+    (bytes <= kWorkspaceLimit ? within : over).push_back({int(r.algo), m, bytes});
+  }
+  within.insert(within.end(), over.begin(), over.end());
+  cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
+  std::string no_memory;
+  for (const Algo& al : within) {
+    std::optional<Workspace> buf;
+    try {
+      buf.emplace(al.workspace, c.dev);
+    } catch (const Error& e) {
+      no_memory = e.what();
+      continue;
+    }
+    cd.math(al.math);
+    last = exec(al.algo, buf->p, buf->n);
+    if (last == CUDNN_STATUS_SUCCESS) return;
+    if (last != CUDNN_STATUS_NOT_SUPPORTED && last != CUDNN_STATUS_ALLOC_FAILED) break;
+  }
+  if (!no_memory.empty() && last == CUDNN_STATUS_NOT_SUPPORTED)
+    fail(c.op, "no ", what, " algorithm's workspace could be allocated on cuda:", c.dev, " (",
+         c.what, "): ", no_memory);
+  c.check(last, what);
+}
+
+void conv3d_cudnn_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                         const Attrs& a) {
+  const char* op = "conv3d";
+  for (const Tensor& t : in) check_float(op, t);
+  if (!cudnn_conv3_case(a, {&in[0].shape(), &in[1].shape(), &out[0].shape()}))
+    return detail::copy_into(detail::conv3d_composite(in[0], in[1], a), out[0]);
+  const Tensor x = packed(in[0]), w = packed(in[1]);
+  const int dev = use_device(out[0].device().index, op);
+  const DType t = x.dtype();
+  into(out[0], [&](const Tensor& y) {
+    if (y.numel() == 0) return;
+    if (x.numel() == 0 || w.numel() == 0) return zero(y, op, dev);
+    const Conv3Call c{op, t, dev, cudnn_api(op), requested_math(t, dev),
+                      describe3(x.shape(), w.shape(), y.shape(), t, a)};
+    const cudnnHandle_t h = conv3_handle(c);
+    const TensorNd xd(c, x.shape()), yd(c, y.shape());
+    const FilterNd wd(c, w.shape());
+    const ConvNd cd(c, a);
+    const Scale s;
+    run_conv3<cudnnConvolutionFwdAlgoPerf_t>(
+        c, cd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "cudnnConvolutionForward",
+        [&](cudnnConvolutionFwdAlgoPerf_t* r, int n, int* got) {
+          return c.api.cudnnGetConvolutionForwardAlgorithm_v7(h, xd.d, wd.d, cd.d, yd.d, n, got, r);
+        },
+        [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
+          return c.api.cudnnGetConvolutionForwardWorkspaceSize(h, xd.d, wd.d, cd.d, yd.d, algo,
+                                                               bytes);
+        },
+        [&](int algo, void* ws, std::size_t n) {
+          return c.api.cudnnConvolutionForward(h, s.alpha(t), xd.d, first_element(x), wd.d,
+                                               first_element(w), cd.d,
+                                               cudnnConvolutionFwdAlgo_t(algo), ws, n, s.beta(t),
+                                               yd.d, first_element(y));
+        });
+  });
+}
+
+void conv3d_backprop_input_cudnn_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                                        const Attrs& a) {
+  const char* op = "conv3d_backprop_input";
+  for (const Tensor& t : in) check_float(op, t);
+  if (!cudnn_conv3_case(a, {&in[0].shape(), &in[1].shape(), &out[0].shape()}))
+    return detail::copy_into(detail::conv3d_backprop_input_composite(in[0], in[1], a), out[0]);
+  const Tensor g = packed(in[0]), w = packed(in[1]);
+  const int dev = use_device(out[0].device().index, op);
+  const DType t = g.dtype();
+  into(out[0], [&](const Tensor& dx) {
+    if (dx.numel() == 0) return;
+    if (g.numel() == 0 || w.numel() == 0) return zero(dx, op, dev);
+    const Conv3Call c{op, t, dev, cudnn_api(op), requested_math(t, dev),
+                      describe3(dx.shape(), w.shape(), g.shape(), t, a)};
+    const cudnnHandle_t h = conv3_handle(c);
+    const TensorNd dxd(c, dx.shape()), gd(c, g.shape());
+    const FilterNd wd(c, w.shape());
+    const ConvNd cd(c, a);
+    const Scale s;
+    run_conv3<cudnnConvolutionBwdDataAlgoPerf_t>(
+        c, cd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, "cudnnConvolutionBackwardData",
+        [&](cudnnConvolutionBwdDataAlgoPerf_t* r, int n, int* got) {
+          return c.api.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd.d, gd.d, cd.d, dxd.d, n,
+                                                                   got, r);
+        },
+        [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
+          return c.api.cudnnGetConvolutionBackwardDataWorkspaceSize(h, wd.d, gd.d, cd.d, dxd.d,
+                                                                    algo, bytes);
+        },
+        [&](int algo, void* ws, std::size_t n) {
+          return c.api.cudnnConvolutionBackwardData(h, s.alpha(t), wd.d, first_element(w), gd.d,
+                                                    first_element(g), cd.d,
+                                                    cudnnConvolutionBwdDataAlgo_t(algo), ws, n,
+                                                    s.beta(t), dxd.d, first_element(dx));
+        });
+  });
+}
+
+void conv3d_backprop_filter_cudnn_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                                         const Attrs& a) {
+  const char* op = "conv3d_backprop_filter";
+  for (const Tensor& t : in) check_float(op, t);
+  if (!cudnn_conv3_case(a, {&in[0].shape(), &in[1].shape(), &out[0].shape()}))
+    return detail::copy_into(detail::conv3d_backprop_filter_composite(in[0], in[1], a), out[0]);
+  const Tensor x = packed(in[0]), g = packed(in[1]);
+  const int dev = use_device(out[0].device().index, op);
+  const DType t = x.dtype();
+  into(out[0], [&](const Tensor& dw) {
+    if (dw.numel() == 0) return;
+    if (x.numel() == 0 || g.numel() == 0) return zero(dw, op, dev);
+    const Conv3Call c{op, t, dev, cudnn_api(op), requested_math(t, dev),
+                      describe3(x.shape(), dw.shape(), g.shape(), t, a)};
+    const cudnnHandle_t h = conv3_handle(c);
+    const TensorNd xd(c, x.shape()), gd(c, g.shape());
+    const FilterNd wd(c, dw.shape());
+    const ConvNd cd(c, a);
+    const Scale s;
+    run_conv3<cudnnConvolutionBwdFilterAlgoPerf_t>(
+        c, cd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, "cudnnConvolutionBackwardFilter",
+        [&](cudnnConvolutionBwdFilterAlgoPerf_t* r, int n, int* got) {
+          return c.api.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd.d, gd.d, cd.d, wd.d, n,
+                                                                     got, r);
+        },
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
+          return c.api.cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd.d, gd.d, cd.d, wd.d,
+                                                                      algo, bytes);
+        },
+        [&](int algo, void* ws, std::size_t n) {
+          return c.api.cudnnConvolutionBackwardFilter(h, s.alpha(t), xd.d, first_element(x), gd.d,
+                                                      first_element(g), cd.d,
+                                                      cudnnConvolutionBwdFilterAlgo_t(algo), ws, n,
+                                                      s.beta(t), wd.d, first_element(dw));
+        });
+  });
+}
+
 #else  // built without cudnn.h: the convolutions say so
 
 [[noreturn]] void no_cudnn(const char* op) { fail(op, cudnn_unavailable_reason()); }
@@ -599,6 +866,11 @@ void register_cuda_conv_kernels() {
   reg("max_pool2d_with_indices", max_pool_with_indices_kernel);
   reg("max_unpool2d", max_unpool_kernel);
   reg("avg_pool2d_grad", avg_pool_grad_kernel);
+#if SOMA_HAS_CUDNN_HEADERS  // else the conv3d ops keep their composite kernels (conv2d's)
+  reg("conv3d", conv3d_cudnn_kernel);
+  reg("conv3d_backprop_input", conv3d_backprop_input_cudnn_kernel);
+  reg("conv3d_backprop_filter", conv3d_backprop_filter_cudnn_kernel);
+#endif
 }
 
 }  // namespace soma::cuda_detail

@@ -34,7 +34,8 @@ std::string cudnn_unavailable_reason();
   X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                                             \
   X(cudnnGetConvolutionBackwardFilterWorkspaceSize) X(cudnnConvolutionBackwardFilter)         \
   X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute) \
-  X(cudnnBackendGetAttribute) X(cudnnBackendFinalize) X(cudnnBackendExecute)
+  X(cudnnBackendGetAttribute) X(cudnnBackendFinalize) X(cudnnBackendExecute)   \
+  X(cudnnSetTensorNdDescriptor) X(cudnnSetFilterNdDescriptor) X(cudnnSetConvolutionNdDescriptor)
 
 struct CudnnApi {
 #define SOMA_CUDNN_MEMBER(name) decltype(&::name) name = nullptr;
