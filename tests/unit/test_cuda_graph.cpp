@@ -124,7 +124,7 @@ TEST(CudaGraph, FitReplaysItsStepsLikeEagerSteps) {
                                   .decay_rate = 0.9}),
                              .weight_decay = 0.01}),
                nn::SparseCategoricalCrossentropy({.from_logits = true}), {"accuracy"});
-    History h = m->fit(x, y, {.epochs = 3, .batch_size = 16, .shuffle = false, .verbose = 0,
+    nn::History h = m->fit(x, y, {.epochs = 3, .batch_size = 16, .shuffle = false, .verbose = 0,
                               .cuda_graph = graph});
     return std::pair{m, h};
   };

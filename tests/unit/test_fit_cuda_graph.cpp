@@ -9,6 +9,7 @@
 #include "../../src/core/device_backend.hpp"
 #include "device_testing.hpp"
 #include "emulated_capture.hpp"
+#include "update_cases.hpp"
 #include "soma/optim/loss_scale.hpp"
 #include "soma/soma.hpp"
 
@@ -106,6 +107,14 @@ TEST(FitCudaGraph, AdamWWithAScheduleShuffledAndValidatedReplaysExactly) {
   EXPECT_EQ(on.model->optimizer().iterations(), off.model->optimizer().iterations());
   EXPECT_EQ(on.model->optimizer().iterations(), 27);
   EXPECT_FALSE(on.model->optimizer().device_step_scalars());  // off again after fit
+}
+
+// The update ops' step-scalars form on the stand-in device (its composite kernels read the values
+// as device tensors): the results of the attributes, bit for bit.
+TEST(FitCudaGraph, StepScalarsOnTheDeviceGiveTheAttributesResults) {
+  soma::testing::EmulatedCuda gpu;
+  for (DType t : {DType::f32, DType::f64})
+    EXPECT_TRUE(soma::update_cases::step_scalars_match(gpu.device(), t, true));
 }
 
 // Without the device step scalars a replay repeats the captured step's bias correction: the
