@@ -108,8 +108,11 @@ class EmulatedCudaGraphs {
       fn(in, out, a);
       return;
     }
-    if ((def.tags & kRandom) && state().error.empty())
-      state().error = "random op '" + def.name + "' in the captured step (its seed would be frozen)";
+    if (def.tags & kRandom) {  // as the CUDA random kernels: refused before drawing
+      if (state().error.empty())
+        state().error = "random op '" + def.name + "' in the captured step (its seed would be frozen)";
+      fail(def.name, "cannot be captured in a CUDA graph (emulated)");
+    }
     state().work.push_back([fn, in, out, a] {
       std::vector<Tensor> o = out;
       fn(in, o, a);

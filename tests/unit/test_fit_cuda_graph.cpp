@@ -180,6 +180,28 @@ TEST(FitCudaGraph, AHostReadInTheStepFailsTheCaptureAndTheStepRunsEagerly) {
   EXPECT_EQ(on.model->optimizer().iterations(), 18);
 }
 
+// Dropout draws new numbers every step: its launch refuses to be captured (a replay would repeat
+// the mask), the capture fails and fit trains eagerly, as without cuda_graph.
+TEST(FitCudaGraph, ARandomOpFailsTheCapture) {
+  EmulatedCudaGraphs gpu;
+  auto train_dropout = [](bool graph) {
+    const auto data = soma::testing::class_data({6}, 130, 3);
+    set_seed(5);
+    Ref<nn::Model> m = std::make_shared<nn::Sequential>(
+        nn::Input({6}), nn::Dense(16, nn::relu), nn::Dropout(0.3), nn::Dense(3));
+    m->to(EmulatedCudaGraphs::device());
+    sgd(*m);
+    History h = m->fit(data.x, data.y, {.epochs = 2, .batch_size = 16, .shuffle = false,
+                                        .verbose = 0, .cuda_graph = graph});
+    return Trained{m, h};
+  };
+  const Trained off = train_dropout(false), on = train_dropout(true);
+  EXPECT_TRUE(same_runs(off, on));
+  const auto& st = on.model->step_graph_stats();
+  EXPECT_EQ(st.replays, 0);
+  EXPECT_NE(st.reason.find("cannot be captured"), std::string::npos) << st.reason;
+}
+
 TEST(FitCudaGraph, StepsThatCannotBeCapturedSaySo) {
   EmulatedCudaGraphs gpu;
   const FitOptions o{.epochs = 1, .batch_size = 16, .shuffle = false};
