@@ -15,8 +15,9 @@
 // the last input is an f64 [2] tensor on the variable's device holding the per-step values
 // (sgd: lr, decay; adam: alpha, decay), read when the kernel runs, so that a captured graph's
 // replays take each step's values; the attributes of those names are then not used, except that
-// "decay" != 0 says whether there is a weight decay at all. Same results as the attributes. The kernels
-// registered here are composites of other ops, so they run on every device and floating dtype;
+// a nonzero "decay" says whether there is a weight decay at all. Same results as the attributes.
+//
+// The kernels registered here are composites of other ops, so they run on every device and floating dtype;
 // the CPU kernels replace them by one fused loop over f32/f64 memory
 // (src/backend/cpu/optim_updates.cpp), same formula, same order of operations.
 #include "internal/optim_updates.hpp"

@@ -198,7 +198,7 @@ class Optimizer {
   // Device step scalars (set_device_step_scalars): whether update() passes them (SGD, Adam),
   // their values for the variable being updated ([rate, decay], from step_lr() and
   // decay_factor()), and the input update() appends to its op (with attribute step_scalars and
-  // "decay" != 0 when the variable decays; undefined when off).
+  // a nonzero "decay" when the variable decays; undefined when off).
   virtual bool uses_step_scalars() const { return false; }
   // Whether update()'s op attributes are the same every step while the learning rate is
   // (RMSprop, Adagrad): a captured step then stays valid with a constant rate. Not assumed.
