@@ -109,6 +109,31 @@ TEST(FitCudaGraph, AdamWWithAScheduleShuffledAndValidatedReplaysExactly) {
   EXPECT_FALSE(on.model->optimizer().device_step_scalars());  // off again after fit
 }
 
+// A callback that reads the running logs after every batch (as the progress bar does on a
+// terminal, every 50 ms): each replay's read sees the sums with that step in them.
+struct BatchLogRecorder : callbacks::Callback {
+  std::vector<nn::Logs> logs;
+  void on_train_batch_end(std::int64_t, nn::Logs& l) override { logs.push_back(l); }
+};
+
+TEST(FitCudaGraph, PerBatchLogsAreThoseOfEagerSteps) {
+  EmulatedCudaGraphs gpu;
+  auto run = [](bool graph) {
+    auto rec = std::make_shared<BatchLogRecorder>();
+    FitOptions o{.epochs = 2, .batch_size = 16, .shuffle = false};
+    o.callbacks = {rec};
+    const Trained t = train(sgd, graph, o);
+    return std::pair{rec->logs, t.model->step_graph_stats().replays};
+  };
+  const auto [off, off_replays] = run(false);
+  const auto [on, on_replays] = run(true);
+  EXPECT_EQ(off_replays, 0);
+  EXPECT_EQ(on_replays, 8);
+  ASSERT_EQ(off.size(), 18u);
+  EXPECT_EQ(on, off);
+  EXPECT_EQ(on[6].count("accuracy"), 1u);
+}
+
 // The update ops' step-scalars form on the stand-in device (its composite kernels read the values
 // as device tensors): the results of the attributes, bit for bit.
 TEST(FitCudaGraph, StepScalarsOnTheDeviceGiveTheAttributesResults) {
