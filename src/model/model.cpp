@@ -878,10 +878,7 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
   }
   soma::detail::PersistentAccumulatorScope in_place_sums(capturing_fit ||
                                                          soma::detail::persistent_accumulators());
-  if (capturing_fit) {
-    reset_metrics();  // device sums from an earlier call are dropped by fold, not zeroed
-    optimizer().set_device_step_scalars(true);
-  }
+  if (capturing_fit) optimizer().set_device_step_scalars(true);
   ScopeExit scalars_off{[&] { if (capturing_fit) optimizer().set_device_step_scalars(false); }};
   CapturedStep captured;
   // One training step: eager, captured or replayed (model/step_graph.hpp). `y_host`: the
@@ -1102,6 +1099,10 @@ History Model::fit(const data::Dataset& train_data, const FitOptions& o) {
   stop_training = false;
   ModeGuard mode(*this, true);
   Logs logs;
+  step_graph_stats_ = {};
+  if (o.cuda_graph)
+    step_graph_stats_.reason =
+        "cuda_graph: fit(Dataset) trains eagerly (only fit on tensors replays captured steps)";
   all.on_train_begin(logs);
   std::optional<data::Dataset::Iterator> it;
   std::int64_t batches_taken = 0;
