@@ -21,6 +21,7 @@
 #include "internal/tensor_vector_pool.hpp"
 #include "core/device_backend.hpp"
 #include "model/batch_stager.hpp"
+#include "ops/autocast_cache.hpp"
 #include "model/step_graph.hpp"
 #include "model/summary_table.hpp"
 #include "nn/accumulators.hpp"
@@ -915,6 +916,8 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
       std::string why;
       bool threw = false;
       opt.defer_step_scalars(true);
+      // Autocast's kept weight casts: made again inside the graph (ops/autocast_cache.hpp).
+      soma::detail::autocast_cache_new_generation();
       captured.backend->begin_capture(captured.index);
       try {
         soma::detail::HostTwinScope twins(captured.y, twins_host);
@@ -925,6 +928,7 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
       }
       std::string end_why;
       void* graph = captured.backend->end_capture(captured.index, &end_why);
+      soma::detail::autocast_cache_new_generation();
       opt.defer_step_scalars(false);
       if (!threw) why = end_why;
       if (threw && graph) {
@@ -951,6 +955,7 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
       if (dsw.defined()) soma::detail::copy_into(dsw, captured.sw);
       opt.replay_step();
       c.count += double(batch_of(dx));
+      soma::detail::autocast_cache_new_generation();  // the weights change, their versions do not
       captured.backend->launch_graph(captured.graph, captured.index);
     }
     step_graph_stats_ = graph_policy->stats();

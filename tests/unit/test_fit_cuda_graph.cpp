@@ -109,6 +109,21 @@ TEST(FitCudaGraph, AdamWWithAScheduleShuffledAndValidatedReplaysExactly) {
   EXPECT_FALSE(on.model->optimizer().device_step_scalars());  // off again after fit
 }
 
+// bf16 autocast: the weights' kept casts (src/ops/autocast_cache.hpp) are made again inside the
+// graph and after each replay, so replays cast the weights they change.
+TEST(FitCudaGraph, Bf16AutocastReplaysExactly) {
+  EmulatedCudaGraphs gpu;
+  const Compile bf16 = [](nn::Model& m) {
+    m.compile(optim::Adam({.learning_rate = 0.01}),
+              nn::SparseCategoricalCrossentropy({.from_logits = true}), {"accuracy"},
+              {.mixed_precision = "bf16"});
+  };
+  const FitOptions o{.epochs = 2, .batch_size = 16, .shuffle = false};
+  const Trained off = train(bf16, false, o), on = train(bf16, true, o);
+  EXPECT_TRUE(same_runs(off, on));
+  EXPECT_EQ(on.model->step_graph_stats().replays, 8);
+}
+
 // A callback that reads the running logs after every batch (as the progress bar does on a
 // terminal, every 50 ms): each replay's read sees the sums with that step in them.
 struct BatchLogRecorder : callbacks::Callback {
