@@ -17,6 +17,7 @@
 # Rows (precision tf32 = f32 storage with TF32 products on both sides; bf16 = autocast on both
 # sides, f32 master weights):
 #   mlp_train b128, b1024 (784-128-128-10, Adam)   target soma >= 1.5x / 1.2x PyTorch
+#   mlp_train b128 --cuda-graph (fit replays a CUDA graph)  the same target
 #   cifar_cnn_train b128 tf32, bf16                target soma >= PyTorch; bf16 >= 1.6x tf32
 #   sgemm 4096 tf32, bf16_gemm 4096                target soma >= 0.95 x cuBLAS
 # Exit status: 0 every soma run gave a number (targets are reported, not enforced); 1 a soma run
@@ -82,9 +83,11 @@ if [ "$DEVICE" != cpu ] && [ "$DRY" = 0 ]; then
 fi
 
 # Rows: name | workload | batch | steps | precision | target ("torch:1.5" = soma/torch >= 1.5,
-# "cublas:0.95" = soma/cuBLAS >= 0.95)
+# "cublas:0.95" = soma/cuBLAS >= 0.95) | extra soma flags (optional: --cuda-graph replays fit's
+# step as a CUDA graph)
 ROWS=(
   "mlp b128 tf32|mlp_train|128|$MLP_STEPS|tf32|torch:1.5"
+  "mlp b128 tf32 graph|mlp_train|128|$MLP_STEPS|tf32|torch:1.5|--cuda-graph"
   "mlp b1024 tf32|mlp_train|1024|$MLP_STEPS|tf32|torch:1.2"
   "cnn b$CNN_BATCH tf32|cifar_cnn_train|$CNN_BATCH|$CNN_STEPS|tf32|torch:1.0"
   "cnn b$CNN_BATCH bf16|cifar_cnn_train|$CNN_BATCH|$CNN_STEPS|bf16|torch:1.0"
@@ -95,14 +98,14 @@ ROWS=(
 value_of() { sed -n 's/.*value=\([0-9.e+-]*\).*/\1/p' "$1" | tail -n1; }
 median() { printf '%s\n' "$@" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END { if (NR == 0) print ""; else if (NR % 2) print v[(NR+1)/2]; else printf "%.6g\n", (v[NR/2]+v[NR/2+1])/2 }'; }
 
-soma_cmd() { echo "$SOMA" bench --workload "$1" --batch "$2" --steps "$3" --precision "$4" --device "$DEVICE" "${THREADS[@]}"; }
+soma_cmd() { echo "$SOMA" bench --workload "$1" --batch "$2" --steps "$3" --precision "$4" --device "$DEVICE" "${THREADS[@]}" $5; }
 torch_cmd() { echo "$TORCH" "$ROOT/bench/torch_bench.py" --workload "$1" --batch "$2" --steps "$3" --precision "$4" --device "$DEVICE" "${THREADS[@]}"; }
 
 if [ "$DRY" = 1 ]; then
   for r in "${ROWS[@]}"; do
-    IFS='|' read -r name w b s p target <<<"$r"
+    IFS='|' read -r name w b s p target extra <<<"$r"
     echo "$name:"
-    echo "  soma:  $(soma_cmd "$w" "$b" "$s" "$p")"
+    echo "  soma:  $(soma_cmd "$w" "$b" "$s" "$p" "$extra")"
     echo "  torch: $(torch_cmd "$w" "$b" "$s" "$p")${TORCH:+}$([ -z "$TORCH" ] && echo '   (no torch here)')"
     case $target in cublas:*) echo "  cublas: cublas_gemm $b $p $s" ;; esac
   done
@@ -113,12 +116,13 @@ FAILED=0
 declare -A SOMA_MED TORCH_MED
 TABLE=()
 for r in "${ROWS[@]}"; do
-  IFS='|' read -r name w b s p target <<<"$r"
+  IFS='|' read -r name w b s p target extra <<<"$r"
   sv=() tv=() cv=()
+  tag=$w.$b.$p${extra:+.graph}
   for rep in $(seq 1 "$REPS"); do
-    log="$OUT/$w.$b.$p.$rep"
+    log="$OUT/$tag.$rep"
     # Alternated: soma, torch, cuBLAS, then again.
-    $(soma_cmd "$w" "$b" "$s" "$p") >"$log.soma" 2>&1
+    $(soma_cmd "$w" "$b" "$s" "$p" "$extra") >"$log.soma" 2>&1
     rc=$?
     if [ $rc -ne 0 ]; then
       echo "gpu_compare: soma failed ($rc) on '$name': $(tail -n 2 "$log.soma" | tr '\n' ' ')" >&2
@@ -142,7 +146,7 @@ for r in "${ROWS[@]}"; do
   verdict=$(awk -v s="$sm" -v r="$ref" -v w="$want" 'BEGIN {
     if (s == "" || r == "" || r + 0 == 0) { print "-|n/a"; exit }
     q = s / r; printf "%.2f|%s\n", q, (q >= w ? "MET" : "MISSED") }')
-  unit=$(sed -n 's/.*unit=\([^ ]*\).*/\1/p' "$OUT/$w.$b.$p.1.soma" | tail -n1)
+  unit=$(sed -n 's/.*unit=\([^ ]*\).*/\1/p' "$OUT/$tag.1.soma" | tail -n1)
   TABLE+=("$name|${sm:-FAIL}|${tm:-n/a}|${cm:-n/a}|$unit|${verdict%%|*}|>= $want x $ref_kind|${verdict#*|}")
 done
 

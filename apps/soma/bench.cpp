@@ -54,6 +54,8 @@ double timed(F&& f) {
 
 // --precision: "f32", "tf32" or an autocast dtype name (soma/autocast.hpp).
 std::string g_precision = "f32";
+// --cuda-graph: device training replays its step as a CUDA graph (FitOptions::cuda_graph).
+bool g_cuda_graph = false;
 // --device: where the workloads run (the CPU by default).
 Device g_device = Device::cpu();
 // compile's mixed_precision for g_precision ("" for f32 and tf32).
@@ -112,7 +114,8 @@ std::pair<double, std::string> train_rate(nn::Sequential model, const Tensor& x,
     const Tensor xd = slice(x, {Slice{0, nb * batch}}).to(g_device);
     const Tensor yd = slice(y, {Slice{0, nb * batch}}).to(g_device);
     const std::int64_t epochs = (steps + nb - 1) / nb;
-    const nn::FitOptions opts{.epochs = 1, .batch_size = batch, .shuffle = false, .verbose = 0};
+    const nn::FitOptions opts{.epochs = 1, .batch_size = batch, .shuffle = false, .verbose = 0,
+                              .cuda_graph = g_cuda_graph};
     model.fit(slice(xd, {Slice{0, std::min<std::int64_t>(3, nb) * batch}}),
               slice(yd, {Slice{0, std::min<std::int64_t>(3, nb) * batch}}), opts);  // warm-up
     sync_device();
@@ -300,7 +303,10 @@ int cmd_bench(int argc, char** argv) {
       .option("precision", "P[,P...]",
               "f32 (default), tf32, bf16 or f16: tf32 is f32 with TF32 products (cuda);\n"
               "bf16/f16 the autocast dtype of matrix and convolution work")
-      .option("device", "DEV", "cpu (default), cuda or cuda:N: where the workloads run");
+      .option("device", "DEV", "cpu (default), cuda or cuda:N: where the workloads run")
+      .option("cuda-graph", "",
+              "device training replays its step as a CUDA graph (fit's cuda_graph); the\n"
+              "lines end in cuda_graph=on");
   Args a;
   if (parse_or_help(p, argc, argv, a)) return 0;
   std::vector<std::string> choices;
@@ -311,6 +317,7 @@ int cmd_bench(int argc, char** argv) {
   const auto batches = a.has("batch") ? int_list(a, "batch") : std::vector<std::int64_t>{};
   const std::int64_t steps = a.integer("steps", 0, 1);
   g_device = device_option(a);
+  g_cuda_graph = a.has("cuda-graph");
   std::vector<std::string> precisions;
   {
     std::stringstream ss(a.has("precision") ? a.str("precision") : std::string("f32"));
@@ -340,6 +347,7 @@ int cmd_bench(int argc, char** argv) {
           // f32 CPU lines keep the original format (bench/compare.sh parses them).
           std::string tag = prec == "f32" ? "" : " precision=" + prec;
           if (!g_device.is_cpu()) tag += " device=" + g_device.str();
+          if (g_cuda_graph) tag += " cuda_graph=on";
           const auto [value, unit] = [&] {
             AutocastScope autocast(dt);
             return w.run(b, steps);

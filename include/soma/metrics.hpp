@@ -25,10 +25,7 @@ class MeanBase : public Metric {
     fold();
     return count_ == 0 ? 0.0 : total_ / count_;
   }
-  void reset_state() override {
-    total_ = count_ = 0;
-    device_total_ = device_count_ = Tensor();
-  }
+  void reset_state() override;
   double total() const {
     fold();
     return total_;
@@ -230,10 +227,7 @@ struct RecallOptions {
 
 class ConfusionCounts : public Metric {
  public:
-  void reset_state() override {
-    tp_ = fp_ = fn_ = 0;
-    device_counts_ = Tensor();
-  }
+  void reset_state() override;
   double true_positives() const {
     fold();
     return tp_;

@@ -24,6 +24,9 @@ void rmsprop_update_composite(const std::vector<Tensor>& in, std::vector<Tensor>
 void adagrad_update_composite(const std::vector<Tensor>& in, std::vector<Tensor>& out,
                               const Attrs& a);
 
+// Whether an update op's attributes ask for the step-scalars input (src/ops/optim_updates.cpp).
+bool has_step_scalars(const Attrs& a);
+
 void register_cpu_optim_update_kernels();  // src/backend/cpu/optim_updates.cpp
 
 }  // namespace soma::detail

@@ -21,9 +21,12 @@
 #include "internal/tensor_vector_pool.hpp"
 #include "core/device_backend.hpp"
 #include "model/batch_stager.hpp"
+#include "ops/autocast_cache.hpp"
 #include "model/step_graph.hpp"
 #include "model/summary_table.hpp"
+#include "nn/accumulators.hpp"
 #include "nn/host_twins.hpp"
+#include "internal/copy.hpp"
 #include "model/topo_order.hpp"
 #include "soma/model/weights.hpp"
 #include "soma/ops.hpp"
@@ -307,9 +310,9 @@ void Model::Compiled::settle(std::size_t n_outputs, const std::vector<SymbolicTe
 }
 
 void Model::Compiled::fold() {
-  auto read = [](Tensor& t) {
-    double v = t.defined() ? t.to(Device::cpu()).item<double>() : 0.0;
-    t = Tensor();
+  auto read = [](Tensor& t) {  // zeroed in place under FitOptions::cuda_graph, else dropped
+    double v = 0.0;
+    for (double x : soma::detail::take_device_sum(t)) v += x;
     return v;
   };
   if (device_loss_sum.defined()) loss_sum += read(device_loss_sum);
@@ -319,8 +322,14 @@ void Model::Compiled::fold() {
 
 void Model::reset_metrics() {
   if (!compiled_) return;
-  compiled_->device_loss_sum = Tensor();
-  compiled_->device_output_loss_sum.clear();
+  if (soma::detail::persistent_accumulators()) {  // zeroed where a captured step adds
+    if (compiled_->device_loss_sum.defined()) soma::detail::fill_value(compiled_->device_loss_sum, 0.0);
+    for (auto& t : compiled_->device_output_loss_sum)
+      if (t.defined()) soma::detail::fill_value(t, 0.0);
+  } else {
+    compiled_->device_loss_sum = Tensor();
+    compiled_->device_output_loss_sum.clear();
+  }
   compiled_->loss_sum = compiled_->count = 0.0;
   std::fill(compiled_->output_loss_sum.begin(), compiled_->output_loss_sum.end(), 0.0);
   for (auto& list : compiled_->metrics)
@@ -381,7 +390,8 @@ void Model::Compiled::track(double bs, const Tensor& total, const std::vector<Te
   if (!total.device().is_cpu()) {  // summed on the device: no read per step
     auto add = [bs](Tensor& sum, const Tensor& v) {
       Tensor part = cast(v, DType::f64) * bs;
-      sum = sum.defined() ? sum + part : part;
+      if (soma::detail::persistent_accumulators()) soma::detail::add_in_place(sum, part);
+      else sum = sum.defined() ? sum + part : part;
     };
     add(device_loss_sum, total);
     if (n_outputs > 1) {
@@ -739,20 +749,27 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
 }
 
 namespace {
-// FitOptions::cuda_graph: why the steps of a model on `dev` cannot be captured ("" when they
-// can). fit's steps are not replayed yet on a GPU either: the loss and metric sums are new
-// tensors every step (a replay would add into the captured ones) and Adam's bias corrections are
-// per-step op attributes; the capture, its memory pool and the decision are in place for it.
-std::string step_graph_unavailable(Device dev) {
+// FitOptions::cuda_graph: why the steps of this fit cannot be captured ("" when they can).
+std::string step_graph_unavailable(Device dev, const FitOptions& o, bool loss_scale, bool jit,
+                                   const optim::Optimizer& opt) {
   if (dev.is_cpu()) return "cuda_graph: the model is on the cpu (CUDA graphs need a CUDA device)";
   if (!soma::detail::has_graph_capture(soma::detail::device_backend(dev.kind)))
     return "cuda_graph: " + dev.str() +
            "'s backend cannot capture (the CPU stand-in device of the tests, or no GPU)";
-  return "cuda_graph: fit does not replay captured steps yet (docs/cuda.md, CUDA graphs)";
+  if (o.distributed)
+    return "cuda_graph: a distributed fit all-reduces the gradients through the host's "
+           "communicator every step";
+  if (loss_scale)
+    return "cuda_graph: f16 loss scaling reads the gradients' finite check on the host every "
+           "step to decide whether the step applies (train bf16, or without cuda_graph)";
+  if (jit) return "cuda_graph: compile's jit runs the step through graph mode; not captured";
+  if (std::string why = opt.capture_unsupported(); !why.empty()) return "cuda_graph: " + why;
+  return "";
 }
 
-// What a captured step would be valid for: the batch's shapes and dtypes, the device, and the
-// optimiser's learning rate (a value baked into the update kernels).
+// What a captured step is valid for: the batch's shapes and dtypes, the device, and the
+// optimiser's learning rate when it is an op attribute baked into the update kernels (not with
+// device step scalars, which a replay reads).
 capture::StepSignature step_signature(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
                                       const Tensor& sw, Device dev, const optim::Optimizer& opt) {
   capture::StepSignature s;
@@ -766,9 +783,28 @@ capture::StepSignature step_signature(const std::vector<Tensor>& x, const std::v
     s.dtypes.push_back(sw.dtype());
   }
   s.device = dev;
-  s.optimizer_key = capture::hash_values({opt.learning_rate()});
+  s.optimizer_key = capture::hash_values({opt.device_step_scalars() ? -1.0 : opt.learning_rate()});
   return s;
 }
+
+// FitOptions::cuda_graph: the captured training step of one signature and the input buffers it
+// reads (each batch is copied into them before a replay). Destroyed on a new signature and at
+// the end of fit.
+struct CapturedStep {
+  const soma::detail::DeviceBackend* backend = nullptr;
+  int index = 0;
+  void* graph = nullptr;
+  std::vector<Tensor> x, y;
+  Tensor sw;
+  ~CapturedStep() { drop(); }
+  void drop() {
+    if (graph) backend->destroy_graph(graph, index);
+    graph = nullptr;
+    x.clear();
+    y.clear();
+    sw = Tensor();
+  }
+};
 }  // namespace
 
 History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& y_all,
@@ -831,13 +867,97 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
   // step_graph_stats().
   step_graph_stats_ = {};
   std::optional<capture::StepGraphPolicy> graph_policy;
-  if (o.cuda_graph) graph_policy.emplace(step_graph_unavailable(device()));
-  auto graph_step = [&](const std::vector<Tensor>& xb, const std::vector<Tensor>& yb,
-                        const Tensor& swb) {
-    if (!graph_policy) return;
-    if (graph_policy->next(step_signature(xb, yb, swb, device(), optimizer())) ==
-        capture::StepAction::kCapture)
-      graph_policy->captured(false, "fit does not capture its steps yet");
+  // Capture possible: device step scalars for the optimiser and in-place device sums for the
+  // trackers and metrics, for the whole fit (warm-up steps included, so that every step, eager,
+  // captured or replayed, computes the same); both are undone at the end.
+  bool capturing_fit = false;
+  if (o.cuda_graph) {
+    std::string why = step_graph_unavailable(device(), o, compiled_->loss_scale != nullptr,
+                                             compiled_->jit, optimizer());
+    capturing_fit = why.empty();
+    graph_policy.emplace(std::move(why));
+  }
+  soma::detail::PersistentAccumulatorScope in_place_sums(capturing_fit ||
+                                                         soma::detail::persistent_accumulators());
+  if (capturing_fit) optimizer().set_device_step_scalars(true);
+  ScopeExit scalars_off{[&] { if (capturing_fit) optimizer().set_device_step_scalars(false); }};
+  CapturedStep captured;
+  // One training step: eager, captured or replayed (model/step_graph.hpp). `y_host`: the
+  // labels' host values (sparse losses check them through host twins).
+  auto run_step = [&](const std::vector<Tensor>& xb, const std::vector<Tensor>& yb,
+                      const Tensor& swb, const std::vector<Tensor>& y_host) {
+    if (!graph_policy) return (void)train_step(xb, yb, swb, "fit");
+    const Device dev = device();
+    auto here = [dev](const Tensor& t) { return !t.defined() || t.device() == dev ? t : t.to(dev); };
+    std::vector<Tensor> dx, dy;
+    for (const Tensor& t : xb) dx.push_back(here(t));
+    for (const Tensor& t : yb) dy.push_back(here(t));
+    const Tensor dsw = here(swb);
+    std::vector<Tensor> twins_host;
+    for (const Tensor& t : y_host) twins_host.push_back(t.defined() && t.device().is_cpu() ? t : Tensor());
+    const capture::StepAction action =
+        graph_policy->next(step_signature(dx, dy, dsw, dev, optimizer()));
+    if (graph_policy->take_dropped()) captured.drop();
+    Compiled& c = *compiled_;
+    optim::Optimizer& opt = optimizer();
+    if (action == capture::StepAction::kEager) {
+      soma::detail::HostTwinScope twins(dy, twins_host);
+      train_step(dx, dy, dsw, "fit");
+    } else if (action == capture::StepAction::kCapture) {
+      captured.drop();
+      captured.backend = soma::detail::device_backend(dev.kind);
+      captured.index = dev.index;
+      // The graph's input buffers, made before the capture (they outlive it).
+      for (const Tensor& t : dx) captured.x.push_back(copy(t));
+      for (const Tensor& t : dy) captured.y.push_back(copy(t));
+      if (dsw.defined()) captured.sw = copy(dsw);
+      const std::int64_t iterations = opt.iterations();
+      const double count = c.count;
+      std::string why;
+      bool threw = false;
+      opt.defer_step_scalars(true);
+      // Autocast's kept weight casts: made again inside the graph (ops/autocast_cache.hpp).
+      soma::detail::autocast_cache_new_generation();
+      captured.backend->begin_capture(captured.index);
+      try {
+        soma::detail::HostTwinScope twins(captured.y, twins_host);
+        train_step(captured.x, captured.y, captured.sw, "fit");
+      } catch (const std::exception& e) {
+        why = e.what();
+        threw = true;
+      }
+      std::string end_why;
+      void* graph = captured.backend->end_capture(captured.index, &end_why);
+      soma::detail::autocast_cache_new_generation();
+      opt.defer_step_scalars(false);
+      if (!threw) why = end_why;
+      if (threw && graph) {
+        captured.backend->destroy_graph(graph, captured.index);
+        graph = nullptr;
+      }
+      if (!graph) {
+        // Nothing of the step ran: its host bookkeeping is undone and it runs eagerly.
+        if (opt.iterations() != iterations) opt.rewind_step();
+        c.count = count;
+        captured.drop();
+        graph_policy->captured(false, why);
+        soma::detail::HostTwinScope twins(dy, twins_host);
+        train_step(dx, dy, dsw, "fit");
+      } else {
+        captured.graph = graph;
+        graph_policy->captured(true);
+        opt.flush_step_scalars();
+        captured.backend->launch_graph(graph, captured.index);  // the captured work runs now
+      }
+    } else {  // replay: this batch into the graph's buffers, this step's scalars, the graph
+      for (std::size_t i = 0; i < dx.size(); ++i) soma::detail::copy_into(dx[i], captured.x[i]);
+      for (std::size_t i = 0; i < dy.size(); ++i) soma::detail::copy_into(dy[i], captured.y[i]);
+      if (dsw.defined()) soma::detail::copy_into(dsw, captured.sw);
+      opt.replay_step();
+      c.count += double(batch_of(dx));
+      soma::detail::autocast_cache_new_generation();  // the weights change, their versions do not
+      captured.backend->launch_graph(captured.graph, captured.index);
+    }
     step_graph_stats_ = graph_policy->stats();
   };
   // On a device, batches go through pinned buffers, copied while the previous step computes
@@ -883,8 +1003,7 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
         all.on_train_batch_begin(step, batch_logs);
         {
           soma::detail::HostTwinScope twins(b.y, y_host);
-          graph_step(b.x, b.y, b.sw);
-          train_step(b.x, b.y, b.sw, "fit");
+          run_step(b.x, b.y, b.sw, y_host);
         }
         // The next batch's gather and copy while the device runs this step's kernels.
         if (step + 1 < steps) {
@@ -910,8 +1029,7 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
       }
       Logs batch_logs;
       all.on_train_batch_begin(step, batch_logs);
-      graph_step(xb, yb, swb);
-      train_step(xb, yb, swb, "fit");
+      run_step(xb, yb, swb, yb);
       // Read only when a callback looks (on a device a read waits for the step); a distributed
       // fit always reads, since collecting is a collective every rank must join.
       if (o.distributed || all.wants_batch_logs(true, step)) batch_logs = collect_logs(true);
@@ -986,6 +1104,10 @@ History Model::fit(const data::Dataset& train_data, const FitOptions& o) {
   stop_training = false;
   ModeGuard mode(*this, true);
   Logs logs;
+  step_graph_stats_ = {};
+  if (o.cuda_graph)
+    step_graph_stats_.reason =
+        "cuda_graph: fit(Dataset) trains eagerly (only fit on tensors replays captured steps)";
   all.on_train_begin(logs);
   std::optional<data::Dataset::Iterator> it;
   std::int64_t batches_taken = 0;

@@ -15,6 +15,38 @@
 #include "soma/autograd.hpp"
 #include "soma/nn/losses.hpp"
 #include "soma/ops.hpp"
+#include "internal/copy.hpp"
+#include "nn/accumulators.hpp"
+
+namespace soma::detail {
+
+namespace {
+thread_local bool t_persistent = false;
+}
+bool persistent_accumulators() { return t_persistent; }
+PersistentAccumulatorScope::PersistentAccumulatorScope(bool on) : was_(t_persistent) {
+  t_persistent = on;
+}
+PersistentAccumulatorScope::~PersistentAccumulatorScope() { t_persistent = was_; }
+
+void add_in_place(Tensor& acc, const Tensor& v) {
+  NoGradScope no_grad;
+  if (!acc.defined()) {
+    acc = Tensor::empty(v.shape(), DType::f64, v.device());
+    fill_value(acc, 0.0);
+  }
+  copy_into(acc + v, acc);
+}
+
+std::vector<double> take_device_sum(Tensor& acc) {
+  if (!acc.defined()) return {};
+  std::vector<double> v = acc.to(Device::cpu()).reshape({-1}).to_vector<double>();
+  if (persistent_accumulators()) fill_value(acc, 0.0);
+  else acc = Tensor();
+  return v;
+}
+
+}  // namespace soma::detail
 
 namespace soma::metrics {
 
@@ -238,7 +270,7 @@ void MeanBase::accumulate(const std::string& metric, const Tensor& values,
   Tensor t, c;
   if (!sample_weight.defined()) {
     t = sum(v) / double(per);
-    count_ += double(batch);  // known on the host
+    if (!detail::persistent_accumulators()) count_ += double(batch);  // known on the host
   } else {
     // One weight per element, as element_weights lines them up.
     Shape ws = sample_weight.shape();
@@ -258,14 +290,34 @@ void MeanBase::accumulate(const std::string& metric, const Tensor& values,
     t = sum(v * wb) / double(per);
     c = sum(wb) / double(per);
   }
+  if (detail::persistent_accumulators()) {  // in place, the count too (a replay adds it)
+    if (!c.defined()) c = full_like(Tensor::empty({}, DType::f64, v.device()), double(batch));
+    detail::add_in_place(device_total_, t);
+    detail::add_in_place(device_count_, c);
+    return;
+  }
   device_total_ = device_total_.defined() ? device_total_ + t : t;
   if (c.defined()) device_count_ = device_count_.defined() ? device_count_ + c : c;
 }
 
 void MeanBase::fold() const {
-  if (device_total_.defined()) total_ += device_total_.to(Device::cpu()).item<double>();
-  if (device_count_.defined()) count_ += device_count_.to(Device::cpu()).item<double>();
-  device_total_ = device_count_ = Tensor();
+  for (double v : detail::take_device_sum(device_total_)) total_ += v;
+  for (double v : detail::take_device_sum(device_count_)) count_ += v;
+}
+
+void MeanBase::reset_state() {
+  total_ = count_ = 0;
+  if (!detail::persistent_accumulators()) device_total_ = device_count_ = Tensor();
+  else {  // zeroed where a captured step adds
+    if (device_total_.defined()) detail::fill_value(device_total_, 0.0);
+    if (device_count_.defined()) detail::fill_value(device_count_, 0.0);
+  }
+}
+
+void ConfusionCounts::reset_state() {
+  tp_ = fp_ = fn_ = 0;
+  if (!detail::persistent_accumulators()) device_counts_ = Tensor();
+  else if (device_counts_.defined()) detail::fill_value(device_counts_, 0.0);
 }
 
 void MeanBase::accumulate(const std::string& metric, const std::vector<double>& v, Shape shape,
@@ -450,12 +502,11 @@ void SparseTopKCategoricalAccuracy::update_state(const Tensor& y_true, const Ten
 // ---- precision / recall ------------------------------------------------------------------------
 
 void ConfusionCounts::fold() const {
-  if (!device_counts_.defined()) return;
-  std::vector<double> c = device_counts_.to(Device::cpu()).to_vector<double>();
+  std::vector<double> c = detail::take_device_sum(device_counts_);
+  if (c.size() != 3) return;
   tp_ += c[0];
   fp_ += c[1];
   fn_ += c[2];
-  device_counts_ = Tensor();
 }
 
 void ConfusionCounts::update_state(const Tensor& y_true, const Tensor& y_pred,
@@ -483,7 +534,8 @@ void ConfusionCounts::update_state(const Tensor& y_true, const Tensor& y_pred,
                             reshape(sum(pred * (1.0 - actual) * w), {1}),
                             reshape(sum((1.0 - pred) * actual * w), {1})},
                            0);
-    device_counts_ = device_counts_.defined() ? device_counts_ + counts : counts;
+    if (detail::persistent_accumulators()) detail::add_in_place(device_counts_, counts);
+    else device_counts_ = device_counts_.defined() ? device_counts_ + counts : counts;
     return;
   }
   std::vector<double> t = host(y_true), p = host(y_pred);

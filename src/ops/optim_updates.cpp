@@ -9,8 +9,15 @@
 //   rmsprop_update(var, g, v [, avg] [, mom])  attrs lr, rho, epsilon, momentum, centered, decay
 //   adagrad_update(var, g, acc)             attrs lr, epsilon, decay
 //
-// "decay" is lr * weight_decay (decoupled weight decay: var -= decay * var, first). The kernels
-// registered here are composites of other ops, so they run on every device and floating dtype;
+// "decay" is lr * weight_decay (decoupled weight decay: var -= decay * var, first).
+//
+// step_scalars (sgd_update and adam_update; FitOptions::cuda_graph, docs/cuda.md "CUDA graphs"):
+// the last input is an f64 [2] tensor on the variable's device holding the per-step values
+// (sgd: lr, decay; adam: alpha, decay), read when the kernel runs, so that a captured graph's
+// replays take each step's values; the attributes of those names are then not used, except that
+// a nonzero "decay" says whether there is a weight decay at all. Same results as the attributes.
+//
+// The kernels registered here are composites of other ops, so they run on every device and floating dtype;
 // the CPU kernels replace them by one fused loop over f32/f64 memory
 // (src/backend/cpu/optim_updates.cpp), same formula, same order of operations.
 #include "internal/optim_updates.hpp"
@@ -48,11 +55,30 @@ void check_update_inputs(const char* op, const Specs& in, std::size_t want) {
            "; expected the variable's ", dtype_name(in[0].dtype), " ", shape_str(in[0].shape));
 }
 
-Specs sgd_infer(const Specs& in, const Attrs& a) {
+}  // namespace
+
+bool has_step_scalars(const Attrs& a) { return a.has("step_scalars") && a.b("step_scalars"); }
+
+namespace {
+
+// The step-scalars input (the last one) when the attribute says there is one: checked and left
+// out of the operands.
+Specs without_steps(const char* op, const Specs& in, const Attrs& a) {
+  if (!has_step_scalars(a)) return in;
+  if (in.empty() || in.back().dtype != DType::f64 || in.back().shape != Shape{2})
+    fail(op, "step_scalars: the last input must be the f64 [2] step scalars, got ",
+         in.empty() ? std::string("no input")
+                    : std::string(dtype_name(in.back().dtype)) + " " + shape_str(in.back().shape));
+  return Specs(in.begin(), in.end() - 1);
+}
+
+Specs sgd_infer(const Specs& all, const Attrs& a) {
+  const Specs in = without_steps("sgd_update", all, a);
   check_update_inputs("sgd_update", in, a.f("momentum") != 0.0 ? 3 : 2);
   return {};
 }
-Specs adam_infer(const Specs& in, const Attrs&) {
+Specs adam_infer(const Specs& all, const Attrs& a) {
+  const Specs in = without_steps("adam_update", all, a);
   check_update_inputs("adam_update", in, in.size() == 5 ? 5 : 4);
   return {};
 }
@@ -80,13 +106,35 @@ void apply_decay(const Tensor& p, double decay) {
   if (decay != 0.0) store(p, p - p * decay);
 }
 
+// A per-step value as a 0-d tensor of the variable's dtype: the attribute, or with
+// step_scalars entry `i` of the buffer (the last input), cast on the device (T(value), the
+// conversion like_scalar's fill makes).
+Tensor step_value(const std::vector<Tensor>& in, const Attrs& a, const char* name, int i) {
+  const Tensor& p = in[0];
+  if (!has_step_scalars(a)) return full_like(Tensor::empty({}, p.dtype(), p.device()), a.f(name));
+  return cast(in.back().slice(0, i, i + 1).reshape({}), p.dtype());
+}
+
 }  // namespace
 
 // The composites: the optimisers' op-based formulas, the same order as the fused loops.
 void sgd_update_composite(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
   NoGradScope no_grad;
   const Tensor &p = in[0], &g = in[1];
-  const double lr = a.f("lr"), mu = a.f("momentum");
+  const double mu = a.f("momentum");
+  if (has_step_scalars(a)) {  // the same formula with the values from the device
+    const Tensor lr = step_value(in, a, "lr", 0);
+    if (a.f("decay") != 0.0) store(p, p - p * step_value(in, a, "decay", 1));
+    if (mu == 0.0) {
+      store(p, p - g * lr);
+      return;
+    }
+    const Tensor& m = in[2];
+    store(m, -(g * lr) + m * mu);
+    store(p, p + (a.b("nesterov") ? -(g * lr) + m * mu : m));
+    return;
+  }
+  const double lr = a.f("lr");
   apply_decay(p, a.f("decay"));
   if (mu == 0.0) {
     store(p, p - g * lr);
@@ -100,15 +148,23 @@ void sgd_update_composite(const std::vector<Tensor>& in, std::vector<Tensor>&, c
 void adam_update_composite(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
   NoGradScope no_grad;
   const Tensor &p = in[0], &g = in[1], &m = in[2], &v = in[3];
-  apply_decay(p, a.f("decay"));
+  const bool steps = has_step_scalars(a);
+  if (steps) {
+    if (a.f("decay") != 0.0) store(p, p - p * step_value(in, a, "decay", 1));
+  } else {
+    apply_decay(p, a.f("decay"));
+  }
   store(m, m + (g - m) * (1.0 - a.f("beta_1")));
   store(v, v + (square(g) - v) * (1.0 - a.f("beta_2")));
   Tensor vv = v;
-  if (in.size() == 5) {
+  if (in.size() - (steps ? 1 : 0) == 5) {
     store(in[4], maximum(in[4], v));
     vv = in[4];
   }
-  store(p, p - (m * a.f("alpha")) / (sqrt(vv) + a.f("epsilon")));
+  if (steps)
+    store(p, p - (m * step_value(in, a, "alpha", 0)) / (sqrt(vv) + a.f("epsilon")));
+  else
+    store(p, p - (m * a.f("alpha")) / (sqrt(vv) + a.f("epsilon")));
 }
 
 void nadam_update_composite(const std::vector<Tensor>& in, std::vector<Tensor>&,
@@ -175,11 +231,11 @@ void register_update(OpDef d, KernelFn composite) {
 void register_optim_update_ops() {
   register_update({.name = "sgd_update", .num_inputs = -1, .infer = sgd_infer,
                    .attrs = {{"lr", 0.0}, {"decay", 0.0}, {"momentum", 0.0},
-                             {"nesterov", false}}},
+                             {"nesterov", false}, {"step_scalars", false}}},
                   sgd_update_composite);
   register_update({.name = "adam_update", .num_inputs = -1, .infer = adam_infer,
                    .attrs = {{"alpha", 0.0}, {"beta_1", 0.9}, {"beta_2", 0.999},
-                             {"epsilon", 1e-7}, {"decay", 0.0}}},
+                             {"epsilon", 1e-7}, {"decay", 0.0}, {"step_scalars", false}}},
                   adam_update_composite);
   register_update({.name = "nadam_update", .num_inputs = 4, .infer = nadam_infer,
                    .attrs = {{"lr", 0.0}, {"beta_1", 0.9}, {"beta_2", 0.999}, {"k_m", 0.0},

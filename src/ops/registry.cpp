@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 
@@ -6,6 +7,7 @@
 #include "internal/registration.hpp"
 #include "internal/runtime_checks.hpp"
 #include "internal/tensor_alloc.hpp"
+#include "ops/autocast_cache.hpp"
 #include "ops/dispatch_hooks.hpp"
 #include "soma/autocast.hpp"
 #include "soma/op.hpp"
@@ -198,6 +200,50 @@ namespace {
 }  // namespace
 
 namespace {
+// The weight cast cache (ops/autocast_cache.hpp).
+std::atomic<bool> g_cast_cache_on{true};
+std::atomic<std::uint64_t> g_cast_generation{0};
+struct CastEntry {
+  std::weak_ptr<Storage> storage;
+  std::uint64_t version = 0, generation = 0;
+  DType low = DType::f32;
+  Tensor copy;  // the whole storage, cast: 1-D, one element per f32 element
+};
+std::unordered_map<const Storage*, CastEntry>& cast_cache() {
+  thread_local std::unordered_map<const Storage*, CastEntry> cache;
+  return cache;
+}
+
+// A kept low-precision view of `t` (f32, on a device), made now for a trainable Variable's value
+// or reused; undefined when `t` is not cached (an activation: cast per op).
+template <class CastInto>
+Tensor cached_cast(const Tensor& t, DType low, Device dev, CastInto&& cast_into) {
+  const std::shared_ptr<Storage>& st = t.storage();
+  if (!st || !g_cast_cache_on.load(std::memory_order_relaxed)) return Tensor();
+  auto& cache = cast_cache();
+  const std::uint64_t gen = g_cast_generation.load(std::memory_order_relaxed);
+  const std::uint64_t version = st->version.load(std::memory_order_relaxed);
+  auto view = [&](const Tensor& copy) {
+    return Tensor::view_of(copy, Shape(t.shape()), Strides(t.strides()), t.offset());
+  };
+  auto it = cache.find(st.get());
+  if (it != cache.end() && it->second.storage.lock() == st && it->second.version == version &&
+      it->second.generation == gen && it->second.low == low) {
+    ++detail::autocast_cache_stats().hits;
+    return view(it->second.copy);
+  }
+  if (!t.impl_ptr()->trainable) return Tensor();
+  ++detail::autocast_cache_stats().misses;
+  if (cache.size() > 64)  // drop the copies of freed storages
+    std::erase_if(cache, [](const auto& kv) { return kv.second.storage.expired(); });
+  const auto n = std::int64_t(st->nbytes / sizeof(float));
+  Tensor whole = Tensor::view_of(t, Shape{n}, Strides{1}, 0);
+  Tensor copy = detail::empty_tensor(Shape{n}, low, dev);
+  cast_into(whole, copy);
+  cache[st.get()] = CastEntry{st, version, gen, low, copy};
+  return view(copy);
+}
+
 // Autocast on a device (soma/autocast.hpp; the CPU kernels round inside themselves instead): an
 // op whose definition says kAutocastLow, with f32 floating inputs, runs its own kernel on copies
 // of them cast to the scope's dtype, and its low-precision outputs are cast back into the f32
@@ -226,8 +272,11 @@ bool run_autocast(const OpDef& def, KernelFn kernel, const std::vector<Tensor>& 
   low_in.reserve(inputs.size());
   for (const Tensor& t : inputs) {
     if (t.dtype() == DType::f32) {
-      Tensor c = detail::empty_tensor(Shape(t.shape()), low, dev);
-      cast_into(t, c);
+      Tensor c = cached_cast(t, low, dev, cast_into);
+      if (!c.defined()) {
+        c = detail::empty_tensor(Shape(t.shape()), low, dev);
+        cast_into(t, c);
+      }
       low_in.push_back(std::move(c));
     } else {
       low_in.push_back(t);
@@ -244,6 +293,20 @@ bool run_autocast(const OpDef& def, KernelFn kernel, const std::vector<Tensor>& 
   for (std::size_t i = 0; i < outputs.size(); ++i) cast_into(low_out[i], outputs[i]);
   return true;
 }
+
+}  // namespace
+
+namespace detail {
+AutocastCacheStats& autocast_cache_stats() {
+  thread_local AutocastCacheStats s;
+  return s;
+}
+void set_autocast_weight_cache(bool on) { g_cast_cache_on = on; }
+bool autocast_weight_cache() { return g_cast_cache_on; }
+void autocast_cache_new_generation() { g_cast_generation.fetch_add(1); }
+}  // namespace detail
+
+namespace {
 
 // Runs an op eagerly into `outputs` (empty on entry); call_op and call_op1 wrap it.
 void run_op(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& attrs,

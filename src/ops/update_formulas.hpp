@@ -10,6 +10,12 @@
 // (updated in place), the gradient's, and up to three slots in the order the rule names them
 // below (an unused slot is a dummy the rule never reads). make() takes the attributes in double.
 //
+// Step scalars (FitOptions::cuda_graph, docs/cuda.md "CUDA graphs"): with the op attribute
+// step_scalars, the per-step values (sgd: lr, decay; adam: alpha, decay) come from a device f64
+// buffer instead of the attributes, so that a captured graph reads each replay's values.
+// set_step(s) puts them in a rule made from the other attributes, with the same conversions to T
+// as make(): the same rule, bit for bit.
+//
 // This header is compiled by nvcc (C++17) too: no soma header, no C++20.
 #include "elementwise_table.hpp"  // SOMA_HD, ew::sqrt
 
@@ -22,6 +28,10 @@ struct Sgd {
   bool has_decay, has_momentum, nesterov;
   static Sgd make(double lr, double decay, double momentum, bool nesterov) {
     return {T(lr), T(decay), T(momentum), decay != 0.0, momentum != 0.0, nesterov};
+  }
+  SOMA_HD void set_step(const double* s) {  // [lr, decay]
+    lr = T(s[0]);
+    decay = T(s[1]);
   }
   SOMA_HD void operator()(T& p, T g, T& m, T&, T&) const {
     T x = p;
@@ -45,6 +55,10 @@ struct Adam {
                    bool amsgrad) {
     return {T(1.0 - beta_1), T(1.0 - beta_2), T(alpha), T(epsilon), T(decay), decay != 0.0,
             amsgrad};
+  }
+  SOMA_HD void set_step(const double* s) {  // [alpha, decay]
+    alpha = T(s[0]);
+    decay = T(s[1]);
   }
   SOMA_HD void operator()(T& p, T g, T& m, T& v, T& vhat) const {
     T x = p;
@@ -72,6 +86,7 @@ struct Nadam {
     return {T(1.0 - beta_1), T(1.0 - beta_2), T(k_m), T(k_g), T(k_v), T(lr), T(epsilon),
             T(decay), decay != 0.0};
   }
+  SOMA_HD void set_step(const double*) {}  // no step scalars: attributes only
   SOMA_HD void operator()(T& p, T g, T& m, T& v, T&) const {
     T x = p;
     if (has_decay) x -= x * decay;
@@ -96,6 +111,7 @@ struct Rmsprop {
     return {T(rho),      T(1.0 - rho), T(lr),    T(epsilon),     T(momentum),
             T(decay),    decay != 0.0, centered, momentum > 0.0};
   }
+  SOMA_HD void set_step(const double*) {}  // no step scalars: attributes only
   SOMA_HD void operator()(T& p, T g, T& v, T& avg, T& mom) const {
     T x = p;
     if (has_decay) x -= x * decay;
@@ -128,6 +144,7 @@ struct Adagrad {
   static Adagrad make(double lr, double epsilon, double decay) {
     return {T(lr), T(epsilon), T(decay), decay != 0.0};
   }
+  SOMA_HD void set_step(const double*) {}  // no step scalars: attributes only
   SOMA_HD void operator()(T& p, T g, T& acc, T&, T&) const {
     T x = p;
     if (has_decay) x -= x * decay;

@@ -2,8 +2,10 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <regex>
 
+#include "core/device_backend.hpp"
 #include "internal/copy.hpp"
 #include "internal/optim_updates.hpp"
 #include "soma/autograd.hpp"
@@ -258,6 +260,11 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
     fail(op, "the learning rate is ", step_lr_, " (expected a finite number >= 0)");
   }
   begin_step();
+  if (step_scalars_on()) {
+    std::vector<Variable> updated;
+    for (std::size_t k = 0; k < gs.size(); ++k) updated.push_back(vars[index[k]]);
+    stage_step_scalars(updated);
+  }
   for (std::size_t k = 0; k < gs.size(); ++k) {
     Variable var = vars[index[k]];
     Tensor g = contiguous(cast(gs[k], var.dtype()));
@@ -266,6 +273,91 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
   }
   decay_now_ = true;
   ++iterations_;
+}
+
+// ---- device step scalars (FitOptions::cuda_graph) ------------------------------------------
+
+std::string Optimizer::capture_unsupported() const {
+  if (gradient_accumulation_steps() > 1)
+    return name() + " accumulates gradients (gradient_accumulation_steps > 1): a host counter "
+                    "decides each step whether it updates";
+  if (uses_step_scalars()) return "";
+  if (!same_update_every_step())
+    return name() + "'s updates take per-step values as op attributes, which a captured graph "
+                    "would freeze (SGD, Adam and AdamW read theirs from the device)";
+  if (options_.learning_rate.is_schedule())
+    return name() + "'s learning rate is a schedule and its update takes the rate as an op "
+                    "attribute, which a captured graph would freeze (SGD, Adam and AdamW read "
+                    "theirs from the device)";
+  return "";  // the attributes are the same every step (a new rate invalidates the graph)
+}
+
+void Optimizer::set_device_step_scalars(bool on) {
+  device_scalars_ = on;
+  defer_scalars_ = scalars_pending_ = false;
+  if (!on) {
+    scalar_buffer_ = Tensor();
+    staged_scalars_.clear();
+    last_updated_.clear();
+  }
+}
+
+void Optimizer::stage_step_scalars(const std::vector<Variable>& updated) {
+  if (updated.empty()) return;
+  staged_scalars_.assign(2 * updated.size(), 0.0);
+  for (std::size_t k = 0; k < updated.size(); ++k) {
+    decay_now_ = decays(updated[k]);
+    step_scalar_values(&staged_scalars_[2 * k]);
+  }
+  decay_now_ = true;
+  const Device dev = updated[0].value().device();
+  const auto n = std::int64_t(staged_scalars_.size());
+  if (!scalar_buffer_.defined() || scalar_buffer_.numel() != n || scalar_buffer_.device() != dev)
+    scalar_buffer_ = Tensor::empty({n}, DType::f64, dev);
+  last_updated_ = updated;
+  scalar_cursor_ = 0;
+  scalars_pending_ = true;
+  if (!defer_scalars_) flush_step_scalars();
+}
+
+void Optimizer::flush_step_scalars() {
+  if (!scalars_pending_) return;
+  scalars_pending_ = false;
+  const std::size_t bytes = staged_scalars_.size() * sizeof(double);
+  void* dst = static_cast<char*>(scalar_buffer_.storage()->data) +
+              scalar_buffer_.offset() * std::int64_t(sizeof(double));
+  const Device dev = scalar_buffer_.device();
+  if (dev.is_cpu()) {
+    std::memcpy(dst, staged_scalars_.data(), bytes);
+    return;
+  }
+  // Queued on the device's stream before the step's kernels (the host copy is taken before the
+  // call returns).
+  const detail::DeviceBackend* be = detail::device_backend(dev.kind);
+  if (!be) fail(name() + ".apply_gradients", "no backend for ", dev.str());
+  be->copy_bytes(dst, dev, staged_scalars_.data(), Device::cpu(), bytes);
+  detail::count_transfer(true, bytes);
+}
+
+Tensor Optimizer::step_scalars_input() {
+  if (!step_scalars_on() || !scalar_buffer_.defined()) return Tensor();
+  const auto k = std::int64_t(scalar_cursor_++);
+  return scalar_buffer_.slice(0, 2 * k, 2 * k + 2);
+}
+
+void Optimizer::replay_step() {
+  step_lr_ = learning_rate();
+  if (!(std::isfinite(step_lr_) && step_lr_ >= 0.0))
+    fail(name() + ".apply_gradients", "the learning rate is ", step_lr_, " at step ",
+         iterations_, " (expected a finite number >= 0); no variable was changed");
+  begin_step();
+  if (step_scalars_on()) stage_step_scalars(last_updated_);
+  ++iterations_;
+}
+
+void Optimizer::rewind_step() {
+  --iterations_;
+  scalars_pending_ = false;
 }
 
 std::map<std::string, Tensor> Optimizer::state_dict(const std::vector<Variable>& vars) const {

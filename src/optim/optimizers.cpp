@@ -65,13 +65,26 @@ SGD::SGD(SGDOptions o) : Optimizer(common_of("SGD", o)), o_(std::move(o)) {
   check_range("SGD", "momentum", o_.momentum, 0.0, 1.0, false);
 }
 
+void SGD::step_scalar_values(double out[2]) const {
+  out[0] = step_lr();
+  out[1] = decay_factor();
+}
+
 void SGD::update(Variable& var, const Tensor& g, Slots& slots) {
   static const OpDef& def = get_op("sgd_update");
   const double mu = o_.momentum;
-  const Attrs attrs{{"lr", step_lr()},
-                    {"decay", decay_factor()},
-                    {"momentum", mu},
-                    {"nesterov", o_.nesterov}};
+  Attrs attrs{{"lr", step_lr()},
+              {"decay", decay_factor()},
+              {"momentum", mu},
+              {"nesterov", o_.nesterov}};
+  if (Tensor steps = step_scalars_input(); steps.defined()) {  // the values from the device
+    attrs.set("decay", decays_now() ? 1.0 : 0.0).set("step_scalars", true);
+    std::vector<Tensor> in{var.value(), g};
+    if (mu != 0.0) in.push_back(slot(slots, "momentum", var));
+    in.push_back(steps);
+    call_op(def, in, attrs);
+    return;
+  }
   if (mu == 0.0) {
     call_op(def, {var.value(), g}, attrs);
     return;
@@ -89,18 +102,36 @@ Adam::Adam(AdamOptions o, const char* who) : Optimizer(common_of(who, o)), o_(st
   check_epsilon(who, o_.epsilon);
 }
 
+// The bias-corrected rate of the step being applied.
+static double adam_alpha(double lr, std::int64_t iterations, double b1, double b2) {
+  const double t = double(iterations + 1);
+  return lr * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t));
+}
+
+void Adam::step_scalar_values(double out[2]) const {
+  out[0] = adam_alpha(step_lr(), iterations_, o_.beta_1, o_.beta_2);
+  out[1] = decay_factor();
+}
+
 void Adam::update(Variable& var, const Tensor& g, Slots& slots) {
   static const OpDef& def = get_op("adam_update");
-  const double t = double(iterations_ + 1);
   const double b1 = o_.beta_1, b2 = o_.beta_2;
-  const double alpha = step_lr() * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t));
-  const Attrs attrs{{"alpha", alpha},
-                    {"beta_1", b1},
-                    {"beta_2", b2},
-                    {"epsilon", o_.epsilon},
-                    {"decay", decay_factor()}};
+  const double alpha = adam_alpha(step_lr(), iterations_, b1, b2);
+  Attrs attrs{{"alpha", alpha},
+              {"beta_1", b1},
+              {"beta_2", b2},
+              {"epsilon", o_.epsilon},
+              {"decay", decay_factor()}};
   Tensor& m = slot(slots, "momentum", var);
   Tensor& v = slot(slots, "velocity", var);
+  if (Tensor steps = step_scalars_input(); steps.defined()) {  // the values from the device
+    attrs.set("decay", decays_now() ? 1.0 : 0.0).set("step_scalars", true);
+    std::vector<Tensor> in{var.value(), g, m, v};
+    if (o_.amsgrad) in.push_back(slot(slots, "velocity_hat", var));
+    in.push_back(steps);
+    call_op(def, in, attrs);
+    return;
+  }
   if (!o_.amsgrad) {
     call_op(def, {var.value(), g, m, v}, attrs);
     return;
@@ -137,6 +168,11 @@ Nadam::Nadam(NadamOptions o) : Optimizer(common_of("Nadam", o)), o_(std::move(o)
 void Nadam::begin_step() {
   const double t = double(iterations_ + 1);
   u_product_ *= o_.beta_1 * (1.0 - 0.5 * std::pow(kNadamDecay, t));
+}
+
+std::string Nadam::capture_unsupported() const {
+  return "Nadam's per-step scalars (momentum schedule, bias corrections) are op attributes that "
+         "a captured graph would freeze (SGD, Adam and AdamW read theirs from the device)";
 }
 
 void Nadam::save_extra_state(std::map<std::string, Tensor>& state) const {

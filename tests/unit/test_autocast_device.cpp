@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "../../src/ops/autocast_cache.hpp"
 #include "device_testing.hpp"
 #include "emulated_device.hpp"
 #include "soma/soma.hpp"
@@ -183,6 +184,52 @@ void device_bf16_matches_cpu_bf16(soma::testing::ModelFactory make, const Shape&
     EXPECT_EQ(p.value().dtype(), DType::f32);  // f32 master weights
     EXPECT_EQ(p.value().device(), gpu.device());
   }
+}
+
+// The weight cast cache (src/ops/autocast_cache.hpp): the backward's transposed view of a weight
+// reuses the forward's cast (a hit), an optimiser step (a new version) casts again, and training
+// gives the same numbers as casting per op.
+TEST(AutocastDevice, AWeightIsCastOncePerVersion) {
+  soma::testing::EmulatedCuda gpu;
+  const Tensor x = rand_tensor({4, 6}, 6, -1, 1, DType::f32).to(gpu.device());
+  Variable w(rand_tensor({6, 3}, 7, -1, 1, DType::f32).to(gpu.device()));
+  AutocastScope scope(DType::bf16);
+  auto& st = detail::autocast_cache_stats();
+  auto grad = [&] {
+    GradientTape tape;
+    const Tensor h = matmul(x, w.value());
+    return tape.gradient(sum(square(matmul(h, transpose(w.value(), {1, 0})))), {w})[0];
+  };
+  st = {};
+  const Tensor g1 = grad();
+  EXPECT_EQ(st.misses, 1);  // one cast of w's storage
+  EXPECT_EQ(st.hits, 2);    // the second forward use (a view) and the backward's dh = g w
+  w.assign(w.value() * 0.5);  // a new version
+  st = {};
+  const Tensor g2 = grad();
+  EXPECT_EQ(st.misses, 1);
+  // The same values as without the cache.
+  detail::set_autocast_weight_cache(false);
+  const Tensor g3 = grad();
+  detail::set_autocast_weight_cache(true);
+  EXPECT_TRUE(all_close(host(g2), host(g3), 0.0, 0.0));
+  EXPECT_FALSE(all_close(host(g1), host(g2), 1e-3, 1e-3));
+}
+
+TEST(AutocastDevice, TrainingWithTheCastCacheEqualsCastingPerOp) {
+  soma::testing::EmulatedCuda gpu;
+  auto run = [&](bool cache) {
+    detail::set_autocast_weight_cache(cache);
+    const Trained t = train(mlp, {6}, "bf16", gpu.device());
+    detail::set_autocast_weight_cache(true);
+    return t;
+  };
+  const Trained on = run(true), off = run(false);
+  EXPECT_EQ(on.loss, off.loss);
+  const auto a = on.model->parameters(), b = off.model->parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(all_close(host(a[i].value()), host(b[i].value()), 0.0, 0.0)) << i;
 }
 
 TEST(AutocastDevice, MlpUnderBf16OnTheDeviceMatchesCpuAutocast) {

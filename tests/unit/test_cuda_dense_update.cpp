@@ -332,6 +332,14 @@ TEST(CudaUpdates, CompositeOnCudaMatchesTheCpu) {
   check_updates(DType::f32, 2e-6, false);
 }
 
+// The step scalars of FitOptions::cuda_graph: the fused kernel reads them from the device
+// (rule.set_step), the composite casts them there; the attributes' results, bit for bit.
+TEST(CudaUpdates, StepScalarsGiveTheAttributesResults) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : {DType::f32, DType::f64})
+    for (bool fused : {true, false}) EXPECT_TRUE(step_scalars_match(kGpu, t, fused));
+}
+
 // f16 and bf16 variables run the composite on CUDA as on the CPU.
 TEST(CudaUpdates, HalfPrecisionMatchesTheCpu) {
   SKIP_WITHOUT_GPU();

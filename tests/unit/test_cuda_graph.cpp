@@ -30,7 +30,7 @@ struct FullF32 {  // TF32 off: comparable to the CPU at f32 precision
 TEST(CudaGraph, TheBackendOffersCapture) {
   if (!cuda::is_built()) GTEST_SKIP() << "built without CUDA";
   EXPECT_TRUE(detail::has_graph_capture(detail::device_backend(DeviceKind::CUDA)));
-  // The CPU stand-in of the tests does not (fit then trains eagerly).
+  // The plain CPU stand-in of the tests does not (tests/support/emulated_capture.hpp adds one).
   EXPECT_FALSE(detail::has_graph_capture(detail::emulated_device_backend()));
 }
 
@@ -100,6 +100,47 @@ TEST(CudaGraph, ASgdStepReplaysLikeEagerSteps) {
   }
   EXPECT_TRUE(all_close(wg.value().to(Device::cpu()), wc.value(), 1e-5, 1e-5));
   be->destroy_graph(graph, 0);
+}
+
+// fit itself (FitOptions::cuda_graph): an MLP with AdamW on a decaying rate (every per-step
+// scalar changes) and accuracy, 130 samples in batches of 16 (a short last batch), 3 epochs:
+// on and off give the same weights and history (the same kernels in the same order: equal to
+// rounding, bit for bit where the GPU's reductions are deterministic), and most steps replay.
+// The CPU stand-in's emulated capture checks the same in test_fit_cuda_graph.cpp.
+TEST(CudaGraph, FitReplaysItsStepsLikeEagerSteps) {
+  SKIP_WITHOUT_GPU();
+  FullF32 full;
+  const Tensor x = rand_tensor({130, 6}, 11, -1, 1, DType::f32);
+  std::vector<std::int64_t> labels(130);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = std::int64_t(i * 7 % 3);
+  const Tensor y = constant(labels, {130});
+  auto train = [&](bool graph) {
+    set_seed(5);
+    auto m = std::make_shared<nn::Sequential>(nn::Input({6}), nn::Dense(16, nn::relu),
+                                              nn::Dense(8, nn::tanh), nn::Dense(3));
+    m->to(kGpu);
+    m->compile(optim::AdamW({.learning_rate = optim::ExponentialDecay(
+                                 {.initial_learning_rate = 0.01, .decay_steps = 3,
+                                  .decay_rate = 0.9}),
+                             .weight_decay = 0.01}),
+               nn::SparseCategoricalCrossentropy({.from_logits = true}), {"accuracy"});
+    nn::History h = m->fit(x, y, {.epochs = 3, .batch_size = 16, .shuffle = false, .verbose = 0,
+                              .cuda_graph = graph});
+    return std::pair{m, h};
+  };
+  auto [off, h_off] = train(false);
+  auto [on, h_on] = train(true);
+  const auto& st = on->step_graph_stats();
+  EXPECT_EQ(st.captures, 3) << st.reason;
+  EXPECT_EQ(st.replays, 12) << st.reason;
+  auto pa = off->parameters(), pb = on->parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (std::size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(all_close(pb[i].value().to(Device::cpu()), pa[i].value().to(Device::cpu()), 1e-6,
+                          1e-6))
+        << i;
+  for (const auto& [k, v] : h_off.history)
+    for (std::size_t e = 0; e < v.size(); ++e) EXPECT_NEAR(h_on[k][e], v[e], 1e-6) << k << e;
 }
 
 }  // namespace

@@ -105,6 +105,13 @@ TEST(UpdateFormulas, F64RulesMatchTheCpuKernelsAndComposites) {
   check_all<double>(DType::f64, 1e-13);
 }
 
+// The step scalars of FitOptions::cuda_graph (values in a tensor instead of attributes): the
+// same results, fused loop and composite, f32 and f64.
+TEST(UpdateFormulas, StepScalarsGiveTheAttributesResults) {
+  for (DType t : {DType::f32, DType::f64})
+    for (bool fused : {true, false}) EXPECT_TRUE(step_scalars_match(Device::cpu(), t, fused));
+}
+
 // The rules really change the state (a table of no-op rules would pass the tests above only if
 // the kernels were no-ops too; this pins the direction of one Adam and one SGD step).
 TEST(UpdateFormulas, OneStepByHand) {

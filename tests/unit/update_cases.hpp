@@ -2,6 +2,8 @@
 // The optimiser update cases shared by test_update_formulas.cpp (rules on the host against the CPU
 // kernels) and test_cuda_dense_update.cpp (CUDA kernels against the CPU): every variant the update
 // ops support, with attributes that change from step to step.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <functional>
 #include <string>
@@ -113,6 +115,57 @@ inline std::vector<Tensor> initial_state(const UpdateCase& c, DType t,
 }
 inline Tensor gradient(int step, DType t, const Shape& shape = kShape) {
   return rand_tensor(shape, 100 + step, -1.0, 1.0, t);
+}
+
+// The step-scalars form of a step (FitOptions::cuda_graph, src/ops/optim_updates.cpp): for
+// sgd_update and adam_update, the per-step values ([lr or alpha, decay]) go in an f64 [2] input
+// on `dev` appended to `in`, the attributes get step_scalars and "decay" as a flag. Gives the
+// results of the attributes, bit for bit. False (nothing changed) for the other ops.
+inline bool to_step_scalars(const UpdateCase& c, std::vector<Tensor>& in, Attrs& a, Device dev) {
+  const std::string op = c.op;
+  if (op != "sgd_update" && op != "adam_update") return false;
+  const double first = a.f(op == "sgd_update" ? "lr" : "alpha"), decay = a.f("decay");
+  a.set("decay", decay != 0.0 ? 1.0 : 0.0).set("step_scalars", true);
+  const Tensor s = constant(std::vector<double>{first, decay}, Shape{2});
+  in.push_back(dev.is_cpu() ? s : s.to(dev));
+  return true;
+}
+
+// kSteps of the op on `dev` (attributes, or the step-scalars form): the state at the end, on
+// the host. Nothing for an op without a step-scalars form when `steps` is set.
+inline std::vector<Tensor> run_steps(const UpdateCase& c, DType t, Device dev, bool fused,
+                                     bool steps) {
+  FusedKernels k(fused);
+  std::vector<Tensor> s = initial_state(c, t);
+  for (Tensor& x : s) x = dev.is_cpu() ? x : x.to(dev);
+  for (int step = 0; step < kSteps; ++step) {
+    const Tensor g = gradient(step, t);
+    std::vector<Tensor> in{s[0], dev.is_cpu() ? g : g.to(dev)};
+    in.insert(in.end(), s.begin() + 1, s.end());
+    Attrs a = c.attrs(step);
+    if (steps && !to_step_scalars(c, in, a, dev)) return {};
+    call_op(get_op(c.op), in, a);
+  }
+  for (Tensor& x : s) x = x.to(Device::cpu());
+  return s;
+}
+
+// The step-scalars form gives the attributes' results exactly, for every sgd/adam case.
+inline ::testing::AssertionResult step_scalars_match(Device dev, DType t, bool fused) {
+  int checked = 0;
+  for (const UpdateCase& c : all_cases()) {
+    const std::vector<Tensor> got = run_steps(c, t, dev, fused, true);
+    if (got.empty()) continue;
+    ++checked;
+    const std::vector<Tensor> want = run_steps(c, t, dev, fused, false);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      auto r = soma::testing::all_close(got[i], want[i], 0.0, 0.0);
+      if (!r) return r << " " << c.name << " " << dtype_name(t) << (fused ? " fused" : " composite")
+                       << " on " << dev.str() << (i == 0 ? ": the variable" : ": a slot");
+    }
+  }
+  if (checked != 10) return ::testing::AssertionFailure() << checked << " cases checked, not 10";
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace soma::update_cases

@@ -148,6 +148,29 @@ class Optimizer {
   static void set_fused_kernels(bool enabled);
   static bool fused_kernels();
 
+  // ---- FitOptions::cuda_graph (docs/cuda.md, "CUDA graphs") --------------------------------
+  // Why a captured step of this optimiser could not be replayed ("" when it can): its per-step
+  // scalars must be device values (SGD, Adam, AdamW: set_device_step_scalars) or the same every
+  // step (RMSprop, Adagrad with a constant rate), and no gradient accumulation (a host counter
+  // picks the branch).
+  virtual std::string capture_unsupported() const;
+  // Step scalars on the device, as PyTorch's capturable Adam: the update ops read each step's
+  // values (learning rate or schedule value, bias-corrected rate, weight decay) from a device
+  // buffer that the host writes before the step (one small copy), not from op attributes that a
+  // captured graph would freeze. The values are computed on the host in double as without it:
+  // the same updates, bit for bit. Off by default; fit turns it on with cuda_graph.
+  void set_device_step_scalars(bool on);
+  bool device_step_scalars() const { return device_scalars_ && uses_step_scalars(); }
+  // While a step is being captured the buffer write waits (a copy from the host is not captured)
+  // until flush_step_scalars(), which fit calls after the capture, before launching the graph.
+  void defer_step_scalars(bool on) { defer_scalars_ = on; }
+  void flush_step_scalars();
+  // The host side of a replayed step: its scalars (for the variables the last step updated)
+  // written to the device buffer, and the step counted (iterations() + 1).
+  void replay_step();
+  // Undoes the step count of a step whose captured work never ran (a capture that failed).
+  void rewind_step();
+
  protected:
   explicit Optimizer(const CommonOptions& o);
   Optimizer(const Optimizer& other);  // deep-copies the slots: copies never share state
@@ -172,6 +195,19 @@ class Optimizer {
   // with `init` when absent.
   static Tensor& slot(Slots& slots, const std::string& name, const Variable& var,
                       double init = 0.0);
+  // Device step scalars (set_device_step_scalars): whether update() passes them (SGD, Adam),
+  // their values for the variable being updated ([rate, decay], from step_lr() and
+  // decay_factor()), and the input update() appends to its op (with attribute step_scalars and
+  // a nonzero "decay" when the variable decays; undefined when off).
+  virtual bool uses_step_scalars() const { return false; }
+  // Whether update()'s op attributes are the same every step while the learning rate is
+  // (RMSprop, Adagrad): a captured step then stays valid with a constant rate. Not assumed.
+  virtual bool same_update_every_step() const { return false; }
+  virtual void step_scalar_values(double out[2]) const { out[0] = out[1] = 0.0; }
+  Tensor step_scalars_input();
+  // Whether the device step scalars are on for this update.
+  bool step_scalars_on() const { return device_scalars_ && uses_step_scalars(); }
+
   // Whether update() may use raw f32/f64 loops on this variable, gradient and slots.
   static bool can_fuse(const Variable& var, const Tensor& grad,
                        std::initializer_list<const Tensor*> slots);
@@ -190,6 +226,8 @@ class Optimizer {
   double step_lr() const { return step_lr_; }  // the rate of the step being applied
   // lr * wd for the variable being updated (0 when the filter excludes it).
   double decay_factor() const { return decay_now_ ? step_lr_ * options_.weight_decay : 0.0; }
+  // Whether the variable being updated has a weight decay at all (whatever the rate).
+  bool decays_now() const { return decay_now_ && options_.weight_decay != 0.0; }
 
   CommonOptions options_;
   std::int64_t iterations_ = 0;
@@ -210,6 +248,14 @@ class Optimizer {
   std::int64_t accumulated_ = 0;
   VariableFilter decay_filter_;
   std::map<const void*, Entry> slots_;  // keyed by the variable (its TensorImpl)
+  // Device step scalars: [rate, decay] per update of the step, staged on the host and written
+  // to `scalar_buffer_` (f64 [2 * updates], on the variables' device) before the step runs.
+  void stage_step_scalars(const std::vector<Variable>& updated);
+  bool device_scalars_ = false, defer_scalars_ = false, scalars_pending_ = false;
+  std::vector<double> staged_scalars_;
+  Tensor scalar_buffer_;
+  std::size_t scalar_cursor_ = 0;
+  std::vector<Variable> last_updated_;  // the variables of the last step, for replay_step
 };
 using OptimizerRef = Ref<Optimizer>;
 

@@ -35,6 +35,8 @@ class SGD : public Optimizer {
 
  protected:
   void update(Variable& var, const Tensor& grad, Slots& slots) override;
+  bool uses_step_scalars() const override { return true; }
+  void step_scalar_values(double out[2]) const override;
 
  private:
   SGDOptions o_;
@@ -64,6 +66,8 @@ class Adam : public Optimizer {
  protected:
   Adam(AdamOptions o, const char* who);  // `who` names the optimiser in error messages
   void update(Variable& var, const Tensor& grad, Slots& slots) override;
+  bool uses_step_scalars() const override { return true; }
+  void step_scalar_values(double out[2]) const override;
 
  private:
   AdamOptions o_;
@@ -118,6 +122,8 @@ class Nadam : public Optimizer {
   const NadamOptions& options() const { return o_; }
   void visit_config(nn::ConfigVisitor& v) override;  // its config fields (soma/nn/config.hpp)
   double u_product() const { return u_product_; }
+  // Its per-step momentum-schedule scalars are op attributes (no device step scalars yet).
+  std::string capture_unsupported() const override;
 
  protected:
   void update(Variable& var, const Tensor& grad, Slots& slots) override;
@@ -156,6 +162,8 @@ class RMSprop : public Optimizer {
 
  protected:
   void update(Variable& var, const Tensor& grad, Slots& slots) override;
+  // Its attributes change only with the learning rate (a constant one: a captured graph stays valid).
+  bool same_update_every_step() const override { return true; }
 
  private:
   RMSpropOptions o_;
@@ -181,6 +189,8 @@ class Adagrad : public Optimizer {
 
  protected:
   void update(Variable& var, const Tensor& grad, Slots& slots) override;
+  // Its attributes change only with the learning rate (a constant one: a captured graph stays valid).
+  bool same_update_every_step() const override { return true; }
 
  private:
   AdagradOptions o_;

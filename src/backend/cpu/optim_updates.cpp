@@ -43,7 +43,29 @@ void for_range(std::int64_t n, F&& f) {
 // reordered convolution weights, are keyed by this version).
 void mark_written(const Tensor& var) { var.storage()->version.fetch_add(1); }
 
+// step_scalars (src/ops/optim_updates.cpp): on the CPU the values are read here and the update
+// runs as with attributes; on a device (the CPU stand-in of the tests) the composite reads them.
+// Returns false when there is no step-scalars input.
+template <class Kernel>
+bool with_step_scalars(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& at,
+                       const char* first, Kernel kernel, KernelFn composite) {
+  if (!has_step_scalars(at)) return false;
+  const Tensor& s = in.back();
+  if (!s.device().is_cpu()) {
+    composite(in, out, at);
+    return true;
+  }
+  const Tensor sc = s.contiguous();
+  const double* v = sc.data<double>();
+  Attrs a = at;
+  a.set(first, v[0]).set("decay", v[1]).set("step_scalars", false);
+  const std::vector<Tensor> operands(in.begin(), in.end() - 1);
+  kernel(operands, out, a);
+  return true;
+}
+
 void sgd_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& at) {
+  if (with_step_scalars(in, out, at, "lr", sgd_update_kernel, sgd_update_composite)) return;
   if (!can_fuse(in)) return sgd_update_composite(in, out, at);
   const double lr = at.f("lr"), wd = at.f("decay"), mu = at.f("momentum");
   const Tensor &var = in[0], &g = in[1];
@@ -110,6 +132,7 @@ void adam_loop(T* __restrict p, const T* __restrict gp, T* __restrict mp, T* __r
 
 void adam_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
                         const Attrs& at) {
+  if (with_step_scalars(in, out, at, "alpha", adam_update_kernel, adam_update_composite)) return;
   if (!can_fuse(in)) return adam_update_composite(in, out, at);
   const double wd = at.f("decay"), b1 = at.f("beta_1"), b2 = at.f("beta_2");
   const double alpha = at.f("alpha"), eps = at.f("epsilon");

@@ -264,6 +264,11 @@ void random_kernel(const std::vector<Tensor>&, std::vector<Tensor>& out, const A
     fail(name, "dtype ", dtype_name(t), " is not supported on ", o.device().str());
   // The stream is taken even for an empty output, as on the CPU, so the sequence of draws of
   // the global generator does not depend on the device.
+  const int d0 = device_of(o, name);
+  // A captured graph would replay this launch with its seed: the same numbers every step.
+  if (capturing(d0))
+    fail(name, "cannot be captured in a CUDA graph: every replay would draw the same numbers "
+               "(FitOptions::cuda_graph: the step runs eagerly)");
   const auto [seed, strm] = detail::random_op_stream(a);
   if (o.numel() == 0) return;
   const int d = device_of(o, name);

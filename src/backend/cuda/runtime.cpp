@@ -434,6 +434,12 @@ void* end_capture(int device, std::string* why) {
   return new CapturedGraph{exec, pool};
 }
 
+bool capturing(int device) {
+  DeviceCache& c = state(device).cache;
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.capturing != nullptr;
+}
+
 void launch_graph(void* graph, int device) {
   use_device(device, "cuda_graph");
   auto* g = static_cast<CapturedGraph*>(graph);

@@ -57,4 +57,7 @@ void begin_capture(int device);
 void* end_capture(int device, std::string* why);
 void launch_graph(void* graph, int device);
 void destroy_graph(void* graph, int device) noexcept;
+// Whether a capture is under way on the device (kernels whose launch arguments change every call,
+// the random ops' seeds, refuse to be captured).
+bool capturing(int device);
 }  // namespace soma::cuda_detail

@@ -13,8 +13,10 @@ constexpr int kUpdateThreads = 256;
 
 // The slot pointers are uniform across the grid: the null tests never diverge within a warp.
 template <class Rule, class T>
-__global__ void update_kernel(Rule rule, T* __restrict__ p, const T* __restrict__ g,
-                              T* __restrict__ s0, T* __restrict__ s1, T* __restrict__ s2, i64 n) {
+__global__ void update_kernel(Rule rule, const double* __restrict__ steps, T* __restrict__ p,
+                              const T* __restrict__ g, T* __restrict__ s0, T* __restrict__ s1,
+                              T* __restrict__ s2, i64 n) {
+  if (steps) rule.set_step(steps);  // read at run time: a captured graph's replays see new values
   const i64 step = i64(gridDim.x) * blockDim.x;
   for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     T x = p[i];
@@ -30,19 +32,19 @@ __global__ void update_kernel(Rule rule, T* __restrict__ p, const T* __restrict_
 }  // namespace
 
 template <class Rule, class T>
-cudaError_t launch_update(const Rule& rule, T* p, const T* g, T* s0, T* s1, T* s2, i64 n,
-                          cudaStream_t stream) {
+cudaError_t launch_update(const Rule& rule, const double* steps, T* p, const T* g, T* s0, T* s1,
+                          T* s2, i64 n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   i64 blocks = (n + kUpdateThreads - 1) / kUpdateThreads;
   if (blocks > (i64(1) << 16)) blocks = i64(1) << 16;  // the rest by the grid-stride loop
-  update_kernel<Rule, T><<<unsigned(blocks), kUpdateThreads, 0, stream>>>(rule, p, g, s0, s1, s2,
-                                                                         n);
+  update_kernel<Rule, T><<<unsigned(blocks), kUpdateThreads, 0, stream>>>(rule, steps, p, g, s0,
+                                                                         s1, s2, n);
   return cudaGetLastError();
 }
 
 #define SOMA_UPDATE_INSTANTIATE(RULE, T)                                                   \
-  template cudaError_t launch_update<upd::RULE<T>, T>(const upd::RULE<T>&, T*, const T*, T*, \
-                                                      T*, T*, i64, cudaStream_t);
+  template cudaError_t launch_update<upd::RULE<T>, T>(const upd::RULE<T>&, const double*, T*, \
+                                                      const T*, T*, T*, T*, i64, cudaStream_t);
 #define SOMA_UPDATE_INSTANTIATE_BOTH(RULE) \
   SOMA_UPDATE_INSTANTIATE(RULE, float)     \
   SOMA_UPDATE_INSTANTIATE(RULE, double)

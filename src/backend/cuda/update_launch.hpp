@@ -11,9 +11,10 @@ namespace soma::cuda_detail {
 
 // rule(p[i], g[i], s0[i], s1[i], s2[i]) for i < n, in place, one pass; a null slot pointer is a
 // slot the rule does not use. Packed operands of one type T (float or double; instantiated for
-// the rules of update_formulas.hpp). Returns the launch status.
+// the rules of update_formulas.hpp). `steps`, when not null, is the device buffer of the step
+// scalars (rule.set_step reads it in the kernel). Returns the launch status.
 template <class Rule, class T>
-cudaError_t launch_update(const Rule& rule, T* p, const T* g, T* s0, T* s1, T* s2,
-                          std::int64_t n, cudaStream_t stream);
+cudaError_t launch_update(const Rule& rule, const double* steps, T* p, const T* g, T* s0, T* s1,
+                          T* s2, std::int64_t n, cudaStream_t stream);
 
 }  // namespace soma::cuda_detail
