@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # soma against libtorch, side by side in one run (issue 5).
 #
-#   bash bench/compare.sh            # quick smoke run: 1 repetition, short runs
+#   bash bench/compare.sh            # quick run: 1 repetition, short runs
 #   bash bench/compare.sh --full     # 5 repetitions, full epochs, compile-time workload too
 #   bash bench/compare.sh --reps 3 --threads 1,2 --workloads mlp_train,sgemm
 #   bash bench/compare.sh --reps 3 --compile-time   # quick runs, 3 repetitions, workload 10 too
@@ -23,9 +23,8 @@
 # libtorch-dev, and the libtorch inside PyPI's current torch wheel (pip install --no-deps into
 # $BUILD_DIR/pypi-torch, the twins built again against it in $BUILD_DIR/peers-pypi; skipped, and
 # said so, where it cannot be installed or its libraries cannot load; SOMA_PYPI_TORCH=torch==2.15.0
-# pins a version). Every (workload, threads, batch) runs
-# as its own process, soma and the libtorchs alternately (the order flips every repetition), with
-# OMP_NUM_THREADS set to the thread count on both sides. Prints one markdown table: medians over
+# pins a version). Every (workload, threads, batch) runs as its own process, soma and the
+# libtorchs alternately (the order flips every repetition), with OMP_NUM_THREADS set to the thread count on both sides. Prints one markdown table: medians over
 # the repetitions, the spread as (max-min)/median, and "speedup" = how many times better soma
 # is (throughput soma/torch; latency, time and memory torch/soma), next to the issue's target.
 # Raw lines go to $BUILD_DIR/compare/raw.txt.
