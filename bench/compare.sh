@@ -24,9 +24,10 @@
 # $BUILD_DIR/pypi-torch, the twins built again against it in $BUILD_DIR/peers-pypi; skipped, and
 # said so, where it cannot be installed or its libraries cannot load; SOMA_PYPI_TORCH=torch==2.15.0
 # pins a version). Every (workload, threads, batch) runs as its own process, soma and the
-# libtorchs alternately (the order flips every repetition), with OMP_NUM_THREADS set to the thread count on both sides. Prints one markdown table: medians over
-# the repetitions, the spread as (max-min)/median, and "speedup" = how many times better soma
-# is (throughput soma/torch; latency, time and memory torch/soma), next to the issue's target.
+# libtorchs alternately (the order flips every repetition), with OMP_NUM_THREADS set to the
+# thread count on every side. Prints one markdown table: medians over the repetitions, the spread
+# as (max-min)/median, and "speedup" = how many times better soma is than each libtorch
+# (throughput soma/torch; latency, time and memory torch/soma), next to the issue's target.
 # Raw lines go to $BUILD_DIR/compare/raw.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
