@@ -257,10 +257,18 @@ done
 startup() {  # median wall time in ms of 11 runs
   local times=()
   for i in $(seq 11); do
-    local t0=$(date +%s%N); "$@" >/dev/null; local t1=$(date +%s%N)
+    local t0=$(date +%s%N); "$@" >/dev/null || return 1; local t1=$(date +%s%N)
     times+=($(( (t1 - t0) / 1000 )))
   done
   printf '%s\n' "${times[@]}" | sort -n | sed -n 6p | awk '{printf "%.1f", $1 / 1000}'
+}
+startup_row() {  # side program
+  local v
+  if v=$(startup "$2"); then
+    echo "$1 bench workload=startup threads=1 batch=1 value=$v unit=ms" >>"$RAW"
+  else
+    log "$1: $2 failed"; FAILED+=("run: $1 startup")
+  fi
 }
 CXX=${CXX:-g++}
 SOMA_INC=$ROOT/include
@@ -270,9 +278,9 @@ $CXX -std=c++20 -O2 -I"$SOMA_INC" bench/libtorch/startup_soma.cpp -o "$OUT/start
   -L"$SOMA_LIB" -lsoma -Wl,-rpath,"$SOMA_LIB"
 t1=$(date +%s%N)
 echo "soma bench workload=compile_time threads=1 batch=1 value=$(( (t1 - t0) / 1000000 )) unit=ms" >>"$RAW"
-echo "soma bench workload=startup threads=1 batch=1 value=$(startup "$OUT/startup_soma") unit=ms" >>"$RAW"
+startup_row soma "$OUT/startup_soma"
 if [[ -n $TORCH ]]; then
-  echo "torch bench workload=startup threads=1 batch=1 value=$(startup "$PEERS/startup_torch") unit=ms" >>"$RAW"
+  startup_row torch "$PEERS/startup_torch"
   if [[ $COMPILE_TIME == 1 ]]; then
     TORCH_INC="-I/usr/include -I/usr/include/torch/csrc/api/include"
     t0=$(date +%s%N)
@@ -283,7 +291,7 @@ if [[ -n $TORCH ]]; then
   fi
 fi
 if [[ -n $PYPI ]]; then
-  echo "pypi bench workload=startup threads=1 batch=1 value=$(startup "$PEERS_PYPI/startup_torch") unit=ms" >>"$RAW"
+  startup_row pypi "$PEERS_PYPI/startup_torch"
   if [[ $COMPILE_TIME == 1 ]]; then
     t0=$(date +%s%N)
     if $CXX -std=c++20 -O2 -I"$PYPI_DIR/torch/include" -I"$PYPI_DIR/torch/include/torch/csrc/api/include" \
