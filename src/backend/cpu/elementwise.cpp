@@ -7,7 +7,6 @@
 #include "internal/fast_paths.hpp"
 #include "internal/parallel.hpp"
 #include "internal/registration.hpp"
-#include "internal/vector_math.hpp"
 #include "ops/elementwise_table.hpp"
 #include "soma/op.hpp"
 

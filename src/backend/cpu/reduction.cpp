@@ -24,7 +24,6 @@
 #include "internal/dispatch.hpp"
 #include "internal/parallel.hpp"
 #include "internal/registration.hpp"
-#include "internal/vector_math.hpp"
 #include "soma/op.hpp"
 
 namespace soma::detail {
