@@ -39,7 +39,7 @@ declare -A TOP=(
 declare -A INTERNAL=(
   [atomic_file.hpp]=core [cpu_allocator.hpp]=core [dispatch.hpp]=core [parallel.hpp]=core
   [runtime_checks.hpp]=core [tensor_alloc.hpp]=core [tensor_vector_pool.hpp]=core
-  [copy.hpp]=backend [fast_paths.hpp]=backend [fused_dense.hpp]=backend
+  [copy.hpp]=backend [fast_paths.hpp]=backend [fused_dense.hpp]=backend [vector_math.hpp]=backend
   [attention_composite.hpp]=ops [conv_bias_act.hpp]=ops [registration.hpp]=ops [relu_gradient.hpp]=ops
   [dense_chain.hpp]=nn [fused_inference.hpp]=nn
   [dense_op.hpp]=ops [optim_updates.hpp]=ops [conv3d_op.hpp]=ops [monitor_mode.hpp]=optim

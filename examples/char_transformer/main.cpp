@@ -177,9 +177,14 @@ int main(int argc, char** argv) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   std::int64_t batches_done = 0;
+  // Training steps only, from the end of the first (warm-up: allocations) to the end of the
+  // last, without validation: what bench/char_transformer_torch.py times.
+  double first_end = 0.0, last_end = 0.0;
   cbs.push_back(soma::callbacks::LambdaCallback{
       .on_train_batch_end_fn = [&](std::int64_t, nn::Logs&) {
         ++batches_done;
+        last_end = elapsed();
+        if (batches_done == 1) first_end = last_end;
         if (minutes > 0.0 && elapsed() > minutes * 60.0) model.stop_training = true;
       }});
   model.fit(ds, {.epochs = epochs, .validation_data = nn::ValidationData(val.x, val.y),
@@ -189,6 +194,10 @@ int main(int argc, char** argv) {
   const double tokens = double(batches_done) * double(std::min<std::int64_t>(batch, n_train)) * context;
   std::printf("trained %lld batches in %.1f s: %.0f tokens/s (training, validation included)\n",
               static_cast<long long>(batches_done), seconds, tokens / seconds);
+  if (batches_done > 1)
+    std::printf("training steps 2..%lld: %.0f tokens/s (as bench/char_transformer_torch.py)\n",
+                static_cast<long long>(batches_done),
+                tokens * double(batches_done - 1) / double(batches_done) / (last_end - first_end));
 
   const double val_loss =
       model.evaluate(val.x, val.y, {.batch_size = batch, .verbose = 0}).at("loss");

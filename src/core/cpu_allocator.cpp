@@ -1,6 +1,7 @@
 #include "internal/cpu_allocator.hpp"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +24,15 @@ std::size_t padded_size(std::size_t nbytes) {
   return (std::max<std::size_t>(nbytes, 1) + kAlign - 1) / kAlign * kAlign;
 }
 
+// A quarter of the physical memory (the most a large peak may keep cached).
+std::size_t large_cap_limit() {
+  static const std::size_t limit = [] {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) / 4 : kCpuCacheMaxBytes;
+  }();
+  return limit;
+}
+
 struct Cache {
   std::mutex mu;
   std::vector<std::vector<void*>> small = std::vector<std::vector<void*>>(kSmallMax / kAlign + 1);
@@ -38,7 +48,12 @@ struct Cache {
   std::size_t evicted_since_trim = 0;
 
   std::size_t cap() const {
-    return std::clamp(2 * peak_out_bytes, kCpuCacheMinBytes, kCpuCacheMaxBytes);
+    // A training step that holds more than the fixed cap at its peak (a transformer's saved
+    // activations) would otherwise give most of its buffers back to malloc each step and fault
+    // them in again the next (issue 26: ~1 GiB of page faults per step): keep half again the
+    // peak, up to a quarter of the machine's memory.
+    return std::max(std::clamp(2 * peak_out_bytes, kCpuCacheMinBytes, kCpuCacheMaxBytes),
+                    std::min(peak_out_bytes + peak_out_bytes / 2, large_cap_limit()));
   }
   // Frees cached blocks of other sizes than `keep` until `need` more bytes fit under the cap.
   void evict_for_locked(std::size_t need, std::size_t keep) {

@@ -26,7 +26,8 @@ void set_cpu_cache_enabled(bool enabled);
 bool cpu_cache_enabled();
 
 // Blocks above this size are not cached. The cache holds at most twice the high-water mark of the
-// bytes handed out at once, clamped to [kCpuCacheMinBytes, kCpuCacheMaxBytes]; a block that does
+// bytes handed out at once, clamped to [kCpuCacheMinBytes, kCpuCacheMaxBytes], or 1.5 times the
+// high-water mark where that is more (up to a quarter of physical memory); a block that does
 // not fit evicts blocks of other sizes. After kCpuTrimAfterBytes of evictions, malloc_trim(0) returns
 // malloc's free pages to the system (docs/reliability.md: a storm of shapes leaves RSS flat).
 inline constexpr std::size_t kCpuCacheMaxBlock = std::size_t(64) << 20;

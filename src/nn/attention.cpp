@@ -14,6 +14,12 @@
 namespace soma::nn {
 
 namespace {
+
+// A 0-d tensor of t's dtype on t's device (filled there: no host-to-device copy per call).
+Tensor scalar_like(double v, const Tensor& t) {
+  if (t.device().is_cpu()) return scalar(v, t.dtype());
+  return full_like(Tensor::empty({}, t.dtype(), t.device()), v);
+}
 constexpr const char* kType = "MultiHeadAttention";
 
 Tensor in_dtype(const Tensor& t, DType dt) { return t.dtype() == dt ? t : cast(t, dt); }
@@ -188,7 +194,8 @@ AttentionResult MultiHeadAttention::attend(const Tensor& query_in, const Tensor&
   } else {
     // The [B, H, T, S] weights themselves: matmul and softmax, masked entries at -1e30 (finite,
     // so a fully masked row is uniform, then zeroed by the mask as the fused op gives zeros).
-    Tensor s = matmul(q, transpose(k, {0, 1, 3, 2})) * (1.0 / std::sqrt(double(key_dim_)));
+    // The scale goes on q ([B, H, T, d], S/d times smaller than the logits), as PyTorch does.
+    Tensor s = matmul(q * (1.0 / std::sqrt(double(key_dim_))), transpose(k, {0, 1, 3, 2}));
     Tensor allowed = mask;
     if (causal) {
       std::vector<double> cm(std::size_t(T * S));
@@ -197,16 +204,21 @@ AttentionResult MultiHeadAttention::attend(const Tensor& query_in, const Tensor&
       Tensor cmask = cast(constant(cm, {T, S}), DType::boolean);
       allowed = allowed.defined() ? logical_and(allowed, cmask) : cmask;
     }
-    if (allowed.defined()) s = where(allowed, s, full_like(s, -1e30));
+    if (allowed.defined()) s = where(allowed, s, scalar_like(-1e30, s));
     Tensor p = soma::softmax(s, -1);
-    if (allowed.defined()) p = p * cast(allowed, dt);
+    // Only a mask other than the causal one can leave a row with no key (the causal mask always
+    // allows the diagonal): zero such rows as the fused op does.
+    if (mask.defined()) p = p * cast(allowed, dt);
     r.scores = p;
-    if (training() && opt_.dropout > 0.0) {
+    const bool drop = training() && opt_.dropout > 0.0;
+    if (drop) {
       Tensor u = soma::detail::dropout_uniform(p, std::nullopt, dropout_calls_++);
       // `u >= rate` makes the rate on u's device (no host tensor per call); u has p's dtype.
-      p = p * (cast(u >= opt_.dropout, dt) * (1.0 / (1.0 - opt_.dropout)));
+      // The 1 / (1 - rate) goes on the [B, H, T, value_dim] output, not on the weights.
+      p = p * cast(u >= opt_.dropout, dt);
     }
     o = matmul(p, v);
+    if (drop) o = o * (1.0 / (1.0 - opt_.dropout));
   }
   const Shape& wos = wo_.value().shape();
   Tensor merged = reshape(transpose(o, {0, 2, 1, 3}), {B, T, wos[0] * wos[1]});

@@ -119,9 +119,9 @@ Tensor LayerNormalization::forward(const Tensor& input) {
          "), got ", shape_str(input.shape()));
   Tensor x = to_dtype(input, opt_.dtype);
   Axes axes = to_axes(axes_);
-  Tensor mean = soma::mean(x, axes, true);
-  Tensor var = soma::mean(square(x - mean), axes, true);
-  Tensor y = (x - mean) * rsqrt(var + opt_.epsilon);
+  Tensor centred = x - soma::mean(x, axes, true);  // once: forward and backward use it twice
+  Tensor var = soma::mean(square(centred), axes, true);
+  Tensor y = centred * rsqrt(var + opt_.epsilon);
   Shape bshape(std::size_t(rank_), 1);
   for (int a : axes_) bshape[std::size_t(a)] = input.dim(a);
   if (opt_.scale) y = y * reshape(gamma_.value(), bshape);

@@ -136,6 +136,20 @@ std::vector<Tensor> tanh_grad(G c) { return {c.grads[0] * (1.0 - square(c.output
 std::vector<Tensor> erf_grad(G c) {
   return {c.grads[0] * (2.0 / std::sqrt(std::numbers::pi)) * exp(negative(square(c.inputs[0])))};
 }
+// gelu_erf(x) = x Phi(x): the gradient g * (Phi(x) + x phi(x)) as one op (gelu_erf_grad).
+std::vector<Tensor> gelu_erf_grad(G c) {
+  static const OpDef& d = get_op("gelu_erf_grad");
+  return {call_op1(d, {c.inputs[0], c.grads[0]})};
+}
+// gelu_erf_grad(x, g) = g * (Phi(x) + x phi(x)): d/dx = g phi(x) (2 - x^2), d/dg the same op.
+std::vector<Tensor> gelu_erf_grad_grad(G c) {
+  const Tensor &x = c.inputs[0], &g = c.inputs[1], &u = c.grads[0];
+  static const OpDef& d = get_op("gelu_erf_grad");
+  const double inv_sqrt_2pi = 1.0 / std::sqrt(2.0 * std::numbers::pi);
+  Tensor x2 = square(x);
+  return {c.needs(0) ? u * g * (exp(x2 * -0.5) * inv_sqrt_2pi) * (2.0 - x2) : Tensor(),
+          c.needs(1) ? call_op1(d, {x, u}) : Tensor()};
+}
 std::vector<Tensor> sigmoid_grad(G c) {
   return {c.grads[0] * c.outputs[0] * (1.0 - c.outputs[0])};
 }
@@ -456,14 +470,15 @@ Tensor hard_sigmoid(const Tensor& t, double alpha, double beta) {
   static const OpDef& d = get_op("hard_sigmoid");
   return unary(d, t, {{"alpha", alpha}, {"beta", beta}});
 }
-// A composite: its gradient comes from erf's (or tanh's) for free.
+// The tanh form is a composite (its gradient comes from tanh's); the erf form is the gelu_erf op
+// (issue 26: as five ops it held five activations per call and made ten passes in training).
 Tensor gelu(const Tensor& t, bool approximate) {
   check_floating(t, "gelu");
   if (approximate) {
     const double k = std::sqrt(2.0 / std::numbers::pi);
     return t * 0.5 * (1.0 + tanh((t + t * t * t * 0.044715) * k));
   }
-  return t * 0.5 * (1.0 + erf(t * (1.0 / std::numbers::sqrt2)));
+  return gelu_erf(t);
 }
 
 // ---- operators ----

@@ -225,6 +225,10 @@ SOMA_HD inline C sigmoid(C x) {
     std::tanh(x), tanh_grad, tanh(x))                                                            \
   X(erf, Float, 0, (0, 0, 0), Blocks, ("Erf", 9), (One, -2, 2, true, 0, {}), std::erf(x),       \
     erf_grad, erf(x))                                                                            \
+  /* gelu(x) (exact, erf form) in one pass: the five-op composition held five activations */    \
+  X(gelu_erf, Float, 0, (0, 0, 0), Blocks, ("", 1), (One, -3, 3, true, 0, {}),                  \
+    0.5 * x * (1 + std::erf(x * 0.70710678118654752440)), gelu_erf_grad,                        \
+    C(0.5) * x * (C(1) + erf(x * C(0.70710678118654752440))))                                    \
   X(sigmoid, Float, kActivation, (0, 0, 0), Blocks, ("Sigmoid", 6), (One, -2, 2, true, 0, {}),  \
     1 / (1 + std::exp(-x)), sigmoid_grad, sigmoid(x))                                            \
   X(relu, Numeric, kActivation, (0, 0, 0), Registers, ("Relu", 6),                               \
@@ -295,7 +299,14 @@ SOMA_HD inline C sigmoid(C x) {
   /* (x, g): relu's gradient in one pass, PyTorch's threshold_backward: 0 where x <= 0, else g  \
      (so g passes where x is NaN) */                                                             \
   X(relu_grad, Numeric, 0, (0, 0, 0), No, ("", 1), (Same, -2, 2, true, 0.05, {0}),              \
-    a > 0 ? b : 0.0, relu_grad_grad, a <= C(0) ? C(0) : b)
+    a > 0 ? b : 0.0, relu_grad_grad, a <= C(0) ? C(0) : b)                                      \
+  /* (x, g): gelu_erf's gradient, g * (Phi(x) + x phi(x)), in one pass */                        \
+  X(gelu_erf_grad, Float, 0, (0, 0, 0), Blocks, ("", 1), (Same, -3, 3, true, 0, {}),            \
+    b * (0.5 * (1 + std::erf(a * 0.70710678118654752440)) +                                      \
+         a * 0.39894228040143267794 * std::exp(-0.5 * a * a)),                                   \
+    gelu_erf_grad_grad,                                                                          \
+    b * (C(0.5) * (C(1) + erf(a * C(0.70710678118654752440))) +                                  \
+         a * C(0.39894228040143267794) * exp(C(-0.5) * a * a)))
 
 // ---- the functors: ew::<name>_fn -----------------------------------------------------------
 #define SOMA_EW_ATTR_MEMBERS(N, A, B)    \

@@ -46,6 +46,24 @@ TEST(Random, PhiloxMatchesPublishedKnownAnswer) {
   EXPECT_EQ(std::uint64_t(v[1]) ^ (std::uint64_t(1) << 63), 0xbc57ac4c9b00dbd8ull);
 }
 
+// f32 uniforms make their Philox blocks 16 at a time (vectorised); the i64 draw makes them one
+// at a time (philox::bits). Same seed, same blocks: element 4b + k of [0, 1) is word k of block
+// b, shifted to 24 bits; the i64 elements 2b and 2b + 1 are words (0, 1) and (2, 3) of it. Over
+// 4 tiles of 1024 blocks and a last partial group.
+TEST(Random, VectorisedBlocksMatchTheScalarGenerator) {
+  const std::int64_t blocks = 4 * 1024 + 5;
+  Tensor f = random_uniform({4 * blocks - 3}, 0.0, 1.0, DType::f32, 77);
+  Tensor w = random_uniform({2 * blocks}, -9223372036854775808.0, 9223372036854775808.0,
+                            DType::i64, 77);
+  auto fv = f.to_vector<float>();
+  auto wv = w.to_vector<std::int64_t>();
+  for (std::size_t i = 0; i < fv.size(); ++i) {
+    const std::uint64_t pair = std::uint64_t(wv[i / 2]) ^ (std::uint64_t(1) << 63);
+    const std::uint32_t word = i % 2 == 0 ? std::uint32_t(pair >> 32) : std::uint32_t(pair);
+    ASSERT_EQ(fv[i], float(word >> 8) * 0x1p-24f) << i;
+  }
+}
+
 // ---- seeds and reproducibility ---------------------------------------------------------------
 
 TEST(Random, SamePerCallSeedGivesSameValues) {

@@ -22,6 +22,7 @@
 
 #include "internal/copy.hpp"
 #include "internal/parallel.hpp"
+#include "internal/vector_math.hpp"
 #include "internal/registration.hpp"
 #include "soma/op.hpp"
 

@@ -164,14 +164,15 @@ bool where_fast(const std::vector<Tensor>& in, const Tensor& o) {
   auto dense = [&](const Tensor& t) { return t.shape() == o.shape() && t.is_contiguous(); };
   if (!dense(in[0])) return false;
   const bool sa = !dense(in[1]), sb = !dense(in[2]);
-  if ((sa && in[1].numel() != 1) || (sb && in[2].numel() != 1) || (sa && sb)) return false;
+  if ((sa && in[1].numel() != 1) || (sb && in[2].numel() != 1)) return false;
   const bool* pc = in[0].data<bool>();
   const std::int64_t n = o.numel();
   dispatch_dtype(o.dtype(), [&]<class T>() {
     const T* pa = in[1].data<T>();
     const T* pb = in[2].data<T>();
     T* po = o.data<T>();
-    if (sa) where_dense<T, true, false>(pc, pa, pb, po, n);
+    if (sa && sb) where_dense<T, true, true>(pc, pa, pb, po, n);  // a mask of two values
+    else if (sa) where_dense<T, true, false>(pc, pa, pb, po, n);
     else if (sb) where_dense<T, false, true>(pc, pa, pb, po, n);
     else where_dense<T, false, false>(pc, pa, pb, po, n);
   });
@@ -194,6 +195,19 @@ void where_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
                     {in[0].offset(), in[1].offset(), in[2].offset(), o.offset()},
                     [&](const std::array<std::int64_t, 4>& off, std::int64_t m,
                         const std::array<std::int64_t, 4>& s) {
+                      // A broadcast mask row ([T, S] over [B, H, T, S]) with dense or single
+                      // values: the vectorised loop of the dense case.
+                      if (s[0] == 1 && s[3] == 1 && s[1] <= 1 && s[2] <= 1) {
+                        const auto* c = reinterpret_cast<const unsigned char*>(pc + off[0]);
+                        const T* a = pa + off[1];
+                        const T* b = pb + off[2];
+                        T* o = po + off[3];
+                        if (s[1] == 1 && s[2] == 1) where_rows<T, false, false>(c, a, b, o, 0, m);
+                        else if (s[1] == 1) where_rows<T, false, true>(c, a, b, o, 0, m);
+                        else if (s[2] == 1) where_rows<T, true, false>(c, a, b, o, 0, m);
+                        else where_rows<T, true, true>(c, a, b, o, 0, m);
+                        return;
+                      }
                       for (std::int64_t j = 0; j < m; ++j)
                         po[off[3] + j * s[3]] = pc[off[0] + j * s[0]] ? pa[off[1] + j * s[1]]
                                                                        : pb[off[2] + j * s[2]];
