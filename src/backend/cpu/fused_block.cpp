@@ -14,6 +14,13 @@
 #include <immintrin.h>
 #endif
 
+// The table's functors, instantiated for a pass's Vec, take an AVX vector by value in a function
+// with the baseline options (isa_foreach.hpp): GCC notes the ABI of that, but vector_groups
+// inlines them all (flatten), so no such call exists.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 #define SOMA_ISA_FILE "backend/cpu/fused_block.cpp"
 #include "backend/cpu/isa_foreach.hpp"  // this file once per instruction set (runtime dispatch)
 
@@ -203,6 +210,10 @@ inline Vec sqrt(Vec a) { return Vec(_mm256_sqrt_ps(a.v)); }
 // Groups of kRegs registers (kRegs * kLanes elements) from i to e through the whole chain. The
 // operands are two named arrays (not one indexed by operand number) so that they stay in
 // registers; the loop over groups is inside so that nothing is spilled between groups.
+// flatten: the table's functors are header templates, compiled with the baseline options even
+// when instantiated for this pass's Vec (isa_foreach.hpp), so GCC's early inliner cannot inline
+// the Vec operators into them and left ~90 calls in this loop; inlining everything into this
+// function (which has the pass's options) gives the code of a -march=native build.
 [[gnu::flatten]] void vector_groups(const FusedInstr* prog, int nprog, float* dst, std::int64_t i,
                    std::int64_t e, bool stream) {
   constexpr int R = Vec::kRegs, L = Vec::kLanes;

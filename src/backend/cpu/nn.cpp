@@ -459,6 +459,9 @@ inline int argmax4(T a, T b, T c, T d) {
 // lane-wise: v beats m when m is not NaN and !(v <= m) (v greater, or v NaN). Same result as
 // argmax4: the first maximum in row-major order, NaN propagating.
 struct Pool2x2Avx512 {
+  // Written out: an implicit constructor would be compiled without this pass's AVX-512 options
+  // (GCC defines it where it is first used, outside the pragma; isa_foreach.hpp).
+  Pool2x2Avx512() {}
   __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
