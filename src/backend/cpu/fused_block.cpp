@@ -2,6 +2,14 @@
 // the elementwise table, so a fused chain is bit-identical to the unfused one: the block loops
 // and the scalar tail call it on floats, the register groups on a vector type whose operators
 // are the same IEEE operations lane by lane.
+//
+// The table's functors, instantiated for a pass's Vec, take an AVX vector by value in a function
+// with the baseline options (isa_foreach.hpp): GCC notes the ABI of that, but vector_groups
+// inlines them all (flatten), so no such call exists.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 #include "backend/cpu/fused_block.hpp"
 
 #include <cmath>
@@ -12,13 +20,6 @@
 
 #if defined(__SSE2__)
 #include <immintrin.h>
-#endif
-
-// The table's functors, instantiated for a pass's Vec, take an AVX vector by value in a function
-// with the baseline options (isa_foreach.hpp): GCC notes the ABI of that, but vector_groups
-// inlines them all (flatten), so no such call exists.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
 #define SOMA_ISA_FILE "backend/cpu/fused_block.cpp"
