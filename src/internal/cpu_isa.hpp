@@ -52,8 +52,12 @@ inline Isa active_isa() {
   return v >= 0 ? Isa(v) : init_active_isa();
 }
 // Tests: run the kernels with `isa`, clamped to what the CPU has and what is compiled; returns
-// the one set. Registered kernels are re-registered by select_cpu_isa (src/backend/cpu/isa.cpp).
+// the one set (select_cpu_isa also re-registers the kernels).
 Isa set_active_isa(Isa isa);
+
+// Tests: runs the CPU kernels with `isa` from now on (set_active_isa, then the dispatched files
+// register their kernels again); returns the target set. Defined in src/ops/registry.cpp.
+Isa select_cpu_isa(Isa isa);
 
 // The function of the active target among one per target (the passes of isa_foreach.hpp).
 template <class F>

@@ -23,9 +23,4 @@ void register_cpu_nn_kernels();
 void register_cpu_attention_kernels();
 void register_cpu_sort_scan_kernels();
 void register_cpu_quantize_kernels();
-
-// Tests: runs the CPU kernels with instruction set `isa` (clamped to what the CPU has and this
-// build compiled; src/internal/cpu_isa.hpp) from now on, re-registering the dispatched kernels.
-enum class Isa : int;
-Isa select_cpu_isa(Isa isa);
 }  // namespace soma::detail

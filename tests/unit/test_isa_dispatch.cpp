@@ -14,7 +14,6 @@
 
 #include "../../src/backend/cpu/fused_block.hpp"
 #include "../../src/internal/cpu_isa.hpp"
-#include "../../src/internal/registration.hpp"
 #include "test_support.hpp"
 #include <soma/cpu_isa.hpp>
 #include <soma/soma.hpp>
