@@ -160,7 +160,7 @@ std::vector<float> fused_chain(const std::vector<float>& a, const std::vector<fl
     return out;
   }
   // One op at a time over the whole range, as the block loop does per block.
-  std::vector<float> cur(std::size_t(n)), tmp(std::size_t(n));
+  std::vector<float> cur(static_cast<std::size_t>(n)), tmp(static_cast<std::size_t>(n));
   for (const auto& in : prog) {
     const float* x = in.kind[0] == K::Chain ? cur.data() : in.p[0];
     const float* y = in.nargs < 2 ? nullptr : in.kind[1] == K::Chain ? cur.data()
