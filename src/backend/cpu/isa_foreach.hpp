@@ -32,6 +32,13 @@
 // called from the baseline template). Hence the rule: include every header before this one
 // (Highway's foreach_target has the same rule).
 //
+// Two consequences seen in GCC 12: (1) a header template that calls a pass's function (a table
+// functor instantiated for fused_block's Vec) cannot inline it, being baseline code: the pass's
+// loop is marked [[gnu::flatten]] so that everything is inlined into it (pass options); a lambda
+// handed to parallel_for / for_each_row is called per chunk / row instead of inlined. (2) An
+// implicitly defined constructor is compiled outside the pragma: write it out when it uses
+// intrinsics (nn.cpp's Pool2x2Avx512).
+//
 // GCC's C++ front end does NOT define __AVX2__, __AVX512F__, ... under `#pragma GCC target` (it
 // reads the whole file before it sees the pragma; C does): code specific to a target tests
 // SOMA_ISA_AVX512 / SOMA_ISA_AVX2 / SOMA_ISA_AVX (each 0 or 1, the pass's level or better).
