@@ -28,7 +28,7 @@ declare -A FOLDER=([core]=core [startup]=core [backend]=backend [ops]=ops [autog
 declare -A TOP=(
   [autocast.hpp]=core [dtype_info.hpp]=core [version.hpp]=core [cuda.hpp]=core [input_limits.hpp]=core [device.hpp]=core [dtype.hpp]=core [error.hpp]=core
   [random_state.hpp]=core [ref.hpp]=core [runtime_checks.hpp]=core [shape.hpp]=core
-  [tensor.hpp]=core [threading.hpp]=core
+  [tensor.hpp]=core [threading.hpp]=core [cpu_isa.hpp]=core
   [op.hpp]=ops [ops.hpp]=ops [nn_ops.hpp]=ops [linalg.hpp]=ops [op_testing.hpp]=ops
   [autograd.hpp]=autograd [variable.hpp]=autograd  # Variable: state every tape watches
   [image.hpp]=image [metrics.hpp]=nn [onnx.hpp]=onnx
@@ -37,7 +37,7 @@ declare -A TOP=(
 
 # The layer of each shared internal header in src/internal/ (the layer that implements it).
 declare -A INTERNAL=(
-  [atomic_file.hpp]=core [cpu_allocator.hpp]=core [dispatch.hpp]=core [parallel.hpp]=core
+  [atomic_file.hpp]=core [cpu_allocator.hpp]=core [cpu_isa.hpp]=core [dispatch.hpp]=core [parallel.hpp]=core
   [runtime_checks.hpp]=core [tensor_alloc.hpp]=core [tensor_vector_pool.hpp]=core
   [copy.hpp]=backend [fast_paths.hpp]=backend [fused_dense.hpp]=backend [vector_math.hpp]=backend
   [attention_composite.hpp]=ops [conv_bias_act.hpp]=ops [registration.hpp]=ops [relu_gradient.hpp]=ops

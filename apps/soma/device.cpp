@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include <soma/cpu_isa.hpp>
 #include <soma/cuda.hpp>
 
 #include "common.hpp"
@@ -88,6 +89,12 @@ int cmd_info(int argc, char** argv) {
   if (parse_or_help(p, argc, argv, a)) return 0;
   std::printf("soma %s\n", SOMA_CLI_VERSION);
   std::printf("cpu: %d threads\n", get_num_threads());
+  // The vector kernels' instruction set (runtime dispatch; SOMA_ISA lowers it).
+  try {
+    std::printf("cpu isa: %s\n", cpu_isa_summary().c_str());
+  } catch (const std::exception& e) {
+    std::printf("cpu isa: %s\n", e.what());
+  }
   if (!cuda::is_built()) {
     std::printf("cuda: not built (%s)\n", cuda::unavailable_reason().c_str());
     return 0;

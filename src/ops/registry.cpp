@@ -3,6 +3,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "internal/cpu_isa.hpp"
 #include "internal/tensor_vector_pool.hpp"
 #include "internal/registration.hpp"
 #include "internal/runtime_checks.hpp"
@@ -79,6 +80,9 @@ Registry& raw_registry() {
 void ensure_initialized() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // The CPU kernels' instruction set, chosen before anything is registered: a bad SOMA_ISA
+    // throws here, on every call, and leaves the registry empty.
+    (void)detail::active_isa();
     detail::register_elementwise_ops();
     detail::register_reduction_ops();
     detail::register_shape_ops();
@@ -103,6 +107,20 @@ void ensure_initialized() {
   });
 }
 }  // namespace
+
+namespace detail {
+Isa select_cpu_isa(Isa isa) {
+  ensure_initialized();
+  const Isa chosen = set_active_isa(isa);
+  // The files compiled once per instruction set (src/backend/cpu/isa_foreach.hpp) register the
+  // kernels of the active one; the others (copy, fused blocks, the fused Dense) choose per call.
+  register_cpu_elementwise_kernels();
+  register_cpu_reduction_kernels();
+  register_cpu_nn_kernels();  // with the optimiser updates
+  register_cpu_attention_kernels();
+  return chosen;
+}
+}  // namespace detail
 
 void register_op(OpDef def) {
   auto& r = raw_registry();

@@ -26,7 +26,11 @@
 #include "internal/registration.hpp"
 #include "soma/op.hpp"
 
+#define SOMA_ISA_FILE "backend/cpu/attention.cpp"
+#include "backend/cpu/isa_foreach.hpp"  // this file once per instruction set (runtime dispatch)
+
 namespace soma::detail {
+SOMA_ISA_BEGIN
 namespace {
 
 constexpr std::int64_t kBlockQ = 128, kBlockK = 128;
@@ -365,5 +369,11 @@ void register_cpu_attention_kernels() {
   register_kernel("scaled_dot_product_attention", DeviceKind::CPU, sdpa_kernel);
   register_kernel("scaled_dot_product_attention_grad", DeviceKind::CPU, sdpa_grad_kernel);
 }
+SOMA_ISA_END
+
+#if SOMA_ISA_ONCE
+// The kernels of the active instruction set (src/internal/cpu_isa.hpp).
+void register_cpu_attention_kernels() { SOMA_ISA_SELECT(register_cpu_attention_kernels)(); }
+#endif
 
 }  // namespace soma::detail

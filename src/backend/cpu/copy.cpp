@@ -5,7 +5,11 @@
 #include "internal/dispatch.hpp"
 #include "internal/parallel.hpp"
 
+#define SOMA_ISA_FILE "backend/cpu/copy.cpp"
+#include "backend/cpu/isa_foreach.hpp"  // this file once per instruction set (runtime dispatch)
+
 namespace soma::detail {
+SOMA_ISA_BEGIN
 
 namespace {
 // Packs a tensor whose last two axes are transposed in memory (source stride 1 on axis -2, not
@@ -116,5 +120,13 @@ void fill_value(const Tensor& dst, double value) {
                     });
   });
 }
+SOMA_ISA_END
+
+#if SOMA_ISA_ONCE
+// The loops of the active instruction set (src/internal/cpu_isa.hpp): f16/bf16 conversions use
+// F16C and wider vectors there.
+void copy_into(const Tensor& src, const Tensor& dst) { SOMA_ISA_SELECT(copy_into)(src, dst); }
+void fill_value(const Tensor& dst, double value) { SOMA_ISA_SELECT(fill_value)(dst, value); }
+#endif
 
 }  // namespace soma::detail

@@ -10,7 +10,11 @@
 #include "ops/elementwise_table.hpp"
 #include "soma/op.hpp"
 
+#define SOMA_ISA_FILE "backend/cpu/elementwise.cpp"
+#include "backend/cpu/isa_foreach.hpp"  // this file once per instruction set (runtime dispatch)
+
 namespace soma::detail {
+SOMA_ISA_BEGIN
 namespace {
 
 template <class T> T* base_ptr(const Tensor& t) { return static_cast<T*>(t.storage()->data); }
@@ -227,5 +231,11 @@ void register_cpu_elementwise_kernels() {
 #undef SOMA_EW_REG2
   reg("where", where_kernel);
 }
+SOMA_ISA_END
+
+#if SOMA_ISA_ONCE
+// The kernels of the active instruction set (src/internal/cpu_isa.hpp).
+void register_cpu_elementwise_kernels() { SOMA_ISA_SELECT(register_cpu_elementwise_kernels)(); }
+#endif
 
 }  // namespace soma::detail

@@ -4,20 +4,26 @@
 
 #include "internal/fused_dense.hpp"
 
-#if defined(__AVX512F__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#define SOMA_ISA_FILE "backend/cpu/fast_paths.cpp"
+#include "backend/cpu/isa_foreach.hpp"  // this file once per instruction set (runtime dispatch)
+
 namespace soma::detail {
 
+#if SOMA_ISA_ONCE
 std::atomic<bool>& fast_paths_flag() {
   static std::atomic<bool> on{true};
   return on;
 }
+#endif
 
+SOMA_ISA_BEGIN
 namespace {
 
-#if defined(__AVX512F__)
+#if SOMA_ISA_AVX512
 // One row of y, columns [j0, j0 + 16 * B) (the last vector masked by `tail`): B accumulators
 // start at the bias and take x[kk] * W[kk, j] for every kk, W read row by row (unit stride).
 template <int B>
@@ -89,5 +95,13 @@ void dense_row(const float* x, const float* w, const float* bias, float* y, std:
                                           std::int64_t n, bool relu) {
   for (std::int64_t i = 0; i < m; ++i) dense_row(x + i * k, w, bias, y + i * n, k, n, relu);
 }
+SOMA_ISA_END
+
+#if SOMA_ISA_ONCE
+void fused_dense_f32(const float* x, const float* w, const float* bias, float* y, std::int64_t m,
+                     std::int64_t k, std::int64_t n, bool relu) {
+  SOMA_ISA_SELECT(fused_dense_f32)(x, w, bias, y, m, k, n, relu);
+}
+#endif
 
 }  // namespace soma::detail

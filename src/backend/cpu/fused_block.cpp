@@ -2,6 +2,14 @@
 // the elementwise table, so a fused chain is bit-identical to the unfused one: the block loops
 // and the scalar tail call it on floats, the register groups on a vector type whose operators
 // are the same IEEE operations lane by lane.
+//
+// The table's functors, instantiated for a pass's Vec, take an AVX vector by value in a function
+// with the baseline options (isa_foreach.hpp): GCC notes the ABI of that, but vector_groups
+// inlines them all (flatten), so no such call exists.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 #include "backend/cpu/fused_block.hpp"
 
 #include <cmath>
@@ -14,7 +22,11 @@
 #include <immintrin.h>
 #endif
 
+#define SOMA_ISA_FILE "backend/cpu/fused_block.cpp"
+#include "backend/cpu/isa_foreach.hpp"  // this file once per instruction set (runtime dispatch)
+
 namespace soma::detail {
+SOMA_ISA_BEGIN
 
 namespace {
 
@@ -127,7 +139,8 @@ void scalar_chain(const FusedInstr* prog, int nprog, float* dst, std::int64_t b,
 // A vector of floats for the table's functors: the operators, compares (ordered, as C++'s on
 // floats: false for NaN), select, abs (clears the sign bit) and sqrt of one ISA, lane by lane
 // the IEEE operations the scalar code does.
-#if defined(__AVX512F__)
+#undef SOMA_FUSED_REGISTERS  // (set by the pass before)
+#if SOMA_ISA_AVX512
 #define SOMA_FUSED_REGISTERS 1
 struct VMask {
   __mmask16 m;
@@ -162,7 +175,7 @@ inline Vec abs(Vec a) {
 }
 // (maskz with every lane set: _mm512_sqrt_ps draws a -Wmaybe-uninitialized from GCC 12's header)
 inline Vec sqrt(Vec a) { return Vec(_mm512_maskz_sqrt_ps(__mmask16(0xffff), a.v)); }
-#elif defined(__AVX__)
+#elif SOMA_ISA_AVX
 #define SOMA_FUSED_REGISTERS 1
 struct VMask {
   __m256 m;
@@ -198,7 +211,11 @@ inline Vec sqrt(Vec a) { return Vec(_mm256_sqrt_ps(a.v)); }
 // Groups of kRegs registers (kRegs * kLanes elements) from i to e through the whole chain. The
 // operands are two named arrays (not one indexed by operand number) so that they stay in
 // registers; the loop over groups is inside so that nothing is spilled between groups.
-void vector_groups(const FusedInstr* prog, int nprog, float* dst, std::int64_t i,
+// flatten: the table's functors are header templates, compiled with the baseline options even
+// when instantiated for this pass's Vec (isa_foreach.hpp), so GCC's early inliner cannot inline
+// the Vec operators into them and left ~90 calls in this loop; inlining everything into this
+// function (which has the pass's options) gives the code of a -march=native build.
+[[gnu::flatten]] void vector_groups(const FusedInstr* prog, int nprog, float* dst, std::int64_t i,
                    std::int64_t e, bool stream) {
   constexpr int R = Vec::kRegs, L = Vec::kLanes;
   for (; i + R * L <= e; i += R * L) {
@@ -270,9 +287,9 @@ void stream_store_block(float* __restrict dst, const float* src, std::int64_t n)
   std::int64_t i = 0;
   // Streaming stores need aligned addresses: plain stores up to the first 64-byte boundary.
   for (; i < n && (reinterpret_cast<std::uintptr_t>(dst + i) & 63) != 0; ++i) dst[i] = src[i];
-#if defined(__AVX512F__)
+#if SOMA_ISA_AVX512
   for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
-#elif defined(__AVX__)
+#elif SOMA_ISA_AVX
   for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
 #else
   for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
@@ -288,5 +305,29 @@ void stream_store_fence() {
   _mm_sfence();  // streaming stores are weakly ordered: make them visible before the barrier
 #endif
 }
+SOMA_ISA_END
+
+#if SOMA_ISA_ONCE
+// The functions of the active instruction set (src/internal/cpu_isa.hpp).
+bool fusable_op(std::string_view op) { return SOMA_ISA_SELECT(fusable_op)(op); }
+FusedInstr fused_instr(std::string_view op, const Attrs& attrs) {
+  return SOMA_ISA_SELECT(fused_instr)(op, attrs);
+}
+void fused_block_op(const FusedInstr& in, float* __restrict dst, const float* a, float av,
+                    const float* b, float bv, std::int64_t n) {
+  SOMA_ISA_SELECT(fused_block_op)(in, dst, a, av, b, bv, n);
+}
+bool fused_chain_in_registers_available() {
+  return SOMA_ISA_SELECT(fused_chain_in_registers_available)();
+}
+void fused_chain_in_registers(const FusedInstr* prog, int nprog, float* dst, std::int64_t b,
+                              std::int64_t n, bool stream) {
+  SOMA_ISA_SELECT(fused_chain_in_registers)(prog, nprog, dst, b, n, stream);
+}
+void stream_store_block(float* __restrict dst, const float* src, std::int64_t n) {
+  SOMA_ISA_SELECT(stream_store_block)(dst, src, n);
+}
+void stream_store_fence() { SOMA_ISA_SELECT(stream_store_fence)(); }
+#endif
 
 }  // namespace soma::detail

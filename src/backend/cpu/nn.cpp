@@ -19,7 +19,7 @@
 #include <limits>
 #include <type_traits>
 
-#if defined(__AVX512F__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
@@ -35,7 +35,11 @@
 #include "onednn_matmul.hpp"  // cpu_autocast_dtype
 #include "soma/op.hpp"
 
+#define SOMA_ISA_FILE "backend/cpu/nn.cpp"
+#include "backend/cpu/isa_foreach.hpp"  // this file once per instruction set (runtime dispatch)
+
 namespace soma::detail {
+SOMA_ISA_BEGIN
 namespace {
 
 using Ints = std::vector<std::int64_t>;
@@ -449,13 +453,16 @@ inline int argmax4(T a, T b, T c, T d) {
   return k;
 }
 
-#if defined(__AVX512F__)
+#if SOMA_ISA_AVX512
 // 2x2 stride-2 windows, 16 outputs per step (f32). A row chunk of n <= 16 outputs reads 2n
 // floats of the two input rows (masked, so no read past the row), splits them into the windows'
 // four corners a b / c d with two-source permutes, and runs the scalar loop's `beats` chain
 // lane-wise: v beats m when m is not NaN and !(v <= m) (v greater, or v NaN). Same result as
 // argmax4: the first maximum in row-major order, NaN propagating.
 struct Pool2x2Avx512 {
+  // Written out: an implicit constructor would be compiled without this pass's AVX-512 options
+  // (GCC defines it where it is first used, outside the pragma; isa_foreach.hpp).
+  Pool2x2Avx512() {}
   __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -537,14 +544,14 @@ void max_pool_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, co
       const T* x = wi[0].data<T>();
       T* y = o.data<T>();
       const bool fast = is_pool2x2(p) && fast_paths_enabled();
-#if defined(__AVX512F__)
+#if SOMA_ISA_AVX512
       const Pool2x2Avx512 vec;
 #endif
       for_each_plane(p, [&](std::int64_t i) {
         const T* plane = x + i * p.h * p.w;
         T* yo = y + i * p.oh * p.ow;
         if (fast) {
-#if defined(__AVX512F__)
+#if SOMA_ISA_AVX512
           if constexpr (std::is_same_v<T, float>) {
             for (std::int64_t oy = 0; oy < p.oh; ++oy) {
               const float* r0 = plane + 2 * oy * p.w;
@@ -586,7 +593,7 @@ void max_pool_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
       const T* g = wi[1].data<T>();
       T* dx = o.data<T>();
       const bool fast = is_pool2x2(p) && fast_paths_enabled();
-#if defined(__AVX512F__)
+#if SOMA_ISA_AVX512
       const Pool2x2Avx512 vec;
 #endif
       for_each_plane(p, [&](std::int64_t i) {
@@ -595,7 +602,7 @@ void max_pool_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
         T* d = dx + i * p.h * p.w;
         if (fast) {  // windows do not overlap: each input gets its g or 0, written once
           if (2 * p.oh != p.h || 2 * p.ow != p.w) std::fill(d, d + p.h * p.w, T(0));
-#if defined(__AVX512F__)
+#if SOMA_ISA_AVX512
           if constexpr (std::is_same_v<T, float>) {
             for (std::int64_t oy = 0; oy < p.oh; ++oy) {
               const float* r0 = plane + 2 * oy * p.w;
@@ -766,5 +773,11 @@ void register_cpu_nn_kernels() {
   register_cpu_dense_kernel();
   register_cpu_optim_update_kernels();
 }
+SOMA_ISA_END
+
+#if SOMA_ISA_ONCE
+// The kernels of the active instruction set (src/internal/cpu_isa.hpp).
+void register_cpu_nn_kernels() { SOMA_ISA_SELECT(register_cpu_nn_kernels)(); }
+#endif
 
 }  // namespace soma::detail

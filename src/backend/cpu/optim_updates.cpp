@@ -9,7 +9,11 @@
 #include "internal/parallel.hpp"
 #include "soma/op.hpp"
 
+#define SOMA_ISA_FILE "backend/cpu/optim_updates.cpp"
+#include "backend/cpu/isa_foreach.hpp"  // this file once per instruction set (runtime dispatch)
+
 namespace soma::detail {
+SOMA_ISA_BEGIN
 
 namespace {
 
@@ -279,5 +283,11 @@ void register_cpu_optim_update_kernels() {
   register_kernel("rmsprop_update", DeviceKind::CPU, rmsprop_update_kernel);
   register_kernel("adagrad_update", DeviceKind::CPU, adagrad_update_kernel);
 }
+SOMA_ISA_END
+
+#if SOMA_ISA_ONCE
+// The kernels of the active instruction set (src/internal/cpu_isa.hpp).
+void register_cpu_optim_update_kernels() { SOMA_ISA_SELECT(register_cpu_optim_update_kernels)(); }
+#endif
 
 }  // namespace soma::detail

@@ -26,7 +26,11 @@
 #include "internal/registration.hpp"
 #include "soma/op.hpp"
 
+#define SOMA_ISA_FILE "backend/cpu/reduction.cpp"
+#include "backend/cpu/isa_foreach.hpp"  // this file once per instruction set (runtime dispatch)
+
 namespace soma::detail {
+SOMA_ISA_BEGIN
 namespace {
 
 template <class T> constexpr bool is_float_v =
@@ -688,5 +692,11 @@ void register_cpu_reduction_kernels() {
   reg("softmax", softmax_kernel<false>);
   reg("log_softmax", softmax_kernel<true>);
 }
+SOMA_ISA_END
+
+#if SOMA_ISA_ONCE
+// The kernels of the active instruction set (src/internal/cpu_isa.hpp).
+void register_cpu_reduction_kernels() { SOMA_ISA_SELECT(register_cpu_reduction_kernels)(); }
+#endif
 
 }  // namespace soma::detail
