@@ -32,6 +32,35 @@ void release_nodes(Nodes& nodes) {
   }
   nodes.clear();
 }
+
+// A finished tape's node list (emptied) and watched-id table (zeroed, its size kept) go back to
+// this thread and the next tape starts with them: a training step's tape then grows nothing
+// (growing a thousand-node list page-faulted fresh memory in on every tape, ~10% of recording a
+// tiny op). Templates, as release_nodes, and bounded: a huge tape's memory is freed.
+inline constexpr std::size_t kMaxSpareNodes = std::size_t(1) << 14;
+// Set once this thread's spares are destroyed (a tape outliving them frees its memory).
+constinit thread_local bool t_spares_gone = false;
+template <class V>
+V* spare() {
+  struct Holder {
+    V v;
+    ~Holder() { t_spares_gone = true; }
+  };
+  if (t_spares_gone) return nullptr;
+  static thread_local Holder h;
+  return &h.v;
+}
+template <class V>
+void take_spare(V& into) {
+  V* s = spare<V>();
+  if (s && s->capacity() > into.capacity()) into.swap(*s);
+}
+template <class V>
+void give_spare(V& from, std::size_t max_capacity) {
+  V* s = spare<V>();
+  if (!s) return;
+  if (from.capacity() > s->capacity() && from.capacity() <= max_capacity) s->swap(from);
+}
 }  // namespace
 
 namespace {
@@ -63,6 +92,7 @@ NoGradScope::~NoGradScope() {
 GradientTape::GradientTape(bool persistent) : GradientTape(TapeOptions{.persistent = persistent}) {}
 
 GradientTape::GradientTape(TapeOptions options) : options_(options) {
+  take_spare(nodes_);
   t_tapes.push_back(this);
   sync_dispatch_bit();
 }
@@ -72,6 +102,12 @@ GradientTape::~GradientTape() {
   if (it != t_tapes.end()) t_tapes.erase(it);
   sync_dispatch_bit();
   release_nodes(nodes_);
+  give_spare(nodes_, kMaxSpareNodes);
+  // The watched-id table is sized to what was recorded: the next tape starts with it, zeroed.
+  if (!watched_.empty() && watched_.size() <= 2 * kMaxSpareNodes) {
+    std::fill(watched_.begin(), watched_.end(), 0);
+    give_spare(watched_, 2 * kMaxSpareNodes);
+  }
 }
 
 void GradientTape::reset() {
@@ -98,6 +134,7 @@ void GradientTape::watch_id(std::uint64_t id) {
     watched_zero_ = true;
     return;
   }
+  if (watched_.empty()) take_spare(watched_);  // zeroed by the tape that gave it back
   // Keep the table at most half full.
   if (2 * (watched_count_ + 1) > watched_.size()) {
     std::vector<std::uint64_t> bigger(std::max<std::size_t>(64, 2 * watched_.size()), 0);
@@ -146,8 +183,12 @@ void GradientTape::record(const OpDef& def, const std::vector<Tensor>& inputs,
   if (!recording_) return;
   bool any = std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return is_watched(t); });
   if (!any) return;
-  Node& node = nodes_.emplace_back(
-      Node{&def, copy_into_spare(inputs), copy_into_spare(outputs), attrs, {}, {}});
+  // Filled in place (no temporary Node to move); most ops have no attributes to copy.
+  Node& node = nodes_.emplace_back();
+  node.def = &def;
+  node.inputs = copy_into_spare(inputs);
+  node.outputs = copy_into_spare(outputs);
+  if (!attrs.items().empty()) node.attrs = attrs;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const std::uint64_t v = inputs[i].storage()->version.load();
     if (i < Node::kInlineVersions) node.versions[i] = v;

@@ -97,10 +97,12 @@ struct Size {
   std::int64_t m, k, n;
 };
 
-// Sizes on both sides of the serial / threaded cut and of the automatic route's threshold
-// (both 2^20 multiply-adds, and no dimension under 32), plus odd, rectangular and thin ones.
-const std::vector<Size> kSizes = {{64, 64, 64},   {97, 131, 65},  {101, 103, 107},
-                                  {128, 128, 128}, {31, 200, 190}, {160, 150, 170}};
+// Sizes on both sides of the automatic route's threshold (2^20 multiply-adds, and no dimension
+// under 32) and of the serial / threaded cut (two kGemmGrain of internal/parallel.hpp: 2^23),
+// plus odd, rectangular and thin ones.
+const std::vector<Size> kSizes = {{64, 64, 64},    {97, 131, 65},  {101, 103, 107},
+                                  {128, 128, 128}, {31, 200, 190}, {160, 150, 170},
+                                  {256, 200, 180}};
 
 void check_routes(const std::vector<GemmImpl>& impls) {
   for (const Size& z : kSizes)

@@ -72,5 +72,38 @@ TEST(TapeReuse, TapesOnOtherThreadsAndAfterThreadsEnd) {
   }
 }
 
+TEST(TapeReuse, ANewTapeDoesNotInheritTheIdsAnEndedTapeWatched) {
+  // Tapes hand their watched-id table and node list on to the next tape of the thread (so that
+  // a training step's tape grows nothing); the next tape must start with neither the ids nor
+  // the nodes. Enough ops to grow the table several times.
+  Tensor x = rand_tensor({2}, 7);
+  std::vector<Tensor> made;
+  {
+    GradientTape tape;
+    tape.watch(x);
+    Tensor y = x;
+    for (int i = 0; i < 300; ++i) {
+      y = y * 1.001;
+      made.push_back(y);
+    }
+  }
+  for (int round = 0; round < 3; ++round) {
+    GradientTape tape;
+    EXPECT_EQ(tape.num_recorded(), 0u) << round;
+    for (const Tensor& t : made) {
+      Tensor z = t * 2.0;
+      (void)z;
+    }
+    EXPECT_EQ(tape.num_recorded(), 0u) << "ops on tensors the ended tape watched were recorded";
+    const Tensor w = sum(made.back() * 3.0);
+    EXPECT_FALSE(tape.gradient(w, made.back()).defined()) << round;
+  }
+  // And a tape that does watch gets its gradients as before.
+  GradientTape tape;
+  tape.watch(x);
+  const Tensor y = sum(x * x);
+  EXPECT_TRUE(all_close(tape.gradient(y, x), x * 2.0, 1e-12, 1e-12));
+}
+
 }  // namespace
 }  // namespace soma

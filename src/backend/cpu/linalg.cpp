@@ -109,23 +109,6 @@ void matmul_loop(const Tensor& a, const Tensor& b, const Tensor& c, const Shape&
 // below which the plain loop beats a BLAS call outright.
 constexpr std::int64_t kSmallGemm = 48 * 48 * 48;
 constexpr std::int64_t kTinyGemm = 12 * 12 * 12;
-// Below this (2 MFLOP, about 20 us on one core) a product stays on the calling thread: waking a
-// second thread costs about as much as it saves, and on a busy machine it waits for a core
-// (an MLP's batch-1 GEMVs took milliseconds at 2 threads). libtorch's parallel_for grain does
-// the same.
-constexpr std::int64_t kSerialGemm = std::int64_t(1) << 20;
-
-// OpenBLAS's OpenMP build threads a call by omp_get_max_threads() of the calling thread; this
-// sets that to 1 for one scope (a per-thread setting: other threads are unaffected).
-struct SerialBlasScope {
-  int saved = omp_get_max_threads();
-  SerialBlasScope() {
-    if (saved > 1) omp_set_num_threads(1);
-  }
-  ~SerialBlasScope() {
-    if (saved > 1) omp_set_num_threads(saved);
-  }
-};
 
 template <class T>
 void gemm_batched(Tensor a, Tensor b, const Tensor& c, const Shape& batch) {
@@ -153,11 +136,11 @@ void gemm_batched(Tensor a, Tensor b, const Tensor& c, const Shape& batch) {
   const std::int64_t nb = numel(batch);
   const std::int64_t work = m * n * k;
   const bool batch_threaded = nb > 1 && work < kSmallGemm;
-  const bool serial = !batch_threaded && work <= (kSerialGemm - 1) / nb;  // work * nb < kSerialGemm
+  // Threads of each library call (internal/parallel.hpp's grain rule).
+  const int call_threads = batch_threaded ? 1 : threads_for(work, kGemmGrain);
   bool onednn = false;
   if constexpr (std::is_same_v<T, float>)
-    onednn = !batch_threaded && M > 1 &&
-             gemm_uses_onednn(m, n, k, serial ? 1 : omp_get_max_threads());
+    onednn = !batch_threaded && M > 1 && gemm_uses_onednn(m, n, k, call_threads);
   auto one = [&](std::int64_t i) {
     const T* x = pa + oa[std::size_t(i)];
     const T* y = pb + ob[std::size_t(i)];
@@ -184,15 +167,13 @@ void gemm_batched(Tensor a, Tensor b, const Tensor& c, const Shape& batch) {
   if (batch_threaded) {
     // Many small products: one thread per chunk of the batch. OpenBLAS sees it is inside an
     // OpenMP region and stays single-threaded, so nothing nests.
-    parallel_for(nb, std::max<std::int64_t>(1, kSmallGemm / std::max<std::int64_t>(work, 1)),
+    parallel_for(nb, std::max<std::int64_t>(1, kGemmGrain / std::max<std::int64_t>(work, 1)),
                  [&](std::int64_t b0, std::int64_t b1) {
                    for (std::int64_t i = b0; i < b1; ++i) one(i);
                  });
-  } else if (serial) {
-    SerialBlasScope one_thread;
-    for (std::int64_t i = 0; i < nb; ++i) one(i);
   } else {
-    for (std::int64_t i = 0; i < nb; ++i) one(i);  // the library threads each product itself
+    BlasThreads threads(call_threads);  // the library threads each product itself
+    for (std::int64_t i = 0; i < nb; ++i) one(i);
   }
 }
 
@@ -222,8 +203,7 @@ bool gemm_batched_bf16(Tensor a, Tensor b, const Tensor& c, const Shape& batch) 
   batch_offsets(b, batch, ob);
   const MatmulGeometry g{m, n, k, ars, acs, brs, bcs};
   const std::int64_t nb = numel(batch);
-  std::optional<SerialBlasScope> serial;
-  if (m * n * k <= (kSerialGemm - 1) / nb) serial.emplace();
+  BlasThreads threads(threads_for(m * n * k, kGemmGrain));
   for (std::int64_t i = 0; i < nb; ++i)
     if (!onednn_matmul_bf16(g, a.data<float>() + oa[std::size_t(i)],
                             b.data<float>() + ob[std::size_t(i)], c.data<float>() + i * m * n))
