@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
+#include "backend/cuda/device_dispatch.cuh"
 #include "backend/cuda/launch.hpp"
 
 namespace soma::cuda_detail {
@@ -196,23 +198,10 @@ __global__ void fill_kernel(Operand out, Space s, D value) {
   }
 }
 
-template <class T> struct Tag { using type = T; };
-
+// Tag<T> and the element-type switch are device_dispatch.cuh's, shared with the other kernel files.
+using device::Tag;
 template <class F>
-cudaError_t dispatch(ElemType t, F&& f) {
-  switch (t) {
-    case ElemType::f32: return f(Tag<float>{});
-    case ElemType::f64: return f(Tag<double>{});
-    case ElemType::f16: return f(Tag<__half>{});
-    case ElemType::bf16: return f(Tag<bf16>{});
-    case ElemType::i32: return f(Tag<std::int32_t>{});
-    case ElemType::i64: return f(Tag<std::int64_t>{});
-    case ElemType::u8: return f(Tag<std::uint8_t>{});
-    case ElemType::boolean: return f(Tag<bool>{});
-    case ElemType::i8: return f(Tag<std::int8_t>{});
-  }
-  return cudaErrorInvalidValue;
-}
+cudaError_t dispatch(ElemType t, F&& f) { return device::by_type(t, std::forward<F>(f)); }
 
 // Same-size copies move bits: exact for every type (i64 never goes through a double).
 template <int Bytes> struct bits;
