@@ -5,8 +5,7 @@
 // A product under autocast is one oneDNN matmul primitive with bf16 source and weights and an
 // f32 destination (oneDNN accumulates in f32). soma's f32 operands, in whatever strides the
 // kernel got them (transposed views from the backward pass included), are converted by oneDNN
-// reorders straight into the layouts the primitive chose ("any"), so conversion, transposition
-// and packing are one pass. Primitives and reorders are cached per thread, keyed on the shape,
+// reorders into plain bf16 copies in the same row or column order (see build()). Primitives and reorders are cached per thread, keyed on the shape,
 // the strides and the OpenMP thread count (as in onednn_conv.cpp); the bf16 buffers and the
 // scratchpad come from soma's caching allocator for each call, so the cache holds no
 // activation-sized memory.
@@ -206,7 +205,14 @@ bool is_reference(const char* impl) { return std::strncmp(impl, "ref", 3) == 0; 
 std::unique_ptr<Entry> build(const MatmulGeometry& g) {
   auto& eng = cpu_engine();
   const memory::dims ad{g.m, g.k}, bd{g.k, g.n}, cd{g.m, g.n};
-  dnnl::matmul::desc desc(memory::desc(ad, dt::bf16, tag::any), memory::desc(bd, dt::bf16, tag::any),
+  // The bf16 copies keep the f32 operand's order (row- or column-major: a transposed view from
+  // the backward pass stays transposed), so the reorder is a plain conversion; brgemm reads
+  // either order. Measured against letting oneDNN choose ("any": a blocked weight layout whose
+  // reorder cost more than the product at MLP sizes): MLP b32 training in bf16 +14%, b128 +10%,
+  // square 256-2048 products the same (docs/performance.md "Workload 8").
+  const tag at = g.a_rs == 1 && g.m > 1 ? tag::ba : tag::ab;
+  const tag bt = g.b_rs == 1 && g.k > 1 ? tag::ba : tag::ab;
+  dnnl::matmul::desc desc(memory::desc(ad, dt::bf16, at), memory::desc(bd, dt::bf16, bt),
                           memory::desc(cd, dt::f32, tag::ab));
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
