@@ -49,15 +49,38 @@ namespace wino {
 
 constexpr int kLanes = 16;  // channels per step of the transforms
 
-// B^T (6x6) and A^T (2x6) for the points 0, 1, -1, 2, -1/2, infinity (exact in f32).
-constexpr float kBT[6][6] = {{1.0f, 1.5f, -2.0f, -1.5f, 1.0f, 0.0f},
-                             {0.0f, -1.0f, -2.5f, -0.5f, 1.0f, 0.0f},
-                             {0.0f, 1.0f, 0.5f, -2.5f, 1.0f, 0.0f},
-                             {0.0f, -0.5f, -1.0f, 0.5f, 1.0f, 0.0f},
-                             {0.0f, 2.0f, -1.0f, -2.0f, 1.0f, 0.0f},
-                             {0.0f, 1.0f, 1.5f, -2.0f, -1.5f, 1.0f}};
-constexpr float kAT[2][6] = {{1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 0.0f},
-                             {0.0f, 1.0f, -1.0f, 2.0f, -0.5f, 1.0f}};
+// 16 channels: one AVX-512 register (two AVX or four SSE registers in the other passes). The
+// helpers taking and returning it are inlined within each pass: no ABI crosses a pass.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
+
+// o = B^T d for one column of six (B^T for the points 0, 1, -1, 2, -1/2, infinity; exact in f32):
+//   [1  3/2   -2  -3/2     1  0]
+//   [0   -1 -5/2  -1/2     1  0]
+//   [0    1  1/2  -5/2     1  0]
+//   [0 -1/2   -1   1/2     1  0]
+//   [0    2   -1    -2     1  0]
+//   [0    1  3/2    -2  -3/2  1]
+inline void bt(const Vec (&d)[6], Vec (&o)[6]) {
+  o[0] = d[0] + 1.5f * d[1] - 2.0f * d[2] - 1.5f * d[3] + d[4];
+  o[1] = d[4] - d[1] - 2.5f * d[2] - 0.5f * d[3];
+  o[2] = d[4] + d[1] + 0.5f * d[2] - 2.5f * d[3];
+  o[3] = d[4] - 0.5f * d[1] - d[2] + 0.5f * d[3];
+  o[4] = d[4] + 2.0f * d[1] - d[2] - 2.0f * d[3];
+  o[5] = d[5] + d[1] + 1.5f * d[2] - 2.0f * d[3] - 1.5f * d[4];
+}
+
+// A^T m for one column of six: A^T = [1 1 1 1 1 0; 0 1 -1 2 -1/2 1].
+inline Vec at0(const Vec (&m)[6]) { return m[0] + (m[1] + m[2]) + (m[3] + m[4]); }
+inline Vec at1(const Vec (&m)[6]) { return (m[1] - m[2]) + 2.0f * m[3] - 0.5f * m[4] + m[5]; }
 
 // Image x [c, h, w] into xp [hp, wp, cp] at offset (pt, pl), zeros elsewhere.
 void pad_to_nhwc(const float* x, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t pt,
@@ -84,35 +107,18 @@ void input_transform(const float* xp, std::int64_t th, std::int64_t tw, std::int
     const float* base = xp + ((n * hp + 2 * ty) * wp + 2 * tx) * cp;
     float* out = v + (t - t0) * cp;
     for (std::int64_t cb = 0; cb < cp; cb += kLanes) {
-      float tmp[6][6][kLanes];  // B^T d
-#pragma GCC unroll 6
-      for (int i = 0; i < 6; ++i)
-#pragma GCC unroll 6
-        for (int b = 0; b < 6; ++b) {
-          float acc[kLanes] = {};
-#pragma GCC unroll 6
-          for (int a = 0; a < 6; ++a) {
-            const float k = kBT[i][a];
-            if (k == 0.0f) continue;
-            const float* d = base + (a * wp + b) * cp + cb;
-            for (int l = 0; l < kLanes; ++l) acc[l] += k * d[l];
-          }
-          for (int l = 0; l < kLanes; ++l) tmp[i][b][l] = acc[l];
-        }
-#pragma GCC unroll 6
-      for (int i = 0; i < 6; ++i)
-#pragma GCC unroll 6
-        for (int j = 0; j < 6; ++j) {
-          float acc[kLanes] = {};
-#pragma GCC unroll 6
-          for (int b = 0; b < 6; ++b) {
-            const float k = kBT[j][b];
-            if (k == 0.0f) continue;
-            for (int l = 0; l < kLanes; ++l) acc[l] += k * tmp[i][b][l];
-          }
-          float* o = out + (i * 6 + j) * plane + cb;
-          for (int l = 0; l < kLanes; ++l) o[l] = acc[l];
-        }
+      Vec tmp[6][6];  // tmp[b][i] = (B^T d)[i][b]
+      for (int b = 0; b < 6; ++b) {
+        Vec col[6];
+        for (int a = 0; a < 6; ++a) col[a] = load(base + (a * wp + b) * cp + cb);
+        bt(col, tmp[b]);
+      }
+      for (int i = 0; i < 6; ++i) {
+        Vec row[6], res[6];
+        for (int b = 0; b < 6; ++b) row[b] = tmp[b][i];
+        bt(row, res);
+        for (int j = 0; j < 6; ++j) store(out + (i * 6 + j) * plane + cb, res[j]);
+      }
     }
   }
   for (std::int64_t r = t1 - t0; r < rows; ++r)
@@ -120,60 +126,55 @@ void input_transform(const float* xp, std::int64_t th, std::int64_t tw, std::int
 }
 
 // y (NCHW) for the tiles t0 + r from M[xi][r][:] (op channels, o of them real): A^T m A, then
-// bias and ReLU (soma's: 0 where v <= 0, NaN stays); outputs past oh, ow (odd sizes) dropped.
+// bias (op values, zero past o; null: none) and ReLU (soma's: 0 where v <= 0, NaN stays);
+// outputs past oh, ow (odd sizes) dropped.
 void output_transform(const float* m, std::int64_t rows, std::int64_t op, std::int64_t t0,
                       std::int64_t t1, std::int64_t th, std::int64_t tw, std::int64_t o,
                       std::int64_t oh, std::int64_t ow, const float* bias, bool relu, float* y) {
   const std::int64_t plane = rows * op;
+  const Vec zero = {};
   for (std::int64_t t = t0; t < t1; ++t) {
     const std::int64_t n = t / (th * tw), ty = t / tw % th, tx = t % tw;
     const float* in = m + (t - t0) * op;
     const std::int64_t ny = std::min<std::int64_t>(2, oh - 2 * ty);
     const std::int64_t nx = std::min<std::int64_t>(2, ow - 2 * tx);
     for (std::int64_t ob = 0; ob < op; ob += kLanes) {
-      float tmp[2][6][kLanes];  // A^T m
-#pragma GCC unroll 2
-      for (int i = 0; i < 2; ++i)
-#pragma GCC unroll 6
-        for (int b = 0; b < 6; ++b) {
-          float acc[kLanes] = {};
-#pragma GCC unroll 6
-          for (int a = 0; a < 6; ++a) {
-            const float k = kAT[i][a];
-            if (k == 0.0f) continue;
-            const float* s = in + (a * 6 + b) * plane + ob;
-            for (int l = 0; l < kLanes; ++l) acc[l] += k * s[l];
-          }
-          for (int l = 0; l < kLanes; ++l) tmp[i][b][l] = acc[l];
+      Vec r0[6], r1[6];  // rows 0 and 1 of A^T m, per column b
+      for (int b = 0; b < 6; ++b) {
+        Vec col[6];
+        for (int a = 0; a < 6; ++a) col[a] = load(in + (a * 6 + b) * plane + ob);
+        r0[b] = at0(col);
+        r1[b] = at1(col);
+      }
+      Vec res[4] = {at0(r0), at1(r0), at0(r1), at1(r1)};  // (0,0) (0,1) (1,0) (1,1)
+      const Vec bv = bias ? load(bias + ob) : zero;
+      for (Vec& r : res) {
+        if (bias) r += bv;
+        if (relu) r = r <= zero ? zero : r;
+      }
+      alignas(64) float lanes[4][kLanes];
+      for (int q = 0; q < 4; ++q) store(lanes[q], res[q]);
+      const std::int64_t nl = std::min<std::int64_t>(kLanes, o - ob);
+      float* dst = y + ((n * o + ob) * oh + 2 * ty) * ow + 2 * tx;
+      const std::int64_t cstride = oh * ow;
+      if (ny == 2 && nx == 2) {
+        for (std::int64_t l = 0; l < nl; ++l) {
+          float* d = dst + l * cstride;
+          d[0] = lanes[0][l];
+          d[1] = lanes[1][l];
+          d[ow] = lanes[2][l];
+          d[ow + 1] = lanes[3][l];
         }
-      float res[2][2][kLanes];
-#pragma GCC unroll 2
-      for (int i = 0; i < 2; ++i)
-#pragma GCC unroll 2
-        for (int j = 0; j < 2; ++j) {
-          float acc[kLanes] = {};
-#pragma GCC unroll 6
-          for (int b = 0; b < 6; ++b) {
-            const float k = kAT[j][b];
-            if (k == 0.0f) continue;
-            for (int l = 0; l < kLanes; ++l) acc[l] += k * tmp[i][b][l];
-          }
-          if (bias)
-            for (int l = 0; l < kLanes; ++l) acc[l] += ob + l < o ? bias[ob + l] : 0.0f;
-          if (relu)
-            for (int l = 0; l < kLanes; ++l) acc[l] = acc[l] <= 0.0f ? 0.0f : acc[l];
-          for (int l = 0; l < kLanes; ++l) res[i][j][l] = acc[l];
-        }
-      const std::int64_t lanes = std::min<std::int64_t>(kLanes, o - ob);
-      for (std::int64_t l = 0; l < lanes; ++l) {
-        float* dst = y + ((n * o + ob + l) * oh + 2 * ty) * ow + 2 * tx;
-        for (std::int64_t i = 0; i < ny; ++i)
-          for (std::int64_t j = 0; j < nx; ++j) dst[i * ow + j] = res[i][j][l];
+      } else {
+        for (std::int64_t l = 0; l < nl; ++l)
+          for (std::int64_t i = 0; i < ny; ++i)
+            for (std::int64_t j = 0; j < nx; ++j) dst[l * cstride + i * ow + j] = lanes[i * 2 + j][l];
       }
     }
   }
 }
 
+#pragma GCC diagnostic pop
 }  // namespace wino
 SOMA_ISA_END
 
@@ -432,6 +433,13 @@ bool conv_winograd_forward(const ConvGeometry& g, const float* x, const float* w
                          xp.f() + n * hp * wp * cp);
                  });
   }
+  // The bias padded to op channels: the output transform adds 16 at a time.
+  std::vector<float> bias_padded;
+  if (bias) {
+    bias_padded.assign(std::size_t(op), 0.0f);
+    std::copy_n(bias, g.o, bias_padded.begin());
+  }
+  const float* bp = bias ? bias_padded.data() : nullptr;
   auto in_tf = SOMA_ISA_SELECT(wino::input_transform);
   auto out_tf = SOMA_ISA_SELECT(wino::output_transform);
   const std::int64_t per_thread = (chunks + nt - 1) / nt;
@@ -453,7 +461,7 @@ bool conv_winograd_forward(const ConvGeometry& g, const float* x, const float* w
       dnnl::error::wrap_c_api(dnnl_primitive_execute(e->prim.get(), s.get(), 4, args),
                               "could not execute the Winograd GEMMs");
       s.wait();
-      out_tf(m.f(), rows, op, t0, t1, th, tw, g.o, g.oh, g.ow, bias, relu, y);
+      out_tf(m.f(), rows, op, t0, t1, th, tw, g.o, g.oh, g.ow, bp, relu, y);
     }
   });
   ++t_calls;
