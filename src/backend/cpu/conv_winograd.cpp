@@ -40,6 +40,10 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"  // the vector helpers below (Vec), inlined in each pass
+#endif
+
 #define SOMA_ISA_FILE "backend/cpu/conv_winograd.cpp"
 #include "backend/cpu/isa_foreach.hpp"  // the transforms once per instruction set
 
@@ -50,9 +54,8 @@ namespace wino {
 constexpr int kLanes = 16;  // channels per step of the transforms
 
 // 16 channels: one AVX-512 register (two AVX or four SSE registers in the other passes). The
-// helpers taking and returning it are inlined within each pass: no ABI crosses a pass.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
+// helpers taking and returning it are inlined within each pass: no ABI crosses a pass (GCC's
+// -Wpsabi note about it is switched off for this file, at its top).
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 
 inline Vec load(const float* p) {
@@ -174,7 +177,6 @@ void output_transform(const float* m, std::int64_t rows, std::int64_t op, std::i
   }
 }
 
-#pragma GCC diagnostic pop
 }  // namespace wino
 SOMA_ISA_END
 
