@@ -11,6 +11,7 @@
 // |y - ref| <= kTol * rms(ref) with kTol = 5e-5, 8x the largest error seen and still 400x below
 // a wrong coefficient (one 1/15 in G replaced by 1/16 gives 2e-2 to 4e-2).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -84,14 +85,15 @@ double scaled_error(const std::vector<float>& y, const std::vector<double>& ref)
   return worst / rms;
 }
 
-// Winograd on (whatever SOMA_CONV_WINOGRAD and SOMA_CONV_IMPL say) for the test's duration.
+// Winograd on wherever it can compute the geometry (`always`: also the small channel counts
+// where it does not pay), whatever SOMA_CONV_WINOGRAD and SOMA_CONV_IMPL say, for the test.
 class WinogradTest : public ::testing::Test {
  protected:
-  bool before_ = detail::conv_winograd_enabled();
+  detail::WinogradUse before_ = detail::conv_winograd_use();
   detail::ConvImpl impl_before_ = detail::conv_impl();
   void SetUp() override {
     if (!detail::onednn_conv_built()) GTEST_SKIP() << "soma was built without oneDNN";
-    detail::set_conv_winograd(true);
+    detail::set_conv_winograd(detail::WinogradUse::always);
     detail::set_conv_impl(detail::ConvImpl::automatic);
   }
   void TearDown() override {
@@ -103,11 +105,11 @@ class WinogradTest : public ::testing::Test {
 // The fused path's result with Winograd on or off.
 std::vector<float> fused(const ConvGeometry& g, const std::vector<float>& x, const Tensor& w,
                          const float* b, bool relu, bool winograd) {
-  detail::set_conv_winograd(winograd);
+  detail::set_conv_winograd(winograd ? detail::WinogradUse::always : detail::WinogradUse::off);
   std::vector<float> y(std::size_t(g.n * g.o * g.oh * g.ow), -7.0f);
   EXPECT_TRUE(detail::onednn_conv_forward_fused(g, x.data(), w.data<float>(), w.storage(), b,
                                                 relu, y.data()));
-  detail::set_conv_winograd(true);
+  detail::set_conv_winograd(detail::WinogradUse::always);
   return y;
 }
 
@@ -161,32 +163,55 @@ TEST_F(WinogradTest, MatchesAnF64ConvolutionAndTheDirectPath) {
 
 TEST_F(WinogradTest, DeclinesGeometriesItDoesNotServe) {
   const ConvGeometry lenet{1, 32, 14, 14, 64, 5, 5, 14, 14, 1, 1, 2, 2, 2, 2, 1, 1, 1};
-  EXPECT_TRUE(detail::conv_winograd_applies(lenet));
+  EXPECT_TRUE(detail::conv_winograd_supports(lenet));
+  EXPECT_TRUE(detail::conv_winograd_pays(lenet));
   ConvGeometry g = lenet;
-  g.c = 1;  // LeNet's first convolution: too few channels to pay
-  EXPECT_FALSE(detail::conv_winograd_applies(g));
-  g = lenet, g.o = 4;
-  EXPECT_FALSE(detail::conv_winograd_applies(g));
-  g = lenet, g.kh = g.kw = 3, g.oh = g.ow = 16;
-  EXPECT_FALSE(detail::conv_winograd_applies(g));
+  g.kh = g.kw = 3, g.oh = g.ow = 16;
+  EXPECT_FALSE(detail::conv_winograd_supports(g));
   g = lenet, g.sh = g.sw = 2, g.oh = g.ow = 7;
-  EXPECT_FALSE(detail::conv_winograd_applies(g));
+  EXPECT_FALSE(detail::conv_winograd_supports(g));
   g = lenet, g.dh = g.dw = 2;
-  EXPECT_FALSE(detail::conv_winograd_applies(g));
+  EXPECT_FALSE(detail::conv_winograd_supports(g));
   g = lenet, g.groups = 2;
+  EXPECT_FALSE(detail::conv_winograd_supports(g));
+  // Where it does not pay (measured): taken only under `always`.
+  g = lenet, g.c = 1;  // LeNet's first convolution
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  g = lenet, g.c = 8;
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  g = lenet, g.o = 16;
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  g = lenet, g.h = g.w = g.oh = g.ow = 4;
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  EXPECT_TRUE(detail::conv_winograd_applies(g));
+  detail::set_conv_winograd(detail::WinogradUse::automatic);
   EXPECT_FALSE(detail::conv_winograd_applies(g));
+  EXPECT_TRUE(detail::conv_winograd_applies(lenet));
+  detail::set_conv_winograd(detail::WinogradUse::off);
+  EXPECT_FALSE(detail::conv_winograd_applies(lenet));
+  detail::set_conv_winograd(detail::WinogradUse::always);
   // C = 1 through the fused path: the direct kernel runs, right.
   const Case k{1, 1, 12, 12, 8, 2, 2, 2, 2, true, true};
   const ConvGeometry g1 = geometry(k);
   const std::vector<float> x = random_floats(144, 4), wv = random_floats(200, 5, 0.3),
                            b = random_floats(8, 6);
+  const Tensor w1 = weight_tensor(wv, 8, 1);
   const std::uint64_t calls = detail::conv_winograd_calls();
-  const std::vector<float> y = fused(g1, x, weight_tensor(wv, 8, 1), b.data(), true, true);
+  detail::set_conv_winograd(detail::WinogradUse::automatic);
+  std::vector<float> y(8 * 144);
+  ASSERT_TRUE(detail::onednn_conv_forward_fused(g1, x.data(), w1.data<float>(), w1.storage(),
+                                                b.data(), true, y.data()));
+  detail::set_conv_winograd(detail::WinogradUse::always);
   EXPECT_EQ(detail::conv_winograd_calls(), calls);
   EXPECT_LE(scaled_error(y, reference(g1, x, wv, b.data(), true)), 1e-5);
+  // Under `always` Winograd computes it (one input channel), right.
+  y = fused(g1, x, w1, b.data(), true, true);
+  EXPECT_EQ(detail::conv_winograd_calls(), calls + 1);
+  EXPECT_LE(scaled_error(y, reference(g1, x, wv, b.data(), true)), kTol);
 }
 
 TEST_F(WinogradTest, Conv2DLayerInferenceTakesIt) {
+  detail::set_conv_winograd(detail::WinogradUse::automatic);  // as a program runs it
   nn::Conv2D conv(64, 5, {.padding = "same", .activation = nn::relu,
                           .kernel_initializer = nn::init::glorot_uniform(7),
                           .bias_initializer = nn::init::random_uniform(-0.5, 0.5, 8)});
@@ -198,9 +223,9 @@ TEST_F(WinogradTest, Conv2DLayerInferenceTakesIt) {
   const Tensor y = conv(x);
   EXPECT_EQ(detail::conv_winograd_calls(), calls + 1);
   EXPECT_EQ(detail::onednn_conv_fused_calls(), fused_calls + 1);
-  detail::set_conv_winograd(false);
+  detail::set_conv_winograd(detail::WinogradUse::off);
   const Tensor y_direct = conv(x);
-  detail::set_conv_winograd(true);
+  detail::set_conv_winograd(detail::WinogradUse::automatic);
   EXPECT_EQ(detail::conv_winograd_calls(), calls + 1);
   const std::vector<float> a = y.to_vector<float>();
   const std::vector<double> d = y_direct.to_vector<double>();
@@ -280,6 +305,47 @@ TEST_F(WinogradTest, TheCacheStaysBounded) {
   }
   EXPECT_LE(detail::conv_winograd_cache_size(), 32u);
   EXPECT_GT(detail::conv_winograd_cache_size(), 0u);
+}
+
+// Not a check: times the fused path with Winograd on and off over geometries, to choose where it
+// is taken (run with --gtest_also_run_disabled_tests --gtest_filter=*Timing*).
+TEST_F(WinogradTest, DISABLED_Timing) {
+  struct G {
+    std::int64_t n, c, h, o;
+  };
+  const std::vector<G> gs = {{1, 8, 28, 8},    {1, 8, 28, 16},   {1, 16, 28, 16},
+                             {1, 16, 14, 32},  {1, 32, 14, 32},  {1, 32, 14, 64},
+                             {1, 64, 14, 64},  {1, 64, 7, 128},  {1, 128, 7, 128},
+                             {1, 33, 14, 64},  {1, 128, 14, 128}, {1, 32, 4, 64},
+                             {8, 32, 14, 64},  {8, 8, 28, 8},    {1, 24, 14, 24},
+                             {1, 3, 32, 32},   {1, 32, 56, 32}};
+  for (const G& s : gs) {
+    const Case k{s.n, s.c, s.h, s.h, s.o, 2, 2, 2, 2, true, true};
+    const ConvGeometry g = geometry(k);
+    const std::vector<float> x = random_floats(k.n * k.c * k.h * k.w, 1);
+    const Tensor w = weight_tensor(random_floats(k.o * k.c * 25, 2, 0.1), k.o, k.c);
+    const std::vector<float> b = random_floats(k.o, 3);
+    std::vector<float> y(std::size_t(g.n * g.o * g.oh * g.ow));
+    double best[2] = {1e30, 1e30};
+    for (int round = 0; round < 5; ++round)
+      for (int on = 0; on < 2; ++on) {
+        detail::set_conv_winograd(on ? detail::WinogradUse::always : detail::WinogradUse::off);
+        const int reps = 50;
+        detail::onednn_conv_forward_fused(g, x.data(), w.data<float>(), w.storage(), b.data(),
+                                          true, y.data());
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r)
+          detail::onednn_conv_forward_fused(g, x.data(), w.data<float>(), w.storage(), b.data(),
+                                            true, y.data());
+        const double us =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count() / reps;
+        best[on] = std::min(best[on], us);
+      }
+    std::printf("n%ld c%ld hw%ld o%ld: direct %.1f us, winograd %.1f us (%.2fx)%s\n", long(s.n),
+                long(s.c), long(s.h), long(s.o), best[0], best[1], best[0] / best[1],
+                detail::conv_winograd_pays(g) ? "" : " [not taken automatically]");
+  }
 }
 
 }  // namespace

@@ -10,17 +10,28 @@
 
 namespace soma::detail {
 
+enum class WinogradUse {
+  off,        // never
+  automatic,  // where it serves the geometry and pays (conv_winograd_pays)
+  always,     // wherever it serves the geometry (tests: small channel counts)
+};
 // Starts as SOMA_CONV_WINOGRAD from the environment (read once; "0" switches it off, anything
-// else or unset leaves it on). Tests switch it with set_conv_winograd.
-bool conv_winograd_enabled();
-void set_conv_winograd(bool on);
+// else or unset means automatic). Tests switch it with set_conv_winograd.
+WinogradUse conv_winograd_use();
+void set_conv_winograd(WinogradUse use);
 
-// Whether the geometry is one Winograd serves and pays on: groups 1, stride 1, dilation 1, a
-// 5x5 kernel, enough input and output channels (docs/performance.md, "Winograd F(2x2, 5x5)").
+// Whether Winograd F(2x2, 5x5) can compute the geometry: groups 1, stride 1, dilation 1, a 5x5
+// kernel.
+bool conv_winograd_supports(const ConvGeometry& g);
+// Whether it is faster there than oneDNN's direct kernel: enough input and output channels and
+// output pixels (measured: docs/performance.md, "Winograd F(2x2, 5x5)").
+bool conv_winograd_pays(const ConvGeometry& g);
+// Whether conv_winograd_forward takes the geometry under conv_winograd_use() (finite operands
+// aside).
 bool conv_winograd_applies(const ConvGeometry& g);
 
 // y = act(conv(x, w) + bias) (bias nullptr: none; relu: soma's relu, NaN stays) by Winograd
-// when it is enabled, built in (oneDNN's matmul computes the GEMMs), the geometry applies and the
+// when it is built in (oneDNN's matmul computes the GEMMs), the geometry applies and the
 // input and weights are all finite (Winograd mixes the values of a tile: an inf in the input
 // would give NaN where a direct convolution gives inf). False otherwise, nothing written, and
 // the caller runs the direct convolution. The filter transform G w G^T is kept between calls
