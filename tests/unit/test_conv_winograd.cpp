@@ -161,6 +161,22 @@ TEST_F(WinogradTest, MatchesAnF64ConvolutionAndTheDirectPath) {
   std::printf("largest Winograd error / rms(output): %.3g\n", worst);
 }
 
+TEST_F(WinogradTest, ChunksOnTwoThreadsMatch) {
+  // 288 tiles, 16M multiply-adds in the GEMMs: past two GEMM grains, so the chunks of tiles are
+  // spread over two threads, each running the shared GEMM primitive.
+  const int threads_before = get_num_threads();
+  set_num_threads(2);
+  const Case k{2, 32, 24, 24, 48, 2, 2, 2, 2, true, true};
+  const ConvGeometry g = geometry(k);
+  const std::vector<float> x = random_floats(k.n * k.c * k.h * k.w, 40);
+  const std::vector<float> wv = random_floats(k.o * k.c * 25, 41, std::sqrt(3.0 / (32 * 25)));
+  const std::vector<float> b = random_floats(k.o, 42, 0.5);
+  const Tensor w = weight_tensor(wv, k.o, k.c);
+  const std::vector<float> y = fused(g, x, w, b.data(), true, true);
+  set_num_threads(threads_before);
+  EXPECT_LE(scaled_error(y, reference(g, x, wv, b.data(), true)), kTol);
+}
+
 TEST_F(WinogradTest, DeclinesGeometriesItDoesNotServe) {
   const ConvGeometry lenet{1, 32, 14, 14, 64, 5, 5, 14, 14, 1, 1, 2, 2, 2, 2, 1, 1, 1};
   EXPECT_TRUE(detail::conv_winograd_supports(lenet));

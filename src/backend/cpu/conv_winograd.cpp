@@ -459,7 +459,7 @@ bool conv_winograd_forward(const ConvGeometry& g, const float* x, const float* w
   const float* bp = bias ? bias_padded.data() : nullptr;
   auto in_tf = SOMA_ISA_SELECT(wino::input_transform);
   auto out_tf = SOMA_ISA_SELECT(wino::output_transform);
-  const std::int64_t per_thread = (chunks + nt - 1) / nt;
+  const std::int64_t per_thread = std::max<std::int64_t>(1, chunks / nt);  // nt threads
   parallel_for(chunks, per_thread, [&](std::int64_t k0, std::int64_t k1) {
     BlasThreads one(1);  // this thread's GEMMs: single-threaded, as the primitive was built
     Buffer v(sizeof(float) * std::size_t(36 * rows * cp));
