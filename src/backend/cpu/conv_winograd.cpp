@@ -450,8 +450,9 @@ bool conv_winograd_forward(const ConvGeometry& g, const float* x, const float* w
                          xp.f() + n * hp * wp * cp);
                  });
   }
-  // The bias padded to op channels: the output transform adds 16 at a time.
-  std::vector<float> bias_padded;
+  // The bias padded to op channels: the output transform adds 16 at a time (a buffer per thread:
+  // no allocation per call once it has grown).
+  thread_local std::vector<float> bias_padded;
   if (bias) {
     bias_padded.assign(std::size_t(op), 0.0f);
     std::copy_n(bias, g.o, bias_padded.begin());
@@ -460,27 +461,37 @@ bool conv_winograd_forward(const ConvGeometry& g, const float* x, const float* w
   auto in_tf = SOMA_ISA_SELECT(wino::input_transform);
   auto out_tf = SOMA_ISA_SELECT(wino::output_transform);
   const std::int64_t per_thread = std::max<std::int64_t>(1, chunks / nt);  // nt threads
+  // No exception may leave an OpenMP region: a failure (allocation, oneDNN) is recorded, and
+  // the caller then runs the direct kernel, which writes all of y again.
+  std::atomic<bool> failed{false};
   parallel_for(chunks, per_thread, [&](std::int64_t k0, std::int64_t k1) {
-    BlasThreads one(1);  // this thread's GEMMs: single-threaded, as the primitive was built
-    Buffer v(sizeof(float) * std::size_t(36 * rows * cp));
-    Buffer m(sizeof(float) * std::size_t(36 * rows * op));
-    Buffer scratch(e->scratch_md.get_size());
-    memory src(e->src_md, engine(), v.get()), dst(e->dst_md, engine(), m.get());
-    memory sp(e->scratch_md, engine(), scratch.get());
-    const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.get()},
-                                     {DNNL_ARG_WEIGHTS, e->u.get()},
-                                     {DNNL_ARG_DST, dst.get()},
-                                     {DNNL_ARG_SCRATCHPAD, sp.get()}};
-    auto& s = stream();
-    for (std::int64_t k = k0; k < k1; ++k) {
-      const std::int64_t t0 = k * rows, t1 = std::min(tiles, t0 + rows);
-      in_tf(xp.f(), th, tw, hp, wp, cp, t0, t1, rows, v.f());
-      dnnl::error::wrap_c_api(dnnl_primitive_execute(e->prim.get(), s.get(), 4, args),
-                              "could not execute the Winograd GEMMs");
-      s.wait();
-      out_tf(m.f(), rows, op, t0, t1, th, tw, g.o, g.oh, g.ow, bp, relu, y);
+    try {
+      BlasThreads one(1);  // this thread's GEMMs: single-threaded, as the primitive was built
+      Buffer v(sizeof(float) * std::size_t(36 * rows * cp));
+      Buffer m(sizeof(float) * std::size_t(36 * rows * op));
+      Buffer scratch(e->scratch_md.get_size());
+      memory src(e->src_md, engine(), v.get()), dst(e->dst_md, engine(), m.get());
+      memory sp(e->scratch_md, engine(), scratch.get());
+      const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.get()},
+                                       {DNNL_ARG_WEIGHTS, e->u.get()},
+                                       {DNNL_ARG_DST, dst.get()},
+                                       {DNNL_ARG_SCRATCHPAD, sp.get()}};
+      auto& s = stream();
+      for (std::int64_t k = k0; k < k1 && !failed.load(std::memory_order_relaxed); ++k) {
+        const std::int64_t t0 = k * rows, t1 = std::min(tiles, t0 + rows);
+        in_tf(xp.f(), th, tw, hp, wp, cp, t0, t1, rows, v.f());
+        if (dnnl_primitive_execute(e->prim.get(), s.get(), 4, args) != dnnl_success ||
+            dnnl_stream_wait(s.get()) != dnnl_success) {
+          failed = true;
+          break;
+        }
+        out_tf(m.f(), rows, op, t0, t1, th, tw, g.o, g.oh, g.ow, bp, relu, y);
+      }
+    } catch (...) {
+      failed = true;
     }
   });
+  if (failed) return false;
   ++t_calls;
   return true;
 }
