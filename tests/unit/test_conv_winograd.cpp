@@ -165,8 +165,8 @@ TEST_F(WinogradTest, MatchesAnF64ConvolutionAndTheDirectPath) {
 }
 
 TEST_F(WinogradTest, ChunksOnTwoThreadsMatch) {
-  // 288 tiles, 16M multiply-adds in the GEMMs: past two GEMM grains, so the chunks of tiles are
-  // spread over two threads, each running the shared GEMM primitive.
+  // 288 tiles, 44M multiply-adds for a direct convolution: past two GEMM grains, so the chunks of
+  // tiles are spread over two threads, each running the shared GEMM primitive.
   const int threads_before = get_num_threads();
   set_num_threads(2);
   const Case k{2, 32, 24, 24, 48, 2, 2, 2, 2, true, true};
