@@ -200,6 +200,18 @@ TEST_F(WinogradTest, DeclinesGeometriesItDoesNotServe) {
   EXPECT_FALSE(detail::conv_winograd_pays(g));
   g = lenet, g.o = 16;
   EXPECT_FALSE(detail::conv_winograd_pays(g));
+  g = lenet, g.o = 24;
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  // Small work pays on one thread only (the direct kernel gains more from a second one).
+  const int threads_before = get_num_threads();
+  g = lenet, g.c = 16, g.o = 32;
+  set_num_threads(1);
+  EXPECT_TRUE(detail::conv_winograd_pays(g));
+  EXPECT_TRUE(detail::conv_winograd_pays(lenet));
+  set_num_threads(2);
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  EXPECT_TRUE(detail::conv_winograd_pays(lenet));
+  set_num_threads(threads_before);
   g = lenet, g.h = g.w = g.oh = g.ow = 4;
   EXPECT_FALSE(detail::conv_winograd_pays(g));
   EXPECT_TRUE(detail::conv_winograd_applies(g));

@@ -206,13 +206,20 @@ bool conv_winograd_supports(const ConvGeometry& g) {
          g.dw == 1 && g.oh >= 1 && g.ow >= 1;
 }
 
-// Measured at 1 thread against oneDNN's direct JIT kernel (batch 1, 'same' padding; Zen 4,
-// AVX-512): 1.2-1.8x faster from 16 input and 24 output channels (C 16 O 32 14x14 1.3x, C 24 O 24
-// 1.24x, C 32 O 64 1.7x, C 64 O 128 7x7 1.2x, C 32 O 32 56x56 1.3x), slower below (C 16 O 16
-// 28x28 0.74x, C 8 0.3-0.5x: the channels are padded to 16 and the transforms do not pay) and at
-// 4x4 outputs (0.9x).
+// Measured against oneDNN's direct JIT kernel (batch 1, 'same' padding; Zen 4, AVX-512), at 1
+// thread: faster from 16 input and 32 output channels (C 16 O 32 14x14 1.25x, C 32 O 64 1.6x,
+// C 128 O 128 1.9x, C 64 O 128 7x7 1.1x, C 32 O 32 56x56 1.35x), slower below (C 24 O 24 at 2
+// threads 0.84x, both padded to 32; C 16 O 16 28x28 0.75x; C 8 0.3-0.5x: the channels are padded
+// to 16 and the transforms do not pay) and at 4x4 outputs (0.9x). At 2 threads the direct
+// kernel gains more from the second thread on small work: C 16 O 32 14x14 0.92-0.98x, C 32 O 32
+// 14x14 0.98-1.25x, C 64 O 128 7x7 0.92-0.99x, against C 32 O 64 14x14 1.34-1.5x, C 32 O 32
+// 56x56 1.14-1.21x, C 33 O 64 1.1x, batch 8 1.1-1.17x: with more threads it is taken from 8M
+// direct multiply-adds (two GEMM grains) and 100 output pixels.
 bool conv_winograd_pays(const ConvGeometry& g) {
-  return g.c >= 16 && g.o >= 24 && g.oh * g.ow >= 49;
+  if (g.c < 16 || g.o < 32 || g.oh * g.ow < 49) return false;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  return threads == 1 ||
+         (g.n * g.o * g.oh * g.ow * g.c * 25 >= 2 * kGemmGrain && g.oh * g.ow >= 100);
 }
 
 bool conv_winograd_applies(const ConvGeometry& g) {
@@ -432,11 +439,14 @@ bool conv_winograd_forward(const ConvGeometry& g, const float* x, const float* w
   const std::int64_t th = (g.oh + 1) / 2, tw = (g.ow + 1) / 2, tiles = g.n * th * tw;
   const std::int64_t cp = round_up(g.c, kLanes), op = round_up(g.o, kLanes);
   const std::int64_t hp = 2 * th + 4, wp = 2 * tw + 4;
-  // Threads as the direct convolution's multiply-adds would get (the kernel it replaces runs on
-  // those): LeNet's 32 -> 64 channels at 14x14, batch 1, 2 threads (quiet machine) took 100-113 us
-  // on two threads, 134-168 us on one (as its own 3.6M GEMM multiply-adds would give) and the
-  // direct kernel 123-128 us on two. The tiles are split so that each thread gets a chunk.
-  const int nt = threads_for(g.n * g.o * g.oh * g.ow * g.c * 25, kGemmGrain);
+  // Threads: as many as the direct kernel it replaces would use (oneDNN's runs on all of them),
+  // with at least 8 tiles each. Measured at 2 threads on the quiet machine (direct / Winograd,
+  // us): LeNet's 32 -> 64 channels at 14x14, batch 1: 123-128 / 100-113 on two threads, 134-168
+  // on one; 16 -> 32 at 14x14: 23 / 21 on two, 29 on one; 64 -> 128 at 7x7 (16 tiles): 66 / 64
+  // on two, 110 on one. Each thread gets a chunk of the tiles (a partial last one is padded).
+  const int nt = omp_in_parallel()
+                     ? 1
+                     : int(std::clamp<std::int64_t>(tiles / 8, 1, omp_get_max_threads()));
   const std::int64_t rows = std::min(kChunk, (tiles + nt - 1) / nt);
   const std::int64_t chunks = (tiles + rows - 1) / rows;
   Entry* e = lookup(g, rows, cp, op);
