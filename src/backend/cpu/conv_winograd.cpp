@@ -19,7 +19,8 @@
 // chunks of at most kChunk: a chunk's input transform V [36, chunk, C], oneDNN's batched f32
 // matmul into M [36, chunk, O] (U in the layout the primitive prefers, reordered once per weight
 // change), the output transform with bias and ReLU writes y. A chunk's buffers stay in L2; the
-// chunks are spread over threads (each GEMM single-threaded) when the work is large enough.
+// chunks are spread over as many threads as the direct kernel would use (each GEMM
+// single-threaded).
 #include "conv_winograd.hpp"
 
 #include <algorithm>

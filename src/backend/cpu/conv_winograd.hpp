@@ -24,7 +24,8 @@ void set_conv_winograd(WinogradUse use);
 // kernel.
 bool conv_winograd_supports(const ConvGeometry& g);
 // Whether it is faster there than oneDNN's direct kernel: enough input and output channels and
-// output pixels (measured: docs/performance.md, "Winograd F(2x2, 5x5)").
+// output pixels, and with more than one thread enough work (measured: docs/performance.md,
+// "Winograd F(2x2, 5x5) for 5x5 convolutions").
 bool conv_winograd_pays(const ConvGeometry& g);
 // Whether conv_winograd_forward takes the geometry under conv_winograd_use() (finite operands
 // aside).
