@@ -209,9 +209,10 @@ bool conv_winograd_supports(const ConvGeometry& g) {
 
 // Measured against oneDNN's direct JIT kernel (batch 1, 'same' padding; Zen 4, AVX-512), at 1
 // thread: faster from 16 input and 32 output channels (C 16 O 32 14x14 1.25x, C 32 O 64 1.6x,
-// C 128 O 128 1.9x, C 64 O 128 7x7 1.1x, C 32 O 32 56x56 1.35x), slower below (C 24 O 24 at 2
-// threads 0.84x, both padded to 32; C 16 O 16 28x28 0.75x; C 8 0.3-0.5x: the channels are padded
-// to 16 and the transforms do not pay) and at 4x4 outputs (0.9x). At 2 threads the direct
+// C 128 O 128 1.9x, C 64 O 128 7x7 1.1x, C 32 O 32 56x56 1.35x); not below (C 24 O 24 1.2x on
+// one thread but 0.84-0.91x on two, both padded to 32; C 16 O 16 28x28 0.75x; C 8 0.3-0.5x: the
+// channels are padded to 16 and the transforms do not pay) nor at 4x4 outputs (0.9x). At 2
+// threads the direct
 // kernel gains more from the second thread on small work: C 16 O 32 14x14 0.92-0.98x, C 32 O 32
 // 14x14 0.98-1.25x, C 64 O 128 7x7 0.92-0.99x, against C 32 O 64 14x14 1.34-1.5x, C 32 O 32
 // 56x56 1.14-1.21x, C 33 O 64 1.1x, batch 8 1.1-1.17x: with more threads it is taken from 8M
