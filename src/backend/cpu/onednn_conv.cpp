@@ -20,6 +20,7 @@
 // channels allow, and the weights reordered into the primitive's layout only when they changed.
 #include "onednn_conv.hpp"
 
+#include "conv_winograd.hpp"
 #include "internal/cpu_allocator.hpp"
 #include "onednn_matmul.hpp"  // cpu_autocast_dtype
 #include "soma/tensor.hpp"      // Storage (the fused path's weight identity)
@@ -564,6 +565,12 @@ bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const floa
                                const std::shared_ptr<Storage>& w_storage, const float* bias,
                                bool relu, float* y) {
   if (conv_impl() == ConvImpl::im2col) return false;
+  // 5x5 stride-1 convolutions with enough channels: Winograd F(2x2, 5x5), 9 multiplications per
+  // output instead of 25 (conv_winograd.hpp; it declines non-finite operands).
+  if (conv_winograd_forward(g, x, w, w_storage, bias, relu, y)) {
+    ++t_fused_calls;
+    return true;
+  }
   FusedEntry* e = lookup_fused(g, bias != nullptr, relu);
   if (!e) return false;
   // The JIT kernels' ReLU post-op is max(v, 0), which maps NaN to 0; soma's relu keeps NaN. A

@@ -1,0 +1,389 @@
+// Winograd F(2x2, 5x5) convolution of Conv2D's inference path (src/backend/cpu/conv_winograd.cpp):
+// against an f64 direct convolution on many shapes and paddings, against the direct oneDNN path
+// (Winograd switched off), the path actually taken, the filter transform recomputed when the
+// weights change, non-finite operands left to the direct path, the cache bounded.
+//
+// Tolerance: Winograd mixes the 36 values of an input tile with coefficients up to 5/2 and the
+// filter with thirds and fifteenths, so its rounding error scales with the output's overall
+// magnitude, not with each output's own value. A simulation of the f32 pipeline (C = 32,
+// scripts/winograd-points.py) gave a largest error per tile of 1.1e-5 times the output's RMS;
+// over the cases here the largest seen is 5.7e-6 (printed by the test; the direct oneDNN path's
+// is 5.8e-6). Checked: |y - ref| <= kTol * rms(ref) with kTol = 5e-5, 8x the largest error seen
+// and still 400x below a wrong coefficient (one 1/15 in G replaced by 1/16 gives 2e-2 to 4e-2).
+// Non-finite inputs or weights go to the direct path; a non-finite bias is Winograd's (added
+// per channel after the transform).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../../src/backend/cpu/conv_winograd.hpp"
+#include "../../src/backend/cpu/onednn_conv.hpp"
+#include "test_support.hpp"
+
+namespace soma {
+namespace {
+
+using detail::ConvGeometry;
+using testing::rand_tensor;
+
+constexpr double kTol = 5e-5;
+
+struct Case {
+  std::int64_t n, c, h, w, o;
+  std::int64_t pt, pb, pl, pr;
+  bool bias, relu;
+};
+
+std::string name(const Case& k) {
+  return "x[" + std::to_string(k.n) + "," + std::to_string(k.c) + "," + std::to_string(k.h) +
+         "," + std::to_string(k.w) + "] o" + std::to_string(k.o) + " pad " +
+         std::to_string(k.pt) + "," + std::to_string(k.pb) + "," + std::to_string(k.pl) + "," +
+         std::to_string(k.pr) + (k.bias ? " bias" : "") + (k.relu ? " relu" : "");
+}
+
+ConvGeometry geometry(const Case& k) {
+  return {k.n, k.c, k.h, k.w, k.o, 5, 5, k.h + k.pt + k.pb - 4, k.w + k.pl + k.pr - 4,
+          1,   1,   k.pt, k.pb, k.pl, k.pr, 1, 1, 1};
+}
+
+// act(conv(x, w) + b) in f64.
+std::vector<double> reference(const ConvGeometry& g, const std::vector<float>& x,
+                              const std::vector<float>& w, const float* b, bool relu) {
+  std::vector<double> y(std::size_t(g.n * g.o * g.oh * g.ow));
+  for (std::int64_t n = 0; n < g.n; ++n)
+    for (std::int64_t o = 0; o < g.o; ++o)
+      for (std::int64_t i = 0; i < g.oh; ++i)
+        for (std::int64_t j = 0; j < g.ow; ++j) {
+          double acc = b ? double(b[o]) : 0.0;
+          for (std::int64_t c = 0; c < g.c; ++c)
+            for (std::int64_t u = 0; u < 5; ++u)
+              for (std::int64_t v = 0; v < 5; ++v) {
+                const std::int64_t yy = i - g.pt + u, xx = j - g.pl + v;
+                if (yy < 0 || yy >= g.h || xx < 0 || xx >= g.w) continue;
+                acc += double(x[std::size_t(((n * g.c + c) * g.h + yy) * g.w + xx)]) *
+                       double(w[std::size_t(((o * g.c + c) * 5 + u) * 5 + v)]);
+              }
+          y[std::size_t(((n * g.o + o) * g.oh + i) * g.ow + j)] =
+              relu ? std::max(acc, 0.0) : acc;
+        }
+  return y;
+}
+
+std::vector<float> random_floats(std::int64_t n, std::uint64_t seed, double scale = 1.0) {
+  const std::vector<double> v = rand_tensor({n}, seed, -scale, scale).to_vector<double>();
+  return std::vector<float>(v.begin(), v.end());
+}
+
+// max |y - ref| / rms(ref)
+double scaled_error(const std::vector<float>& y, const std::vector<double>& ref) {
+  double ss = 0, worst = 0;
+  for (double r : ref) ss += r * r;
+  const double rms = std::sqrt(ss / double(ref.size()));
+  for (std::size_t i = 0; i < y.size(); ++i)
+    worst = std::max(worst, std::abs(double(y[i]) - ref[i]));
+  return worst / rms;
+}
+
+// Winograd on wherever it can compute the geometry (`always`: also the small channel counts
+// where it does not pay), whatever SOMA_CONV_WINOGRAD and SOMA_CONV_IMPL say, for the test.
+class WinogradTest : public ::testing::Test {
+ protected:
+  detail::WinogradUse before_ = detail::conv_winograd_use();
+  detail::ConvImpl impl_before_ = detail::conv_impl();
+  void SetUp() override {
+    if (!detail::onednn_conv_built()) GTEST_SKIP() << "soma was built without oneDNN";
+    detail::set_conv_winograd(detail::WinogradUse::always);
+    detail::set_conv_impl(detail::ConvImpl::automatic);
+  }
+  void TearDown() override {
+    detail::set_conv_winograd(before_);
+    detail::set_conv_impl(impl_before_);
+  }
+};
+
+// The fused path's result with Winograd on or off.
+std::vector<float> fused(const ConvGeometry& g, const std::vector<float>& x, const Tensor& w,
+                         const float* b, bool relu, bool winograd) {
+  detail::set_conv_winograd(winograd ? detail::WinogradUse::always : detail::WinogradUse::off);
+  std::vector<float> y(std::size_t(g.n * g.o * g.oh * g.ow), -7.0f);
+  EXPECT_TRUE(detail::onednn_conv_forward_fused(g, x.data(), w.data<float>(), w.storage(), b,
+                                                relu, y.data()));
+  detail::set_conv_winograd(detail::WinogradUse::always);
+  return y;
+}
+
+Tensor weight_tensor(const std::vector<float>& v, std::int64_t o, std::int64_t c) {
+  Tensor t = Tensor::empty({o, c, 5, 5}, DType::f32);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+TEST_F(WinogradTest, MatchesAnF64ConvolutionAndTheDirectPath) {
+  const std::vector<Case> cases = {
+      {1, 32, 14, 14, 64, 2, 2, 2, 2, true, true},    // LeNet's second convolution
+      {1, 32, 14, 14, 64, 2, 2, 2, 2, false, false},
+      {2, 8, 9, 11, 8, 2, 2, 2, 2, true, false},      // odd sizes: partial tiles
+      {3, 33, 8, 10, 64, 0, 0, 0, 0, false, true},    // valid; C not a multiple of 16
+      {1, 8, 12, 7, 64, 1, 3, 0, 2, true, true},      // asymmetric pads
+      {2, 32, 6, 6, 8, 3, 1, 2, 1, false, false},
+      {1, 33, 5, 5, 8, 2, 2, 2, 2, true, false},
+      {3, 8, 17, 16, 8, 0, 1, 1, 0, true, true},
+      {1, 16, 40, 40, 24, 2, 2, 2, 2, true, true},    // several chunks of tiles
+  };
+  double worst = 0, worst_direct = 0;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(name(k));
+    const ConvGeometry g = geometry(k);
+    ASSERT_TRUE(detail::conv_winograd_applies(g));
+    const std::vector<float> x = random_floats(k.n * k.c * k.h * k.w, 1);
+    // Glorot-like scale: outputs of order 1.
+    const std::vector<float> wv =
+        random_floats(k.o * k.c * 25, 2, std::sqrt(3.0 / double(k.c * 25)));
+    const std::vector<float> b = random_floats(k.o, 3, 0.5);
+    const Tensor w = weight_tensor(wv, k.o, k.c);
+    const float* bp = k.bias ? b.data() : nullptr;
+    const std::vector<double> ref = reference(g, x, wv, bp, k.relu);
+    const std::uint64_t calls = detail::conv_winograd_calls();
+    const std::vector<float> y = fused(g, x, w, bp, k.relu, true);
+    EXPECT_EQ(detail::conv_winograd_calls(), calls + 1) << "Winograd did not run";
+    const double err = scaled_error(y, ref);
+    EXPECT_LE(err, kTol);
+    worst = std::max(worst, err);
+    const std::vector<float> direct = fused(g, x, w, bp, k.relu, false);
+    EXPECT_EQ(detail::conv_winograd_calls(), calls + 1) << "Winograd ran while switched off";
+    EXPECT_LE(scaled_error(direct, ref), 1e-5);
+    worst_direct = std::max(worst_direct, scaled_error(direct, ref));
+    std::vector<double> dref(direct.begin(), direct.end());
+    EXPECT_LE(scaled_error(y, dref), kTol);
+    if (k.relu)
+      for (float v : y) ASSERT_GE(v, 0.0f);
+  }
+  std::printf("largest error / rms(output): Winograd %.3g, direct %.3g\n", worst, worst_direct);
+}
+
+TEST_F(WinogradTest, ChunksOnTwoThreadsMatch) {
+  // 288 tiles, 44M multiply-adds for a direct convolution: past two GEMM grains, so the chunks of
+  // tiles are spread over two threads, each running the shared GEMM primitive.
+  const int threads_before = get_num_threads();
+  set_num_threads(2);
+  const Case k{2, 32, 24, 24, 48, 2, 2, 2, 2, true, true};
+  const ConvGeometry g = geometry(k);
+  const std::vector<float> x = random_floats(k.n * k.c * k.h * k.w, 40);
+  const std::vector<float> wv = random_floats(k.o * k.c * 25, 41, std::sqrt(3.0 / (32 * 25)));
+  const std::vector<float> b = random_floats(k.o, 42, 0.5);
+  const Tensor w = weight_tensor(wv, k.o, k.c);
+  const std::vector<float> y = fused(g, x, w, b.data(), true, true);
+  set_num_threads(threads_before);
+  EXPECT_LE(scaled_error(y, reference(g, x, wv, b.data(), true)), kTol);
+}
+
+TEST_F(WinogradTest, DeclinesGeometriesItDoesNotServe) {
+  const ConvGeometry lenet{1, 32, 14, 14, 64, 5, 5, 14, 14, 1, 1, 2, 2, 2, 2, 1, 1, 1};
+  EXPECT_TRUE(detail::conv_winograd_supports(lenet));
+  EXPECT_TRUE(detail::conv_winograd_pays(lenet));
+  ConvGeometry g = lenet;
+  g.kh = g.kw = 3, g.oh = g.ow = 16;
+  EXPECT_FALSE(detail::conv_winograd_supports(g));
+  g = lenet, g.sh = g.sw = 2, g.oh = g.ow = 7;
+  EXPECT_FALSE(detail::conv_winograd_supports(g));
+  g = lenet, g.dh = g.dw = 2;
+  EXPECT_FALSE(detail::conv_winograd_supports(g));
+  g = lenet, g.groups = 2;
+  EXPECT_FALSE(detail::conv_winograd_supports(g));
+  // Where it does not pay (measured): taken only under `always`.
+  g = lenet, g.c = 1;  // LeNet's first convolution
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  g = lenet, g.c = 8;
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  g = lenet, g.o = 16;
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  g = lenet, g.o = 24;
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  // Small work pays on one thread only (the direct kernel gains more from a second one).
+  const int threads_before = get_num_threads();
+  g = lenet, g.c = 16, g.o = 32;
+  set_num_threads(1);
+  EXPECT_TRUE(detail::conv_winograd_pays(g));
+  EXPECT_TRUE(detail::conv_winograd_pays(lenet));
+  set_num_threads(2);
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  EXPECT_TRUE(detail::conv_winograd_pays(lenet));
+  set_num_threads(threads_before);
+  g = lenet, g.h = g.w = g.oh = g.ow = 4;
+  EXPECT_FALSE(detail::conv_winograd_pays(g));
+  EXPECT_TRUE(detail::conv_winograd_applies(g));
+  detail::set_conv_winograd(detail::WinogradUse::automatic);
+  EXPECT_FALSE(detail::conv_winograd_applies(g));
+  EXPECT_TRUE(detail::conv_winograd_applies(lenet));
+  detail::set_conv_winograd(detail::WinogradUse::off);
+  EXPECT_FALSE(detail::conv_winograd_applies(lenet));
+  detail::set_conv_winograd(detail::WinogradUse::always);
+  // C = 1 through the fused path: the direct kernel runs, right.
+  const Case k{1, 1, 12, 12, 8, 2, 2, 2, 2, true, true};
+  const ConvGeometry g1 = geometry(k);
+  const std::vector<float> x = random_floats(144, 4), wv = random_floats(200, 5, 0.3),
+                           b = random_floats(8, 6);
+  const Tensor w1 = weight_tensor(wv, 8, 1);
+  const std::uint64_t calls = detail::conv_winograd_calls();
+  detail::set_conv_winograd(detail::WinogradUse::automatic);
+  std::vector<float> y(8 * 144);
+  ASSERT_TRUE(detail::onednn_conv_forward_fused(g1, x.data(), w1.data<float>(), w1.storage(),
+                                                b.data(), true, y.data()));
+  detail::set_conv_winograd(detail::WinogradUse::always);
+  EXPECT_EQ(detail::conv_winograd_calls(), calls);
+  EXPECT_LE(scaled_error(y, reference(g1, x, wv, b.data(), true)), 1e-5);
+  // Under `always` Winograd computes it (one input channel), right.
+  y = fused(g1, x, w1, b.data(), true, true);
+  EXPECT_EQ(detail::conv_winograd_calls(), calls + 1);
+  EXPECT_LE(scaled_error(y, reference(g1, x, wv, b.data(), true)), kTol);
+}
+
+TEST_F(WinogradTest, Conv2DLayerInferenceTakesIt) {
+  detail::set_conv_winograd(detail::WinogradUse::automatic);  // as a program runs it
+  nn::Conv2D conv(64, 5, {.padding = "same", .activation = nn::relu,
+                          .kernel_initializer = nn::init::glorot_uniform(7),
+                          .bias_initializer = nn::init::random_uniform(-0.5, 0.5, 8)});
+  const Tensor x = cast(rand_tensor({1, 32, 14, 14}, 9), DType::f32);
+  NoGradScope no_grad;
+  conv(x);
+  const std::uint64_t calls = detail::conv_winograd_calls();
+  const std::uint64_t fused_calls = detail::onednn_conv_fused_calls();
+  const Tensor y = conv(x);
+  EXPECT_EQ(detail::conv_winograd_calls(), calls + 1);
+  EXPECT_EQ(detail::onednn_conv_fused_calls(), fused_calls + 1);
+  detail::set_conv_winograd(detail::WinogradUse::off);
+  const Tensor y_direct = conv(x);
+  detail::set_conv_winograd(detail::WinogradUse::automatic);
+  EXPECT_EQ(detail::conv_winograd_calls(), calls + 1);
+  const std::vector<float> a = y.to_vector<float>();
+  const std::vector<double> d = y_direct.to_vector<double>();
+  EXPECT_LE(scaled_error(a, d), kTol);
+}
+
+TEST_F(WinogradTest, WeightsChangedInPlaceGetANewFilterTransform) {
+  const Case k{1, 16, 10, 10, 16, 2, 2, 2, 2, true, false};
+  const ConvGeometry g = geometry(k);
+  const std::vector<float> x = random_floats(16 * 100, 10), b = random_floats(16, 11);
+  std::vector<float> wv = random_floats(16 * 16 * 25, 12, 0.1);
+  Tensor w = weight_tensor(wv, 16, 16);
+  std::vector<float> y = fused(g, x, w, b.data(), false, true);
+  EXPECT_LE(scaled_error(y, reference(g, x, wv, b.data(), false)), kTol);
+  // Same weights again: the cached transform.
+  const std::uint64_t transforms = detail::conv_winograd_filter_transforms();
+  y = fused(g, x, w, b.data(), false, true);
+  EXPECT_EQ(detail::conv_winograd_filter_transforms(), transforms);
+  // Written in place (as an optimiser step does: the version counter moves).
+  wv = random_floats(16 * 16 * 25, 13, 0.1);
+  std::copy(wv.begin(), wv.end(), w.data<float>());
+  w.storage()->version.fetch_add(1);
+  y = fused(g, x, w, b.data(), false, true);
+  EXPECT_EQ(detail::conv_winograd_filter_transforms(), transforms + 1);
+  EXPECT_LE(scaled_error(y, reference(g, x, wv, b.data(), false)), kTol);
+  // New contents at the same address under another storage (a freed and reallocated kernel).
+  const Tensor other = Tensor::empty({16, 16, 5, 5}, DType::f32);
+  wv = random_floats(16 * 16 * 25, 14, 0.1);
+  std::copy(wv.begin(), wv.end(), w.data<float>());
+  std::vector<float> y2(y.size());
+  ASSERT_TRUE(detail::onednn_conv_forward_fused(g, x.data(), w.data<float>(), other.storage(),
+                                                b.data(), false, y2.data()));
+  EXPECT_LE(scaled_error(y2, reference(g, x, wv, b.data(), false)), kTol);
+}
+
+TEST_F(WinogradTest, NonFiniteOperandsGiveTheDirectPathsResult) {
+  const Case k{1, 16, 10, 10, 16, 2, 2, 2, 2, true, true};
+  const ConvGeometry g = geometry(k);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int variant = 0; variant < 6; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    std::vector<float> x = random_floats(16 * 100, 20), b = random_floats(16, 21);
+    std::vector<float> wv = random_floats(16 * 16 * 25, 22, 0.1);
+    if (variant == 0) x[3 * 100 + 4 * 10 + 5] = inf;
+    if (variant == 1) x[7 * 100 + 2 * 10 + 2] = -inf;
+    if (variant == 2) x[0] = nan;
+    if (variant == 3) wv[5 * 400 + 3 * 25 + 12] = inf;
+    // A non-finite bias is added after the transform, per channel: Winograd takes it.
+    if (variant == 4) b[3] = inf;
+    if (variant == 5) b[6] = nan;
+    const bool taken = variant >= 4;
+    const Tensor w = weight_tensor(wv, 16, 16);
+    const std::uint64_t calls = detail::conv_winograd_calls();
+    const std::vector<float> y = fused(g, x, w, b.data(), true, true);
+    EXPECT_EQ(detail::conv_winograd_calls(), calls + (taken ? 1 : 0));
+    const std::vector<float> d = fused(g, x, w, b.data(), true, false);
+    std::size_t nonfinite = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      nonfinite += !std::isfinite(y[i]);
+      if (std::isnan(d[i])) {
+        ASSERT_TRUE(std::isnan(y[i])) << i;
+      } else if (!taken || !std::isfinite(d[i])) {
+        ASSERT_EQ(y[i], d[i]) << i;
+      } else {
+        ASSERT_NEAR(y[i], d[i], 1e-4) << i;
+      }
+    }
+    EXPECT_GT(nonfinite, 0u) << "the test did not exercise a non-finite output";
+  }
+}
+
+TEST_F(WinogradTest, TheCacheStaysBounded) {
+  const std::vector<float> wv = random_floats(8 * 8 * 25, 30, 0.1);
+  const Tensor w = weight_tensor(wv, 8, 8);
+  for (std::int64_t h = 5; h < 60; ++h) {
+    const Case k{1, 8, h, 5, 8, 2, 2, 2, 2, false, false};
+    const ConvGeometry g = geometry(k);
+    const std::vector<float> x = random_floats(8 * h * 5, 31);
+    const std::vector<float> y = fused(g, x, w, nullptr, false, true);
+    if (h == 5 || h == 59)
+      EXPECT_LE(scaled_error(y, reference(g, x, wv, nullptr, false)), kTol) << h;
+  }
+  EXPECT_LE(detail::conv_winograd_cache_size(), 32u);
+  EXPECT_GT(detail::conv_winograd_cache_size(), 0u);
+}
+
+// Not a check: times the fused path with Winograd on and off over geometries, to choose where it
+// is taken (run with --gtest_also_run_disabled_tests --gtest_filter=*Timing*).
+TEST_F(WinogradTest, DISABLED_Timing) {
+  struct G {
+    std::int64_t n, c, h, o;
+  };
+  const std::vector<G> gs = {{1, 8, 28, 8},    {1, 8, 28, 16},   {1, 16, 28, 16},
+                             {1, 16, 14, 32},  {1, 32, 14, 32},  {1, 32, 14, 64},
+                             {1, 64, 14, 64},  {1, 64, 7, 128},  {1, 128, 7, 128},
+                             {1, 33, 14, 64},  {1, 128, 14, 128}, {1, 32, 4, 64},
+                             {8, 32, 14, 64},  {8, 8, 28, 8},    {1, 24, 14, 24},
+                             {1, 3, 32, 32},   {1, 32, 56, 32}};
+  for (const G& s : gs) {
+    const Case k{s.n, s.c, s.h, s.h, s.o, 2, 2, 2, 2, true, true};
+    const ConvGeometry g = geometry(k);
+    const std::vector<float> x = random_floats(k.n * k.c * k.h * k.w, 1);
+    const Tensor w = weight_tensor(random_floats(k.o * k.c * 25, 2, 0.1), k.o, k.c);
+    const std::vector<float> b = random_floats(k.o, 3);
+    std::vector<float> y(std::size_t(g.n * g.o * g.oh * g.ow));
+    double best[2] = {1e30, 1e30};
+    for (int round = 0; round < 5; ++round)
+      for (int on = 0; on < 2; ++on) {
+        detail::set_conv_winograd(on ? detail::WinogradUse::always : detail::WinogradUse::off);
+        const int reps = 50;
+        detail::onednn_conv_forward_fused(g, x.data(), w.data<float>(), w.storage(), b.data(),
+                                          true, y.data());
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r)
+          detail::onednn_conv_forward_fused(g, x.data(), w.data<float>(), w.storage(), b.data(),
+                                            true, y.data());
+        const double us =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count() / reps;
+        best[on] = std::min(best[on], us);
+      }
+    std::printf("n%ld c%ld hw%ld o%ld: direct %.1f us, winograd %.1f us (%.2fx)%s\n", long(s.n),
+                long(s.c), long(s.h), long(s.o), best[0], best[1], best[0] / best[1],
+                detail::conv_winograd_pays(g) ? "" : " [not taken automatically]");
+  }
+}
+
+}  // namespace
+}  // namespace soma
