@@ -344,6 +344,265 @@ TEST_F(WinogradTest, TheCacheStaysBounded) {
   EXPECT_GT(detail::conv_winograd_cache_size(), 0u);
 }
 
+// dx of the convolution g from dy in f64: dx[c][iy][ix] = sum dy[o][iy + pt - u][ix + pl - v]
+// w[o][c][u][v] over the outputs inside dy.
+std::vector<double> reference_dx(const ConvGeometry& g, const std::vector<float>& dy,
+                                 const std::vector<float>& w) {
+  std::vector<double> dx(std::size_t(g.n * g.c * g.h * g.w), 0.0);
+  for (std::int64_t n = 0; n < g.n; ++n)
+    for (std::int64_t o = 0; o < g.o; ++o)
+      for (std::int64_t i = 0; i < g.oh; ++i)
+        for (std::int64_t j = 0; j < g.ow; ++j) {
+          const double d = dy[std::size_t(((n * g.o + o) * g.oh + i) * g.ow + j)];
+          for (std::int64_t c = 0; c < g.c; ++c)
+            for (std::int64_t u = 0; u < 5; ++u)
+              for (std::int64_t v = 0; v < 5; ++v) {
+                const std::int64_t yy = i - g.pt + u, xx = j - g.pl + v;
+                if (yy < 0 || yy >= g.h || xx < 0 || xx >= g.w) continue;
+                dx[std::size_t(((n * g.c + c) * g.h + yy) * g.w + xx)] +=
+                    d * double(w[std::size_t(((o * g.c + c) * 5 + u) * 5 + v)]);
+              }
+        }
+  return dx;
+}
+
+// The training passes (conv2d's and conv2d_backprop_input's kernels) with Winograd on or off;
+// `taken`: whether Winograd computed it.
+std::vector<float> train_forward(const ConvGeometry& g, const std::vector<float>& x,
+                                 const Tensor& w, bool winograd, bool* taken = nullptr) {
+  detail::set_conv_winograd(winograd ? detail::WinogradUse::always : detail::WinogradUse::off);
+  std::vector<float> y(std::size_t(g.n * g.o * g.oh * g.ow), -7.0f);
+  const std::uint64_t calls = detail::conv_winograd_calls();
+  EXPECT_TRUE(detail::onednn_conv_forward(g, x.data(), w.data<float>(), y.data(), w.storage()));
+  if (taken) *taken = detail::conv_winograd_calls() == calls + 1;
+  detail::set_conv_winograd(detail::WinogradUse::always);
+  return y;
+}
+std::vector<float> train_backward_data(const ConvGeometry& g, const std::vector<float>& dy,
+                                       const Tensor& w, bool winograd, bool* taken = nullptr) {
+  detail::set_conv_winograd(winograd ? detail::WinogradUse::always : detail::WinogradUse::off);
+  std::vector<float> dx(std::size_t(g.n * g.c * g.h * g.w), -7.0f);
+  const std::uint64_t calls = detail::conv_winograd_calls();
+  EXPECT_TRUE(detail::onednn_conv_backward_data(g, dy.data(), w.data<float>(), dx.data(),
+                                                w.storage()));
+  if (taken) *taken = detail::conv_winograd_calls() == calls + 1;
+  detail::set_conv_winograd(detail::WinogradUse::always);
+  return dx;
+}
+
+TEST_F(WinogradTest, TrainingPassesMatchAnF64ConvolutionAndTheDirectPath) {
+  const std::vector<Case> cases = {
+      {2, 32, 14, 14, 64, 2, 2, 2, 2, false, false},  // LeNet's second convolution
+      {2, 8, 9, 11, 8, 2, 2, 2, 2, false, false},     // odd sizes: partial tiles
+      {3, 33, 8, 10, 40, 0, 0, 0, 0, false, false},   // valid: dx pads 4
+      {1, 8, 12, 7, 24, 1, 3, 0, 2, false, false},    // asymmetric pads
+      {2, 16, 6, 6, 8, 3, 1, 4, 1, false, false},
+      {1, 17, 5, 5, 8, 2, 2, 2, 2, false, false},
+      {3, 8, 17, 16, 8, 0, 1, 1, 0, false, false},
+      {1, 16, 9, 9, 16, 4, 4, 4, 4, false, false},    // full padding: dx pads 0
+  };
+  double worst_y = 0, worst_dx = 0;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(name(k));
+    const ConvGeometry g = geometry(k);
+    const std::vector<float> x = random_floats(k.n * k.c * k.h * k.w, 51);
+    const std::vector<float> wv =
+        random_floats(k.o * k.c * 25, 52, std::sqrt(3.0 / double(k.c * 25)));
+    const std::vector<float> dy = random_floats(g.n * g.o * g.oh * g.ow, 53);
+    const Tensor w = weight_tensor(wv, k.o, k.c);
+    bool taken = false;
+    const std::vector<float> y = train_forward(g, x, w, true, &taken);
+    EXPECT_TRUE(taken) << "forward: Winograd did not run";
+    const std::vector<double> ref = reference(g, x, wv, nullptr, false);
+    EXPECT_LE(scaled_error(y, ref), kTol);
+    worst_y = std::max(worst_y, scaled_error(y, ref));
+    const std::vector<float> y_direct = train_forward(g, x, w, false, &taken);
+    EXPECT_FALSE(taken);
+    EXPECT_LE(scaled_error(y, std::vector<double>(y_direct.begin(), y_direct.end())), kTol);
+    // The backward data pass after the forward one with the same weights: its own transform.
+    const std::vector<float> dx = train_backward_data(g, dy, w, true, &taken);
+    EXPECT_TRUE(taken) << "backward data: Winograd did not run";
+    const std::vector<double> dref = reference_dx(g, dy, wv);
+    EXPECT_LE(scaled_error(dx, dref), kTol);
+    worst_dx = std::max(worst_dx, scaled_error(dx, dref));
+    const std::vector<float> dx_direct = train_backward_data(g, dy, w, false, &taken);
+    EXPECT_FALSE(taken);
+    EXPECT_LE(scaled_error(dx_direct, dref), 1e-5);
+    EXPECT_LE(scaled_error(dx, std::vector<double>(dx_direct.begin(), dx_direct.end())), kTol);
+    // And the forward again: its cached transform is still the forward one.
+    EXPECT_LE(scaled_error(train_forward(g, x, w, true), ref), kTol);
+  }
+  std::printf("largest error / rms: forward %.3g, backward data %.3g\n", worst_y, worst_dx);
+  // Pads above 4 (dx would need negative ones): the direct kernel.
+  const Case k{1, 16, 6, 6, 16, 5, 2, 2, 2, false, false};
+  const ConvGeometry g = geometry(k);
+  const std::vector<float> wv = random_floats(16 * 16 * 25, 54, 0.1);
+  const std::vector<float> dy = random_floats(g.n * g.o * g.oh * g.ow, 55);
+  bool taken = true;
+  const std::vector<float> dx = train_backward_data(g, dy, weight_tensor(wv, 16, 16), true, &taken);
+  EXPECT_FALSE(taken);
+  EXPECT_LE(scaled_error(dx, reference_dx(g, dy, wv)), 1e-5);
+}
+
+TEST_F(WinogradTest, TrainingPassesLeaveNonFiniteOperandsToTheDirectKernel) {
+  const Case k{1, 16, 10, 10, 32, 2, 2, 2, 2, false, false};
+  const ConvGeometry g = geometry(k);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int variant = 0; variant < 4; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    std::vector<float> x = random_floats(16 * 100, 60), dy = random_floats(32 * 100, 61);
+    std::vector<float> wv = random_floats(32 * 16 * 25, 62, 0.1);
+    if (variant == 0) x[3 * 100 + 45] = inf;
+    if (variant == 1) dy[7 * 100 + 22] = -inf;
+    if (variant == 2) dy[0] = std::numeric_limits<float>::quiet_NaN();
+    if (variant == 3) wv[5 * 400 + 3 * 25 + 12] = inf;
+    const Tensor w = weight_tensor(wv, 32, 16);
+    bool taken_y = false, taken_dx = false;
+    const std::vector<float> y = train_forward(g, x, w, true, &taken_y);
+    const std::vector<float> dx = train_backward_data(g, dy, w, true, &taken_dx);
+    EXPECT_EQ(taken_y, variant == 1 || variant == 2);   // only dy is not finite
+    EXPECT_EQ(taken_dx, variant == 0);                  // only x is not finite
+    const std::vector<float> yd = train_forward(g, x, w, false);
+    const std::vector<float> dxd = train_backward_data(g, dy, w, false);
+    const auto same = [](const std::vector<float>& a, const std::vector<float>& b, bool exact) {
+      std::size_t nonfinite = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        nonfinite += !std::isfinite(b[i]);
+        if (std::isnan(b[i])) EXPECT_TRUE(std::isnan(a[i])) << i;
+        else if (exact || !std::isfinite(b[i])) EXPECT_EQ(a[i], b[i]) << i;
+        else EXPECT_NEAR(a[i], b[i], 1e-4) << i;
+      }
+      return nonfinite;
+    };
+    const std::size_t nf = same(y, yd, !taken_y) + same(dx, dxd, !taken_dx);
+    EXPECT_GT(nf, 0u) << "the test did not exercise a non-finite output";
+  }
+}
+
+TEST_F(WinogradTest, TrainingPassesNeedABatchThatAmortisesTheFilterTransform) {
+  const ConvGeometry lenet{1, 32, 14, 14, 64, 5, 5, 14, 14, 1, 1, 2, 2, 2, 2, 1, 1, 1};
+  ConvGeometry b64 = lenet, b8 = lenet, b32 = lenet;
+  b64.n = 64, b8.n = 8, b32.n = 32;
+  const int threads_before = get_num_threads();
+  set_num_threads(1);
+  EXPECT_FALSE(detail::conv_winograd_pays_per_step(lenet));
+  EXPECT_TRUE(detail::conv_winograd_pays_per_step(b8));
+  set_num_threads(2);
+  EXPECT_FALSE(detail::conv_winograd_pays_per_step(b8));
+  EXPECT_TRUE(detail::conv_winograd_pays_per_step(b32));
+  EXPECT_TRUE(detail::conv_winograd_pays_per_step(b64));
+  set_num_threads(1);
+  // Batch 1 under automatic use: the direct kernel for the training forward, Winograd for the
+  // inference (fused) one.
+  detail::set_conv_winograd(detail::WinogradUse::automatic);
+  const std::vector<float> x = random_floats(32 * 196, 80);
+  const Tensor w = weight_tensor(random_floats(64 * 32 * 25, 81, 0.05), 64, 32);
+  std::vector<float> y(64 * 196);
+  std::uint64_t calls = detail::conv_winograd_calls();
+  ASSERT_TRUE(detail::onednn_conv_forward(lenet, x.data(), w.data<float>(), y.data(), w.storage()));
+  EXPECT_EQ(detail::conv_winograd_calls(), calls);
+  ASSERT_TRUE(detail::onednn_conv_forward_fused(lenet, x.data(), w.data<float>(), w.storage(),
+                                                nullptr, false, y.data()));
+  EXPECT_EQ(detail::conv_winograd_calls(), calls + 1);
+  set_num_threads(threads_before);
+}
+
+// Gradients of a small Conv2D model (both convolutions and the backward data pass of the
+// second on Winograd under automatic use) against Winograd off: relative 1e-4.
+TEST_F(WinogradTest, ModelGradientsMatchTheDirectPath) {
+  const int threads_before = get_num_threads();
+  set_num_threads(1);  // where these small convolutions pay
+  detail::set_conv_winograd(detail::WinogradUse::automatic);
+  nn::Conv2D c1(16, 5, {.padding = "same", .activation = nn::relu,
+                        .kernel_initializer = nn::init::glorot_uniform(71)});
+  nn::Conv2D c2(32, 5, {.padding = "same", .activation = nn::relu,
+                        .kernel_initializer = nn::init::glorot_uniform(72)});
+  nn::Conv2D c3(32, 5, {.kernel_initializer = nn::init::glorot_uniform(73)});
+  const Tensor x = cast(rand_tensor({8, 3, 12, 12}, 74), DType::f32);
+  c3(c2(c1(x)));  // builds the layers' weights
+  std::vector<Variable> vars = c1.parameters();
+  for (auto& v : c2.parameters()) vars.push_back(v);
+  for (auto& v : c3.parameters()) vars.push_back(v);
+  const auto grads = [&](bool winograd, std::uint64_t* calls) {
+    detail::set_conv_winograd(winograd ? detail::WinogradUse::automatic
+                                       : detail::WinogradUse::off);
+    const std::uint64_t before = detail::conv_winograd_calls();
+    GradientTape tape;
+    const Tensor y = c3(c2(c1(x)));
+    const Tensor r = cast(rand_tensor(y.shape(), 75), DType::f32);
+    std::vector<Tensor> g = tape.gradient(sum(y * r), vars);
+    *calls = detail::conv_winograd_calls() - before;
+    return g;
+  };
+  std::uint64_t on_calls = 0, off_calls = 0;
+  const std::vector<Tensor> on = grads(true, &on_calls);
+  const std::vector<Tensor> off = grads(false, &off_calls);
+  set_num_threads(threads_before);
+  // c2 (16 -> 32) and c3 (32 -> 32, 8x8 outputs) forward (the fused op's kernel); the backward
+  // data of c3 (32 -> 32 at 12x12, 1152 output pixels: pays_per_step on one thread), not c2's
+  // (32 -> 16: fewer than 32 outputs).
+  EXPECT_EQ(on_calls, 3u);
+  EXPECT_EQ(off_calls, 0u);
+  ASSERT_EQ(on.size(), 6u);
+  ASSERT_EQ(off.size(), 6u);
+  for (std::size_t k = 0; k < on.size(); ++k) {
+    const std::vector<double> a = on[k].to_vector<double>(), b = off[k].to_vector<double>();
+    double ss = 0, worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      ss += b[i] * b[i];
+      worst = std::max(worst, std::abs(a[i] - b[i]));
+    }
+    EXPECT_LE(worst, 1e-4 * std::sqrt(ss / double(b.size()))) << "gradient " << k;
+  }
+}
+
+// Not a check: times the training passes with Winograd on and off, the weights updated before
+// each call as by an optimiser step (so Winograd's filter transforms run each time; "same w":
+// Winograd without them). Run with --gtest_also_run_disabled_tests --gtest_filter=*TrainingTiming*.
+TEST_F(WinogradTest, DISABLED_TrainingTiming) {
+  struct G {
+    std::int64_t n, c, h, o;
+  };
+  const std::vector<G> gs = {{64, 32, 14, 64}, {64, 16, 14, 32}, {64, 64, 7, 128},
+                             {32, 32, 14, 64}, {16, 32, 14, 64}, {8, 32, 14, 64},
+                             {1, 32, 8, 64}};
+  for (const G& s : gs) {
+    const Case k{s.n, s.c, s.h, s.h, s.o, 2, 2, 2, 2, false, false};
+    const ConvGeometry g = geometry(k);
+    const std::vector<float> x = random_floats(k.n * k.c * k.h * k.w, 1);
+    const std::vector<float> dy = random_floats(g.n * g.o * g.oh * g.ow, 3);
+    Tensor w = weight_tensor(random_floats(k.o * k.c * 25, 2, 0.1), k.o, k.c);
+    std::vector<float> y(dy.size()), dx(x.size());
+    double best[3][2] = {{1e30, 1e30}, {1e30, 1e30}, {1e30, 1e30}};  // direct, on, on same w
+    const int reps = s.n == 1 ? 100 : 5;
+    for (int round = 0; round < 3; ++round)
+      for (int mode = 0; mode < 3; ++mode) {
+        detail::set_conv_winograd(mode ? detail::WinogradUse::automatic
+                                       : detail::WinogradUse::off);
+        for (int pass = 0; pass < 2; ++pass) {
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int r = 0; r < reps; ++r) {
+            if (mode < 2) w.storage()->version.fetch_add(1);  // as after an optimiser step
+            if (pass == 0)
+              detail::onednn_conv_forward(g, x.data(), w.data<float>(), y.data(), w.storage());
+            else
+              detail::onednn_conv_backward_data(g, dy.data(), w.data<float>(), dx.data(),
+                                                w.storage());
+          }
+          const double us =
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                  .count() / reps;
+          best[mode][pass] = std::min(best[mode][pass], us);
+        }
+      }
+    std::printf("n%ld c%ld hw%ld o%ld: forward direct %.0f us, winograd %.0f (%.2fx; same w %.0f);"
+                " backward data direct %.0f, winograd %.0f (%.2fx; same w %.0f)\n",
+                long(s.n), long(s.c), long(s.h), long(s.o), best[0][0], best[1][0],
+                best[0][0] / best[1][0], best[2][0], best[0][1], best[1][1],
+                best[0][1] / best[1][1], best[2][1]);
+  }
+}
+
 // Not a check: times the fused path with Winograd on and off over geometries, to choose where it
 // is taken (run with --gtest_also_run_disabled_tests --gtest_filter=*Timing*).
 TEST_F(WinogradTest, DISABLED_Timing) {

@@ -1,5 +1,6 @@
 #pragma once
-// Internal: Winograd F(2x2, 5x5) f32 convolution for Conv2D's inference path
+// Internal: Winograd F(2x2, 5x5) f32 convolution for Conv2D (inference, training forward and
+// backward data)
 // (src/backend/cpu/conv_winograd.cpp). onednn_conv_forward_fused tries it first; it computes
 // y = act(conv(x, w) + bias) with 9 multiplications per output and input channel instead of 25
 // (6x6 input tiles, 2x2 output tiles; the element-wise stage is 36 GEMMs [tiles, C] x [C, O]).
@@ -42,7 +43,28 @@ bool conv_winograd_forward(const ConvGeometry& g, const float* x, const float* w
                            const std::shared_ptr<Storage>& w_storage, const float* bias, bool relu,
                            float* y);
 
-// How many conv_winograd_forward calls computed the convolution, on this thread (tests).
+// conv_winograd_forward (no bias, no activation) for the training passes (the conv2d op's
+// kernel), whose weights change at every step: under automatic use also only where
+// conv_winograd_pays_per_step.
+bool conv_winograd_train_forward(const ConvGeometry& g, const float* x, const float* w,
+                                 const std::shared_ptr<Storage>& w_storage, float* y);
+// Whether the batch amortises a filter transform per call (enough output pixels over the batch;
+// measured: conv_winograd.cpp).
+bool conv_winograd_pays_per_step(const ConvGeometry& g);
+
+// dx of the convolution g (its forward geometry) from dy by Winograd: the backward data pass
+// of a 5x5 stride-1 convolution is a forward one of dy with the kernel rotated by 180 degrees,
+// input and output channels swapped, pads 4 - p per side (backward_data_geometry; pads above 4
+// are left to the direct kernel). Its filter transform has its own cache entry (same weight
+// identity rule); a training pass (conv_winograd_pays_per_step applies). False as for
+// conv_winograd_forward, nothing written.
+bool conv_winograd_backward_data(const ConvGeometry& g, const float* dy, const float* w,
+                                 const std::shared_ptr<Storage>& w_storage, float* dx);
+// The forward geometry conv_winograd_backward_data computes for the convolution g.
+ConvGeometry backward_data_geometry(const ConvGeometry& g);
+
+// How many conv_winograd_forward and conv_winograd_backward_data calls computed the
+// convolution, on this thread (tests).
 std::uint64_t conv_winograd_calls();
 // How many filter transforms ran on this thread (tests check the cache is invalidated).
 std::uint64_t conv_winograd_filter_transforms();

@@ -289,7 +289,7 @@ void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
       if (cv.k() == 0) return fill_value(o, 0.0);
       if constexpr (std::is_same_v<T, float>)
         if (onednn_conv_forward(onednn_geometry(cv, a), wi[0].data<T>(), wi[1].data<T>(),
-                                o.data<T>()))
+                                o.data<T>(), wi[1].storage()))
           return;
       conv2d_forward<T>(cv, wi[0].data<T>(), wi[1].data<T>(), o.data<T>());
     });
@@ -361,7 +361,7 @@ void backprop_input_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& o
       if (cv.og() == 0 || cv.p() == 0) return fill_value(o, 0.0);
       if constexpr (std::is_same_v<T, float>)
         if (onednn_conv_backward_data(onednn_geometry(cv, a), wi[0].data<T>(), wi[1].data<T>(),
-                                      o.data<T>()))
+                                      o.data<T>(), wi[1].storage()))
           return;
       conv2d_backprop_input<T>(cv, wi[0].data<T>(), wi[1].data<T>(), o.data<T>());
     });

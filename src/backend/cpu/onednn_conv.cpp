@@ -70,8 +70,12 @@ void set_conv_impl(ConvImpl impl) { impl_flag().store(impl); }
 #ifndef SOMA_HAS_ONEDNN
 
 bool onednn_conv_built() { return false; }
-bool onednn_conv_forward(const ConvGeometry&, const float*, const float*, float*) { return false; }
-bool onednn_conv_backward_data(const ConvGeometry&, const float*, const float*, float*) {
+bool onednn_conv_forward(const ConvGeometry&, const float*, const float*, float*,
+                         const std::shared_ptr<Storage>&) {
+  return false;
+}
+bool onednn_conv_backward_data(const ConvGeometry&, const float*, const float*, float*,
+                               const std::shared_ptr<Storage>&) {
   return false;
 }
 bool onednn_conv_backward_weights(const ConvGeometry&, const float*, const float*, float*) {
@@ -621,10 +625,21 @@ bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const floa
 
 bool onednn_conv_built() { return true; }
 
-bool onednn_conv_forward(const ConvGeometry& g, const float* x, const float* w, float* y) {
+// Winograd's training passes: f32 only (under bf16 autocast the direct kernel computes in bf16,
+// as before).
+static bool winograd_allowed() {
+  return conv_impl() != ConvImpl::im2col && cpu_autocast_dtype() != DType::bf16;
+}
+
+bool onednn_conv_forward(const ConvGeometry& g, const float* x, const float* w, float* y,
+                         const std::shared_ptr<Storage>& w_storage) {
+  if (winograd_allowed() && conv_winograd_train_forward(g, x, w, w_storage, y))
+    return true;
   return run(Pass::forward, g, x, w, y);
 }
-bool onednn_conv_backward_data(const ConvGeometry& g, const float* dy, const float* w, float* dx) {
+bool onednn_conv_backward_data(const ConvGeometry& g, const float* dy, const float* w, float* dx,
+                               const std::shared_ptr<Storage>& w_storage) {
+  if (winograd_allowed() && conv_winograd_backward_data(g, dy, w, w_storage, dx)) return true;
   return run(Pass::backward_data, g, dy, w, dx);
 }
 bool onednn_conv_backward_weights(const ConvGeometry& g, const float* x, const float* dy,

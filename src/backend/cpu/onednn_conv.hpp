@@ -37,8 +37,13 @@ bool onednn_conv_built();
 
 // f32 convolution through oneDNN when conv_impl() allows it; false when it does not (not built,
 // switched off, or a case oneDNN rejects), and the caller runs im2col instead.
-bool onednn_conv_forward(const ConvGeometry& g, const float* x, const float* w, float* y);
-bool onednn_conv_backward_data(const ConvGeometry& g, const float* dy, const float* w, float* dx);
+// The forward and backward data passes of 5x5 stride-1 convolutions go to Winograd
+// (conv_winograd.hpp) where it applies and not under bf16 autocast; `w_storage` (the weight
+// tensor's storage, may be null) keys its filter transform as in onednn_conv_forward_fused.
+bool onednn_conv_forward(const ConvGeometry& g, const float* x, const float* w, float* y,
+                         const std::shared_ptr<Storage>& w_storage = nullptr);
+bool onednn_conv_backward_data(const ConvGeometry& g, const float* dy, const float* w, float* dx,
+                               const std::shared_ptr<Storage>& w_storage = nullptr);
 bool onednn_conv_backward_weights(const ConvGeometry& g, const float* x, const float* dy,
                                   float* dw);
 
