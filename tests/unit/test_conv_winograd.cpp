@@ -481,16 +481,15 @@ TEST_F(WinogradTest, TrainingPassesLeaveNonFiniteOperandsToTheDirectKernel) {
 
 TEST_F(WinogradTest, TrainingPassesNeedABatchThatAmortisesTheFilterTransform) {
   const ConvGeometry lenet{1, 32, 14, 14, 64, 5, 5, 14, 14, 1, 1, 2, 2, 2, 2, 1, 1, 1};
-  ConvGeometry b64 = lenet, b8 = lenet, b32 = lenet;
-  b64.n = 64, b8.n = 8, b32.n = 32;
+  ConvGeometry b64 = lenet, b8 = lenet;
+  b64.n = 64, b8.n = 8;
   const int threads_before = get_num_threads();
   set_num_threads(1);
   EXPECT_FALSE(detail::conv_winograd_pays_per_step(lenet));
   EXPECT_TRUE(detail::conv_winograd_pays_per_step(b8));
-  set_num_threads(2);
+  set_num_threads(2);  // slower within a training step at two threads (measured)
   EXPECT_FALSE(detail::conv_winograd_pays_per_step(b8));
-  EXPECT_TRUE(detail::conv_winograd_pays_per_step(b32));
-  EXPECT_TRUE(detail::conv_winograd_pays_per_step(b64));
+  EXPECT_FALSE(detail::conv_winograd_pays_per_step(b64));
   set_num_threads(1);
   // Batch 1 under automatic use: the direct kernel for the training forward, Winograd for the
   // inference (fused) one.

@@ -278,15 +278,16 @@ ConvGeometry backward_data_geometry(const ConvGeometry& g) {
 }
 
 // In training the weights change at every step: each call also transforms the filter (~45 ns
-// per kernel, single-threaded), which the batch must amortise. Measured (C 32 O 64 14x14 and
-// 8x8, weights updated before each call; direct / Winograd, forward and backward data), 1
-// thread: batch 64 1.40x / 1.28x, batch 8 1.19x / 1.08x, batch 1 8x8 0.43x / 0.41x; 2 threads:
-// batch 64 1.28-1.37x / 1.10-1.26x, 32 1.29-1.33x / 1.11-1.14x, 16 1.13-1.16x / 1.01-1.02x,
-// 8 0.92-0.94x / 0.77-0.85x. Hence at least 1024 output pixels over the batch on one thread,
-// 4096 with more.
+// per kernel, single-threaded), which the batch must amortise. Measured per call (C 32 O 64
+// 14x14 and 8x8, weights updated before each call; direct / Winograd, forward and backward
+// data), 1 thread: batch 64 1.40x / 1.28x, batch 8 1.19x / 1.08x, batch 1 8x8 0.43x / 0.41x;
+// 2 threads: batch 64 1.28-1.37x / 1.10-1.26x, 16 1.13-1.16x / 1.01x, 8 0.92-0.94x / 0.77-0.85x.
+// But within LeNet's training step (batch 64, 2 threads, alternated runs) Winograd's backward
+// data pass made the step slower (median of 20 pairs 0.94x; at 1 thread 1.04-1.05x faster), so
+// the training passes take it on one thread only, from 1024 output pixels over the batch.
 bool conv_winograd_pays_per_step(const ConvGeometry& g) {
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  return g.n * g.oh * g.ow >= (threads == 1 ? 1024 : 4096);
+  return threads == 1 && g.n * g.oh * g.ow >= 1024;
 }
 
 bool conv_winograd_applies(const ConvGeometry& g) {
