@@ -39,6 +39,8 @@
 #include <array>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "onednn_engine.hpp"
 #endif
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -323,19 +325,6 @@ using dt = memory::data_type;
 constexpr std::int64_t kChunk = 64;  // tiles per GEMM: V and M of a chunk stay in L2
 constexpr std::int64_t kLanes = 16;
 
-dnnl::engine& engine() {
-  static dnnl::engine eng = [] {
-    limit_onednn_primitive_cache();
-    return dnnl::engine(dnnl::engine::kind::cpu, 0);
-  }();
-  return eng;
-}
-
-dnnl::stream& stream() {
-  thread_local dnnl::stream s(engine());
-  return s;
-}
-
 bool all_finite(const float* p, std::int64_t n) {
   std::uint32_t m = 0;
   for (std::int64_t i = 0; i < n; ++i) {
@@ -396,11 +385,11 @@ std::unique_ptr<Entry> build(std::int64_t rows, std::int64_t cp, std::int64_t op
   // created for one, as oneDNN sizes its work partition at creation.
   BlasThreads one(1);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->src_md, wei_any, e->dst_md), attr,
-                                  engine());
+                                  onednn_cpu_engine());
   if (std::strncmp(pd.impl_info_str(), "ref", 3) == 0) return nullptr;
   e->prim = dnnl::matmul(pd);
   e->scratch_md = pd.scratchpad_desc();
-  e->u = memory(pd.weights_desc(), engine());
+  e->u = memory(pd.weights_desc(), onednn_cpu_engine());
   return e;
 }
 
@@ -469,13 +458,13 @@ void filter_transform(Entry& e, const ConvGeometry& g, const float* w, bool flip
     std::memcpy(e.u.get_data_handle(), u, usize * sizeof(float));
   } else {
     // The reorder primitive is kept: creating it (a JIT kernel) cost more than the transform.
-    memory src(plain, engine(), u);
+    memory src(plain, onednn_cpu_engine(), u);
     if (!e.to_u_built) {
       e.to_u = dnnl::reorder(src, e.u);
       e.to_u_built = true;
     }
-    e.to_u.execute(stream(), src, e.u);
-    stream().wait();
+    e.to_u.execute(onednn_cpu_stream(), src, e.u);
+    onednn_cpu_stream().wait();
   }
   ++t_filter_transforms;
 }
@@ -561,13 +550,13 @@ bool run_winograd(const ConvGeometry& g, const float* x, const float* w,
       Buffer v(sizeof(float) * std::size_t(36 * rows * cp));
       Buffer m(sizeof(float) * std::size_t(36 * rows * op));
       Buffer scratch(e->scratch_md.get_size());
-      memory src(e->src_md, engine(), v.get()), dst(e->dst_md, engine(), m.get());
-      memory sp(e->scratch_md, engine(), scratch.get());
+      memory src(e->src_md, onednn_cpu_engine(), v.get()), dst(e->dst_md, onednn_cpu_engine(), m.get());
+      memory sp(e->scratch_md, onednn_cpu_engine(), scratch.get());
       const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.get()},
                                        {DNNL_ARG_WEIGHTS, e->u.get()},
                                        {DNNL_ARG_DST, dst.get()},
                                        {DNNL_ARG_SCRATCHPAD, sp.get()}};
-      auto& s = stream();
+      auto& s = onednn_cpu_stream();
       for (std::int64_t k = k0; k < k1 && !failed.load(std::memory_order_relaxed); ++k) {
         const std::int64_t t0 = k * rows, t1 = std::min(tiles, t0 + rows);
         in_tf(xp.f(), th, tw, hp, wp, cp, t0, t1, rows, v.f());

@@ -40,6 +40,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <vector>
+
+#include "onednn_engine.hpp"
 #endif
 
 namespace soma::detail {
@@ -103,19 +105,6 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine eng = [] {
-    limit_onednn_primitive_cache();
-    return dnnl::engine(dnnl::engine::kind::cpu, 0);
-  }();
-  return eng;
-}
-
-dnnl::stream& cpu_stream() {
-  thread_local dnnl::stream s(cpu_engine());
-  return s;
-}
-
 enum class Pass { forward, backward_data, backward_weights };
 
 // Runs p with arguments prepared once: the C++ API's execute() builds a hash map and a vector of
@@ -155,7 +144,7 @@ struct Arg {
   std::array<dnnl_exec_arg_t, 2> reorder_args{};
 
   Arg(const memory::desc& user_md, const memory::desc& prim_md, bool input, bool own = false) {
-    auto& eng = cpu_engine();
+    auto& eng = onednn_cpu_engine();
     user = memory(user_md, eng, DNNL_MEMORY_NONE);
     if (user_md == prim_md) {
       prim = user;
@@ -261,7 +250,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d) {
   dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training,
                                        dnnl::algorithm::convolution_direct, d.src_lo, d.wei_lo,
                                        d.dst_any, d.strides, d.dilates, d.pad_l, d.pad_r);
-  return {desc, scratchpad_attr(), cpu_engine()};
+  return {desc, scratchpad_attr(), onednn_cpu_engine()};
 }
 
 // A bf16 primitive that oneDNN can only serve with its reference kernel is refused.
@@ -289,7 +278,7 @@ std::unique_ptr<Entry> build_from(Pass pass, const Descs& d, dt lo) {
       dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src_any,
                                                  d.wei_lo, d.dst_lo, d.strides, d.dilates,
                                                  d.pad_l, d.pad_r);
-      dnnl::convolution_backward_data::primitive_desc pd(desc, scratchpad_attr(), cpu_engine(),
+      dnnl::convolution_backward_data::primitive_desc pd(desc, scratchpad_attr(), onednn_cpu_engine(),
                                                          fwd);
       check_not_reference(pd, lo);
       e->prim = dnnl::convolution_backward_data(pd);
@@ -305,7 +294,7 @@ std::unique_ptr<Entry> build_from(Pass pass, const Descs& d, dt lo) {
                                                     d.src_lo, d.wei_any, d.dst_lo, d.strides,
                                                     d.dilates, d.pad_l, d.pad_r);
       dnnl::convolution_backward_weights::primitive_desc pd(desc, scratchpad_attr(),
-                                                            cpu_engine(), fwd);
+                                                            onednn_cpu_engine(), fwd);
       check_not_reference(pd, lo);
       e->prim = dnnl::convolution_backward_weights(pd);
       e->a_arg = DNNL_ARG_SRC, e->b_arg = DNNL_ARG_DIFF_DST, e->c_arg = DNNL_ARG_DIFF_WEIGHTS;
@@ -316,7 +305,7 @@ std::unique_ptr<Entry> build_from(Pass pass, const Descs& d, dt lo) {
       break;
     }
   }
-  e->scratchpad = memory(scratch_md, cpu_engine(), DNNL_MEMORY_NONE);
+  e->scratchpad = memory(scratch_md, onednn_cpu_engine(), DNNL_MEMORY_NONE);
   e->scratchpad_bytes = scratch_md.get_size();
   e->args = {{{e->a_arg, e->a->prim.get()},
               {e->b_arg, e->b->prim.get()},
@@ -417,7 +406,7 @@ bool run3(Pass pass, const Conv3dGeometry& g, const float* a, const float* b, fl
 // Binds the call's buffers to a cached primitive and runs it with its reorders.
 bool run_entry(Entry* e, const float* a, const float* b, float* c) {
   if (!e) return false;
-  auto& s = cpu_stream();
+  auto& s = onednn_cpu_stream();
   e->a->bind(a);
   e->b->bind(b);
   e->c->bind(c);
@@ -507,7 +496,7 @@ std::unique_ptr<FusedEntry> build_fused(const ConvGeometry& g, bool has_bias, bo
                  : fwd::desc(dnnl::prop_kind::forward_inference,
                              dnnl::algorithm::convolution_direct, src, d.wei_any, dst, d.strides,
                              d.dilates, d.pad_l, d.pad_r);
-    return fwd::primitive_desc(desc, attr, cpu_engine());
+    return fwd::primitive_desc(desc, attr, onednn_cpu_engine());
   };
   // Left to choose ("any"), oneDNN 2.6 takes channels-last brgconv kernels for forward
   // inference; measured on LeNet at batch 1 and 256, the nChw16c JIT kernels are faster and their
@@ -541,14 +530,14 @@ std::unique_ptr<FusedEntry> build_fused(const ConvGeometry& g, bool has_bias, bo
   e->src = std::make_unique<Arg>(d.src_user, pd->src_desc(), true);
   e->wei = std::make_unique<Arg>(d.wei_user, pd->weights_desc(), true, /*own=*/true);
   e->dst = std::make_unique<Arg>(d.dst_user, pd->dst_desc(), false);
-  e->scratchpad = memory(pd->scratchpad_desc(), cpu_engine(), DNNL_MEMORY_NONE);
+  e->scratchpad = memory(pd->scratchpad_desc(), onednn_cpu_engine(), DNNL_MEMORY_NONE);
   e->scratchpad_bytes = pd->scratchpad_desc().get_size();
   e->args = {{DNNL_ARG_SRC, e->src->prim.get()},
              {DNNL_ARG_WEIGHTS, e->wei->prim.get()},
              {DNNL_ARG_DST, e->dst->prim.get()},
              {DNNL_ARG_SCRATCHPAD, e->scratchpad.get()}};
   if (has_bias) {
-    e->bias = memory(pd->bias_desc(), cpu_engine(), DNNL_MEMORY_NONE);
+    e->bias = memory(pd->bias_desc(), onednn_cpu_engine(), DNNL_MEMORY_NONE);
     e->args.push_back({DNNL_ARG_BIAS, e->bias.get()});
   }
   return e;
@@ -589,7 +578,7 @@ bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const floa
     if (!e) return false;
     relu_after = true;
   }
-  auto& s = cpu_stream();
+  auto& s = onednn_cpu_stream();
   e->src->bind(x);
   e->dst->bind(y);
   CallBuffer src_buf, dst_buf, scratch;

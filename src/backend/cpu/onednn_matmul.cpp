@@ -31,6 +31,8 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
+
+#include "onednn_engine.hpp"
 #endif
 
 namespace soma {
@@ -143,13 +145,7 @@ bool onednn_sgemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, const fl
 
 #else
 
-namespace {
-
-using dnnl::memory;
-using dt = memory::data_type;
-using tag = memory::format_tag;
-
-dnnl::engine& cpu_engine() {
+dnnl::engine& onednn_cpu_engine() {
   static dnnl::engine eng = [] {
     limit_onednn_primitive_cache();
     return dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -157,10 +153,16 @@ dnnl::engine& cpu_engine() {
   return eng;
 }
 
-dnnl::stream& cpu_stream() {
-  thread_local dnnl::stream s(cpu_engine());
+dnnl::stream& onednn_cpu_stream() {
+  thread_local dnnl::stream s(onednn_cpu_engine());
   return s;
 }
+
+namespace {
+
+using dnnl::memory;
+using dt = memory::data_type;
+using tag = memory::format_tag;
 
 // An input operand: the user's f32 buffer (any strides) and the primitive's bf16 copy.
 // A buffer from soma's caching allocator for one call (the cache holds no activation-sized
@@ -181,8 +183,8 @@ struct Operand {
   memory user, prim;
   dnnl::reorder reorder;
   Operand(const memory::desc& user_md, const memory::desc& prim_md)
-      : user(user_md, cpu_engine(), DNNL_MEMORY_NONE),
-        prim(prim_md, cpu_engine(), DNNL_MEMORY_NONE),
+      : user(user_md, onednn_cpu_engine(), DNNL_MEMORY_NONE),
+        prim(prim_md, onednn_cpu_engine(), DNNL_MEMORY_NONE),
         reorder(user, prim) {}
   void load(const float* p, CallBuffer& buf, dnnl::stream& s) {
     user.set_data_handle(const_cast<float*>(p));
@@ -203,7 +205,7 @@ using Key = std::array<std::int64_t, 8>;
 bool is_reference(const char* impl) { return std::strncmp(impl, "ref", 3) == 0; }
 
 std::unique_ptr<Entry> build(const MatmulGeometry& g) {
-  auto& eng = cpu_engine();
+  auto& eng = onednn_cpu_engine();
   const memory::dims ad{g.m, g.k}, bd{g.k, g.n}, cd{g.m, g.n};
   // The bf16 copies keep the f32 operand's order (row- or column-major: a transposed view from
   // the backward pass stays transposed), so the reorder is a plain conversion; brgemm reads
@@ -249,7 +251,7 @@ Entry* lookup(const MatmulGeometry& g) {
 bool onednn_matmul_bf16(const MatmulGeometry& g, const float* a, const float* b, float* c) {
   Entry* e = lookup(g);
   if (!e) return false;
-  auto& s = cpu_stream();
+  auto& s = onednn_cpu_stream();
   CallBuffer a_buf, b_buf, scratch;
   scratch.bind(e->scratchpad);
   e->a->load(a, a_buf, s);
