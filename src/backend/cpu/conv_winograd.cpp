@@ -325,15 +325,6 @@ using dt = memory::data_type;
 constexpr std::int64_t kChunk = 64;  // tiles per GEMM: V and M of a chunk stay in L2
 constexpr std::int64_t kLanes = 16;
 
-bool all_finite(const float* p, std::int64_t n) {
-  std::uint32_t m = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::uint32_t b = std::bit_cast<std::uint32_t>(p[i]) & 0x7fffffffu;
-    m = b > m ? b : m;
-  }
-  return m < 0x7f800000u;
-}
-
 std::int64_t round_up(std::int64_t v, std::int64_t k) { return (v + k - 1) / k * k; }
 
 // One geometry: the batched GEMM primitive for `rows` tiles per chunk and the filter transform
@@ -476,7 +467,7 @@ bool weights_ready(Entry& e, const ConvGeometry& g, const float* w,
   const bool fresh = e.w_valid && w_storage && e.w_ptr == w && e.w_version == version &&
                      e.w_owner.lock() == w_storage;
   if (!fresh) {
-    e.w_finite = all_finite(w, g.o * g.c * 25);
+    e.w_finite = all_finite_f32(w, g.o * g.c * 25);
     if (e.w_finite) filter_transform(e, g, w, flip);
     e.w_owner = w_storage;
     e.w_ptr = w;
@@ -502,7 +493,7 @@ bool run_winograd(const ConvGeometry& g, const float* x, const float* w,
   if (per_step && conv_winograd_use() == WinogradUse::automatic &&
       !conv_winograd_pays_per_step(g))
     return false;
-  if (!all_finite(x, g.n * g.c * g.h * g.w)) return false;
+  if (!all_finite_f32(x, g.n * g.c * g.h * g.w)) return false;
   const std::int64_t th = (g.oh + 1) / 2, tw = (g.ow + 1) / 2, tiles = g.n * th * tw;
   const std::int64_t cp = round_up(g.c, kLanes), op = round_up(g.o, kLanes);
   const std::int64_t hp = 2 * th + 4, wp = 2 * tw + 4;

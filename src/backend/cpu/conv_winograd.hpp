@@ -4,12 +4,25 @@
 // (src/backend/cpu/conv_winograd.cpp). onednn_conv_forward_fused tries it first; it computes
 // y = act(conv(x, w) + bias) with 9 multiplications per output and input channel instead of 25
 // (6x6 input tiles, 2x2 output tiles; the element-wise stage is 36 GEMMs [tiles, C] x [C, O]).
+#include <bit>
 #include <cstdint>
 #include <memory>
 
 #include "onednn_conv.hpp"
 
 namespace soma::detail {
+
+// No NaN or infinity in p[0, n): the largest magnitude's bits stay below the exponent all-ones
+// (an unsigned max over the bits, which vectorises). Winograd and the fused conv path take
+// finite operands only.
+inline bool all_finite_f32(const float* p, std::int64_t n) {
+  std::uint32_t m = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t b = std::bit_cast<std::uint32_t>(p[i]) & 0x7fffffffu;
+    m = b > m ? b : m;
+  }
+  return m < 0x7f800000u;
+}
 
 enum class WinogradUse {
   off,        // never

@@ -449,23 +449,12 @@ struct FusedEntry {
   std::size_t held_bytes() const { return wei->reorder ? wei->prim.get_desc().get_size() : 0; }
 };
 
-// No NaN or infinity in p[0, n): the largest magnitude's bits stay below the exponent all-ones
-// (an unsigned max over the bits, which vectorises).
-bool all_finite(const float* p, std::int64_t n) {
-  std::uint32_t m = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::uint32_t b = std::bit_cast<std::uint32_t>(p[i]) & 0x7fffffffu;
-    m = b > m ? b : m;
-  }
-  return m < 0x7f800000u;
-}
-
 bool weights_finite(FusedEntry& e, const ConvGeometry& g, const float* w,
                     const std::shared_ptr<Storage>& w_storage) {
   const std::uint64_t version = w_storage ? w_storage->version.load() : 0;
   if (w_storage && e.wf_ptr == w && e.wf_version == version && e.wf_owner.lock() == w_storage)
     return e.wf_finite;
-  e.wf_finite = all_finite(w, g.o * (g.c / g.groups) * g.kh * g.kw);
+  e.wf_finite = all_finite_f32(w, g.o * (g.c / g.groups) * g.kh * g.kw);
   e.wf_owner = w_storage;
   e.wf_ptr = w;
   e.wf_version = version;
@@ -572,8 +561,8 @@ bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const floa
   // runs and the ReLU is applied afterwards. The weights' check is cached like their reorder.
   bool relu_after = e->relu_after;
   if (relu && !relu_after &&
-      !(all_finite(x, g.n * g.c * g.h * g.w) && weights_finite(*e, g, w, w_storage) &&
-        (!bias || all_finite(bias, g.o)))) {
+      !(all_finite_f32(x, g.n * g.c * g.h * g.w) && weights_finite(*e, g, w, w_storage) &&
+        (!bias || all_finite_f32(bias, g.o)))) {
     e = lookup_fused(g, bias != nullptr, false);
     if (!e) return false;
     relu_after = true;
