@@ -329,6 +329,37 @@ TEST_F(WinogradTest, NonFiniteOperandsGiveTheDirectPathsResult) {
   }
 }
 
+// Finite but huge operands: Winograd's transforms scale a tile's values up (by ~10^4 at most over
+// a direct sum), so where the direct sums stay finite its intermediates could overflow to inf
+// and come out as NaN. Such operands go to the direct kernel: the same result, bit for bit;
+// large but safe ones still take Winograd.
+TEST_F(WinogradTest, HugeFiniteOperandsGiveTheDirectPathsResult) {
+  const Case k{1, 16, 10, 10, 16, 2, 2, 2, 2, true, false};
+  const ConvGeometry g = geometry(k);
+  for (const double scale : {1e36, 1e20}) {
+    SCOPED_TRACE("input scale " + std::to_string(scale));
+    const std::vector<float> x = random_floats(16 * 100, 23, scale), b = random_floats(16, 24);
+    const Tensor w = weight_tensor(random_floats(16 * 16 * 25, 25, 0.1), 16, 16);
+    const std::uint64_t calls = detail::conv_winograd_calls();
+    const std::vector<float> y = fused(g, x, w, b.data(), false, true);
+    const bool taken = detail::conv_winograd_calls() == calls + 1;
+    const std::vector<float> d = fused(g, x, w, b.data(), false, false);
+    for (std::size_t i = 0; i < d.size(); ++i) ASSERT_TRUE(std::isfinite(d[i])) << i;
+    if (scale > 1e30) {
+      EXPECT_FALSE(taken);
+      for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], d[i]) << i;
+    } else {
+      EXPECT_TRUE(taken);
+      double worst = 0, ss = 0;
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        worst = std::max(worst, std::abs(double(y[i]) - double(d[i])));
+        ss += double(d[i]) * double(d[i]);
+      }
+      EXPECT_LT(worst / std::sqrt(ss / double(d.size())), 5e-5);
+    }
+  }
+}
+
 TEST_F(WinogradTest, TheCacheStaysBounded) {
   const std::vector<float> wv = random_floats(8 * 8 * 25, 30, 0.1);
   const Tensor w = weight_tensor(wv, 8, 8);

@@ -342,7 +342,7 @@ struct Entry {
   const float* w_ptr = nullptr;
   std::uint64_t w_version = 0;
   bool w_valid = false;
-  bool w_finite = false;
+  float w_max = 0.0f;  // max |w| (inf or NaN when not finite)
   std::uint64_t used = 0;
   std::size_t bytes() const { return u.get_desc().get_size(); }
 };
@@ -460,6 +460,16 @@ void filter_transform(Entry& e, const ConvGeometry& g, const float* w, bool flip
   ++t_filter_transforms;
 }
 
+// Winograd's intermediates stay finite, so that its result is the direct kernel's up to rounding,
+// when max|x| and max|w| are below 1e30 and max|x| max|w| C 1e5 below 1e38 (f32 ends at 3.4e38).
+// The transforms scale a tile by at most: input 7^2 (B^T's largest row sum, squared), filter
+// (31/15)^2, output 5.5^2, so an output-sized intermediate is at most ~6.3e3 C max|x| max|w|
+// (a direct sum: 25 C max|x| max|w|). Larger values go to the direct kernel.
+bool magnitudes_safe(float x_max, float w_max, std::int64_t c) {
+  return x_max < 1e30f && w_max < 1e30f &&
+         double(x_max) * double(w_max) * double(c) * 1e5 < 1e38;
+}
+
 // Whether e.u holds the transform of these weights (recomputed when not) and they are finite.
 bool weights_ready(Entry& e, const ConvGeometry& g, const float* w,
                    const std::shared_ptr<Storage>& w_storage, bool flip) {
@@ -467,14 +477,14 @@ bool weights_ready(Entry& e, const ConvGeometry& g, const float* w,
   const bool fresh = e.w_valid && w_storage && e.w_ptr == w && e.w_version == version &&
                      e.w_owner.lock() == w_storage;
   if (!fresh) {
-    e.w_finite = all_finite_f32(w, g.o * g.c * 25);
-    if (e.w_finite) filter_transform(e, g, w, flip);
+    e.w_max = max_abs_f32(w, g.o * g.c * 25);
+    if (magnitudes_safe(0.0f, e.w_max, g.c)) filter_transform(e, g, w, flip);
     e.w_owner = w_storage;
     e.w_ptr = w;
     e.w_version = version;
     e.w_valid = true;
   }
-  return e.w_finite;
+  return magnitudes_safe(0.0f, e.w_max, g.c);
 }
 
 }  // namespace
@@ -493,7 +503,8 @@ bool run_winograd(const ConvGeometry& g, const float* x, const float* w,
   if (per_step && conv_winograd_use() == WinogradUse::automatic &&
       !conv_winograd_pays_per_step(g))
     return false;
-  if (!all_finite_f32(x, g.n * g.c * g.h * g.w)) return false;
+  const float x_max = max_abs_f32(x, g.n * g.c * g.h * g.w);
+  if (!magnitudes_safe(x_max, 0.0f, g.c)) return false;  // inf, NaN or huge: the direct kernel
   const std::int64_t th = (g.oh + 1) / 2, tw = (g.ow + 1) / 2, tiles = g.n * th * tw;
   const std::int64_t cp = round_up(g.c, kLanes), op = round_up(g.o, kLanes);
   const std::int64_t hp = 2 * th + 4, wp = 2 * tw + 4;
@@ -508,7 +519,8 @@ bool run_winograd(const ConvGeometry& g, const float* x, const float* w,
   const std::int64_t rows = std::min(kChunk, (tiles + nt - 1) / nt);
   const std::int64_t chunks = (tiles + rows - 1) / rows;
   Entry* e = lookup(g, rows, cp, op, flip);
-  if (!e || !weights_ready(*e, g, w, w_storage, flip)) return false;
+  if (!e || !weights_ready(*e, g, w, w_storage, flip) || !magnitudes_safe(x_max, e->w_max, g.c))
+    return false;
 
   Buffer xp(sizeof(float) * std::size_t(g.n * hp * wp * cp));
   {

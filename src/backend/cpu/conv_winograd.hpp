@@ -12,16 +12,19 @@
 
 namespace soma::detail {
 
-// No NaN or infinity in p[0, n): the largest magnitude's bits stay below the exponent all-ones
-// (an unsigned max over the bits, which vectorises). Winograd and the fused conv path take
-// finite operands only.
-inline bool all_finite_f32(const float* p, std::int64_t n) {
+// max |p[i]| over p[0, n) (0 when n is 0); +inf when a value is infinite, NaN when one is NaN:
+// an unsigned max over the magnitude bits, which vectorises.
+inline float max_abs_f32(const float* p, std::int64_t n) {
   std::uint32_t m = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     const std::uint32_t b = std::bit_cast<std::uint32_t>(p[i]) & 0x7fffffffu;
     m = b > m ? b : m;
   }
-  return m < 0x7f800000u;
+  return std::bit_cast<float>(m);
+}
+// No NaN or infinity in p[0, n). Winograd and the fused conv path take finite operands only.
+inline bool all_finite_f32(const float* p, std::int64_t n) {
+  return std::bit_cast<std::uint32_t>(max_abs_f32(p, n)) < 0x7f800000u;
 }
 
 enum class WinogradUse {
