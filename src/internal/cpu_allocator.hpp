@@ -13,6 +13,28 @@ void* cpu_allocate(std::size_t nbytes);
 // Gives back memory from cpu_allocate(nbytes) (same nbytes); null is ignored.
 void cpu_free(void* p, std::size_t nbytes);
 
+// Memory from cpu_allocate held for the length of a scope (none until given a size).
+class CpuBuffer {
+ public:
+  CpuBuffer() = default;
+  explicit CpuBuffer(std::size_t nbytes) { reset(nbytes); }
+  ~CpuBuffer() { cpu_free(p_, n_); }
+  CpuBuffer(const CpuBuffer&) = delete;
+  CpuBuffer& operator=(const CpuBuffer&) = delete;
+  // Gives back what it held and takes `nbytes` (nothing for 0).
+  void reset(std::size_t nbytes) {
+    cpu_free(p_, n_);
+    p_ = nullptr, n_ = 0;
+    if (nbytes) p_ = cpu_allocate(nbytes), n_ = nbytes;
+  }
+  void* get() const { return p_; }
+  float* f() const { return static_cast<float*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
 struct CpuCacheStats {
   std::size_t cached_bytes = 0;  // held in the cache now
   std::uint64_t hits = 0, misses = 0;

@@ -418,21 +418,6 @@ Entry* lookup(const ConvGeometry& g, std::int64_t rows, std::int64_t cp, std::in
   return c.slots.emplace(key, std::move(e)).first->second.get();
 }
 
-// A buffer from soma's caching allocator for the length of a scope.
-class Buffer {
- public:
-  explicit Buffer(std::size_t nbytes) : n_(nbytes), p_(nbytes ? cpu_allocate(nbytes) : nullptr) {}
-  ~Buffer() { cpu_free(p_, n_); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  float* f() const { return static_cast<float*>(p_); }
-  void* get() const { return p_; }
-
- private:
-  std::size_t n_;
-  void* p_;
-};
-
 // U[xi][c][o] = (G w[o][c] G^T)[xi] in f64, rounded once, into e.u; channels past c, o zero.
 // flip: w is [c, o, 5, 5] (a forward kernel whose input channels are g.o) and is read rotated
 // by 180 degrees: the backward data pass as a forward convolution. In training it runs once per
@@ -440,7 +425,7 @@ class Buffer {
 // ~300 us one kernel at a time, a third of a batch-8 convolution).
 void filter_transform(Entry& e, const ConvGeometry& g, const float* w, bool flip) {
   const std::size_t usize = std::size_t(36 * e.cp * e.op);
-  Buffer ub(usize * sizeof(float));  // the caching allocator: no page faults per update
+  CpuBuffer ub(usize * sizeof(float));  // the caching allocator: no page faults per update
   float* u = ub.f();
   std::fill(u, u + usize, 0.0f);
   SOMA_ISA_SELECT(wino::filter_transform)(w, g.c, g.o, flip, e.cp, e.op, u);
@@ -522,7 +507,7 @@ bool run_winograd(const ConvGeometry& g, const float* x, const float* w,
   if (!e || !weights_ready(*e, g, w, w_storage, flip) || !magnitudes_safe(x_max, e->w_max, g.c))
     return false;
 
-  Buffer xp(sizeof(float) * std::size_t(g.n * hp * wp * cp));
+  CpuBuffer xp(sizeof(float) * std::size_t(g.n * hp * wp * cp));
   {
     auto pad = SOMA_ISA_SELECT(wino::pad_to_nhwc);
     const std::int64_t image = g.c * g.h * g.w;
@@ -550,9 +535,9 @@ bool run_winograd(const ConvGeometry& g, const float* x, const float* w,
   parallel_for(chunks, per_thread, [&](std::int64_t k0, std::int64_t k1) {
     try {
       BlasThreads one(1);  // this thread's GEMMs: single-threaded, as the primitive was built
-      Buffer v(sizeof(float) * std::size_t(36 * rows * cp));
-      Buffer m(sizeof(float) * std::size_t(36 * rows * op));
-      Buffer scratch(e->scratch_md.get_size());
+      CpuBuffer v(sizeof(float) * std::size_t(36 * rows * cp));
+      CpuBuffer m(sizeof(float) * std::size_t(36 * rows * op));
+      CpuBuffer scratch(e->scratch_md.get_size());
       memory src(e->src_md, onednn_cpu_engine(), v.get()), dst(e->dst_md, onednn_cpu_engine(), m.get());
       memory sp(e->scratch_md, onednn_cpu_engine(), scratch.get());
       const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.get()},

@@ -114,25 +114,6 @@ void execute(const dnnl::primitive& p, dnnl::stream& s, const dnnl_exec_arg_t* a
                           "could not execute a primitive");
 }
 
-// A buffer from soma's caching allocator for one call, bound to a memory object for that call.
-class CallBuffer {
- public:
-  CallBuffer() = default;
-  void bind(memory& m, std::size_t nbytes) {
-    if (!nbytes) return;
-    n_ = nbytes;
-    p_ = cpu_allocate(nbytes);
-    m.set_data_handle(p_);
-  }
-  ~CallBuffer() { cpu_free(p_, n_); }
-  CallBuffer(const CallBuffer&) = delete;
-  CallBuffer& operator=(const CallBuffer&) = delete;
-
- private:
-  void* p_ = nullptr;
-  std::size_t n_ = 0;
-};
-
 // One tensor argument: the user's plain buffer and, when the primitive wants another layout, a
 // buffer in that layout with the reorder between them. The other layout's buffer is bound for
 // each call (bind_prim), unless `own` asks for one that lives with the argument (the fused path's
@@ -158,7 +139,7 @@ struct Arg {
     }
   }
   void bind(const void* p) { user.set_data_handle(const_cast<void*>(p)); }
-  void bind_prim(CallBuffer& buf) { buf.bind(prim, prim_bytes); }
+  void bind_prim(CpuBuffer& buf) { bind_call_buffer(prim, prim_bytes, buf); }
   // user -> prim (inputs) or prim -> user (the output): the direction fixed at construction.
   void run_reorder(dnnl::stream& s) {
     if (reorder) execute(*reorder, s, reorder_args.data(), 2);
@@ -410,11 +391,11 @@ bool run_entry(Entry* e, const float* a, const float* b, float* c) {
   e->a->bind(a);
   e->b->bind(b);
   e->c->bind(c);
-  CallBuffer a_buf, b_buf, c_buf, scratch;
+  CpuBuffer a_buf, b_buf, c_buf, scratch;
   e->a->bind_prim(a_buf);
   e->b->bind_prim(b_buf);
   e->c->bind_prim(c_buf);
-  scratch.bind(e->scratchpad, e->scratchpad_bytes);
+  bind_call_buffer(e->scratchpad, e->scratchpad_bytes, scratch);
   e->a->run_reorder(s);
   e->b->run_reorder(s);
   execute(e->prim, s, e->args.data(), int(e->args.size()));
@@ -570,10 +551,10 @@ bool onednn_conv_forward_fused(const ConvGeometry& g, const float* x, const floa
   auto& s = onednn_cpu_stream();
   e->src->bind(x);
   e->dst->bind(y);
-  CallBuffer src_buf, dst_buf, scratch;
+  CpuBuffer src_buf, dst_buf, scratch;
   e->src->bind_prim(src_buf);
   e->dst->bind_prim(dst_buf);
-  scratch.bind(e->scratchpad, e->scratchpad_bytes);
+  bind_call_buffer(e->scratchpad, e->scratchpad_bytes, scratch);
   if (bias) e->bias.set_data_handle(const_cast<float*>(bias));
   e->src->run_reorder(s);
   if (e->wei->reorder) {

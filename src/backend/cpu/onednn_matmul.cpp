@@ -5,10 +5,10 @@
 // A product under autocast is one oneDNN matmul primitive with bf16 source and weights and an
 // f32 destination (oneDNN accumulates in f32). soma's f32 operands, in whatever strides the
 // kernel got them (transposed views from the backward pass included), are converted by oneDNN
-// reorders into plain bf16 copies in the same row or column order (see build()). Primitives and reorders are cached per thread, keyed on the shape,
-// the strides and the OpenMP thread count (as in onednn_conv.cpp); the bf16 buffers and the
-// scratchpad come from soma's caching allocator for each call, so the cache holds no
-// activation-sized memory.
+// reorders into plain bf16 copies in the same row or column order (see build()). Primitives and
+// reorders are cached per thread, keyed on the shape, the strides and the OpenMP thread count (as
+// in onednn_conv.cpp); the bf16 buffers and the scratchpad come from soma's caching allocator for
+// each call, so the cache holds no activation-sized memory.
 // A case for which oneDNN offers only its reference kernel is refused (remembered), and the
 // caller runs f32 OpenBLAS: a reference bf16 kernel is many times slower than f32.
 #include "onednn_matmul.hpp"
@@ -164,20 +164,12 @@ using dnnl::memory;
 using dt = memory::data_type;
 using tag = memory::format_tag;
 
+// Binds m to a buffer from soma's caching allocator for one call (the cache holds no
+// activation-sized buffers: a program going through many shapes would keep one per shape
+// otherwise).
+void bind(memory& m, CpuBuffer& buf) { bind_call_buffer(m, m.get_desc().get_size(), buf); }
+
 // An input operand: the user's f32 buffer (any strides) and the primitive's bf16 copy.
-// A buffer from soma's caching allocator for one call (the cache holds no activation-sized
-// buffers: a program going through many shapes would keep one per shape otherwise).
-struct CallBuffer {
-  void* p = nullptr;
-  std::size_t n = 0;
-  void bind(memory& m) {
-    n = m.get_desc().get_size();
-    if (!n) return;
-    p = cpu_allocate(n);
-    m.set_data_handle(p);
-  }
-  ~CallBuffer() { cpu_free(p, n); }
-};
 
 struct Operand {
   memory user, prim;
@@ -186,9 +178,9 @@ struct Operand {
       : user(user_md, onednn_cpu_engine(), DNNL_MEMORY_NONE),
         prim(prim_md, onednn_cpu_engine(), DNNL_MEMORY_NONE),
         reorder(user, prim) {}
-  void load(const float* p, CallBuffer& buf, dnnl::stream& s) {
+  void load(const float* p, CpuBuffer& buf, dnnl::stream& s) {
     user.set_data_handle(const_cast<float*>(p));
-    buf.bind(prim);
+    bind(prim, buf);
     reorder.execute(s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, prim}});
   }
 };
@@ -252,8 +244,8 @@ bool onednn_matmul_bf16(const MatmulGeometry& g, const float* a, const float* b,
   Entry* e = lookup(g);
   if (!e) return false;
   auto& s = onednn_cpu_stream();
-  CallBuffer a_buf, b_buf, scratch;
-  scratch.bind(e->scratchpad);
+  CpuBuffer a_buf, b_buf, scratch;
+  bind(e->scratchpad, scratch);
   e->a->load(a, a_buf, s);
   e->b->load(b, b_buf, s);
   e->c.set_data_handle(c);
