@@ -145,7 +145,7 @@ case $case_name in
     run train --model mlp --epochs 3 --batch-size 32 --seed 1 --data idx:"$dir" \
       --out "$out/k.soma" --csv "$out/k.csv" --threads 1 --verbose 0
     expect_status 0
-    /usr/bin/python3 - "$out/k.csv" >"$out/py" 2>&1 <<'PY' || fail "the CSV log is not what Keras' CSVLogger writes: $(cat "$out/py")"
+    /usr/bin/python3 -s - "$out/k.csv" >"$out/py" 2>&1 <<'PY' || fail "the CSV log is not what Keras' CSVLogger writes: $(cat "$out/py")"
 import csv, math, sys
 rows = list(csv.reader(open(sys.argv[1], newline="")))
 head, body = rows[0], rows[1:]
@@ -399,8 +399,8 @@ PY
     expect_status 0
     expect_stdout '^wrote .*mlp.onnx \(ONNX opset 17, 118285 parameters\)$'
     [ -s "$out/mlp.onnx" ] || fail "no ONNX file written"
-    if /usr/bin/python3 -c 'import onnx' 2>/dev/null; then
-      /usr/bin/python3 "$(dirname "$0")/../onnx/check_model.py" "$out/mlp.onnx" >"$out/stdout" 2>&1 ||
+    if /usr/bin/python3 -s -c 'import onnx' 2>/dev/null; then
+      /usr/bin/python3 -s "$(dirname "$0")/../onnx/check_model.py" "$out/mlp.onnx" >"$out/stdout" 2>&1 ||
         fail "onnx.checker rejects the file"
     fi
     run export "$dir/mlp.soma"

@@ -3,8 +3,8 @@
 Prints the directory holding one folder per node test, or nothing (exit 0) when no onnx package
 with node tests is importable. Older onnx wheels ship the data (onnx/backend/test/data/node);
 newer ones ship only the generators (onnx.backend.test.case.node), so the data is generated once
-into OUT with onnx's own writer (cmd_tools.generate_data), and reused while the onnx version is
-the same.
+into OUT with onnx's own writer (cmd_tools.generate_data), and reused while the versions of onnx,
+numpy and ml_dtypes are the same (the pinned ones of scripts/oracles.lock, in the tests).
 
 usage: node_data.py OUT
 """
@@ -22,9 +22,17 @@ def main() -> int:
     if os.path.isdir(shipped) and os.listdir(shipped):
         print(shipped)
         return 0
+    # The generators' numbers depend on numpy and ml_dtypes too (ml_dtypes 0.7 writes other
+    # values for out-of-range INT4 casts than 0.5 did): the data is made again when any moves.
+    versions = f"onnx {onnx.__version__}"
+    for name in ("numpy", "ml_dtypes"):
+        try:
+            versions += f" {name} {__import__(name).__version__}"
+        except Exception:  # noqa: BLE001 - not installed: not part of the stamp
+            pass
     stamp = os.path.join(out, "onnx_version")
     node_dir = os.path.join(out, "node")
-    if os.path.isfile(stamp) and open(stamp).read() == onnx.__version__ and os.path.isdir(node_dir):
+    if os.path.isfile(stamp) and open(stamp).read() == versions and os.path.isdir(node_dir):
         print(node_dir)
         return 0
     try:
@@ -48,7 +56,7 @@ def main() -> int:
               file=sys.stderr)
         return 0
     with open(stamp, "w") as f:
-        f.write(onnx.__version__)
+        f.write(versions)
     print(node_dir)
     return 0
 

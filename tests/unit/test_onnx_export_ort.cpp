@@ -1,7 +1,7 @@
 // Export at every opset soma writes (11 to 21): each model of the list below is exported at each
 // opset, must pass onnx.checker.check_model(full_check=True) and run in onnxruntime with outputs
-// equal to soma's within 1e-5 (tests/onnx/ort_run.py, run with the python3 on PATH: PyPI's onnx
-// and onnxruntime). Skips when they cannot be imported. Prints the opset x model matrix.
+// equal to soma's within 1e-5 (tests/onnx/ort_run.py, run in the pinned oracle environment:
+// PyPI's onnx and onnxruntime). Skips when they cannot be imported. Prints the opset x model matrix.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,7 +23,7 @@
 #define SOMA_ONNX_SCRIPTS "tests/onnx"
 #endif
 #ifndef SOMA_ORT_PYTHON
-#define SOMA_ORT_PYTHON "python3"
+#define SOMA_ORT_PYTHON SOMA_ORACLE_PYTHON
 #endif
 
 using namespace soma;

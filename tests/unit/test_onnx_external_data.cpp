@@ -21,7 +21,7 @@
 #define SOMA_ONNX_SCRIPTS "tests/onnx"
 #endif
 #ifndef SOMA_ORT_PYTHON
-#define SOMA_ORT_PYTHON "python3"
+#define SOMA_ORT_PYTHON SOMA_ORACLE_PYTHON
 #endif
 
 using namespace soma;

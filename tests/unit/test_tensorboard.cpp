@@ -51,11 +51,12 @@ struct ReaderRun {
   std::vector<std::string> lines;
 };
 
-// Runs `python3 SCRIPT PATH`, collecting its output (stdout and stderr) and exit status.
-ReaderRun run_python(const char* script, const std::string& path) {
+// Runs `PYTHON SCRIPT PATH`, collecting its output (stdout and stderr) and exit status.
+ReaderRun run_python(const char* script, const std::string& path, const char* python = nullptr) {
   ReaderRun r;
 #if defined(SOMA_PYTHON3)
-  std::string cmd = std::string("'") + SOMA_PYTHON3 + "' '" + script + "' '" + path + "' 2>&1";
+  if (!python) python = SOMA_PYTHON3;
+  std::string cmd = std::string("'") + python + "' '" + script + "' '" + path + "' 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
   char buf[4096];
@@ -461,7 +462,7 @@ TEST_F(TensorBoardCallback, HistogramsOfEveryWeightUseLayerNames) {
 // TensorBoard itself (PyPI's tensorboard, its EventAccumulator) reads the run: scalars per epoch
 // equal to the History, a histogram per weight, and the model's layer graph.
 TEST_F(TensorBoardCallback, TensorBoardsOwnReaderLoadsScalarsHistogramsAndTheGraph) {
-#if defined(SOMA_PYTHON3) && defined(SOMA_TB_ACCUMULATOR)
+#if defined(SOMA_PYTHON3) && defined(SOMA_TB_ACCUMULATOR) && defined(SOMA_TB_PYTHON)
   nn::reset_layer_name_counters();
   auto model = compiled_classifier();
   auto h = model.fit(features(16, 5), labels(16, 3, 6),
@@ -469,9 +470,11 @@ TEST_F(TensorBoardCallback, TensorBoardsOwnReaderLoadsScalarsHistogramsAndTheGra
                       .validation_data = {{features(8, 3), labels(8, 3, 4)}},
                       .callbacks = {TensorBoard({.log_dir = dir_.string(), .histogram_freq = 1})},
                       .verbose = 0});
-  auto run = [](const fs::path& d) { return run_python(SOMA_TB_ACCUMULATOR, d.string()); };
+  // TensorBoard comes from the pinned oracle environment (scripts/oracles.lock).
+  auto run = [](const fs::path& d) { return run_python(SOMA_TB_ACCUMULATOR, d.string(), SOMA_TB_PYTHON); };
   ReaderRun rt = run(dir_ / "train");
-  if (rt.status == 77) GTEST_SKIP() << "tensorboard is not installed: " << rt.output;
+  if (rt.status == 77 || rt.status == 127)
+    GTEST_SKIP() << "no tensorboard in the oracle environment (bash scripts/oracles.sh): " << rt.output;
   ASSERT_EQ(rt.status, 0) << rt.output;
   ReaderRun rv = run(dir_ / "validation");
   ASSERT_EQ(rv.status, 0) << rv.output;

@@ -86,8 +86,8 @@ TEST(TransformerOnnx, CausalAttentionNeedsOpset14) {
   EXPECT_THROW(onnx::export_to_bytes(m, {.opset = 13}), Error);
 }
 
-// An outside reader: onnxruntime (from PyPI, when the python3 on PATH or SOMA_TEST_PYTHON imports
-// it; skipped otherwise) runs the exported GPT and gives soma's outputs (to 1e-4).
+// An outside reader: onnxruntime (from PyPI, in the pinned oracle environment, or the python
+// SOMA_TEST_PYTHON names; skipped without it) runs the exported GPT and gives soma's outputs (to 1e-4).
 TEST(TransformerOnnx, OnnxRuntimeMatchesSoma) {
   if (!onnx::available()) GTEST_SKIP() << "built without ONNX";
   set_seed(25);
@@ -106,9 +106,8 @@ y = s.run(None, {s.get_inputs()[0].name: x})[0].astype(np.float64)
 with open(sys.argv[1], "w") as out:
     out.write(" ".join(["y", str(y.ndim)] + [str(d) for d in y.shape] + [repr(float(a)) for a in y.flatten()]) + "\n")
 )";
-  // onnxruntime comes from PyPI: the python3 on PATH, unless SOMA_TEST_PYTHON names another.
-  ::setenv("SOMA_TEST_PYTHON", "python3", /*overwrite=*/0);
-  auto run = soma::testing::run_torch_script(script.c_str(), "gpt_ort");
+  // onnxruntime comes from PyPI: the oracle environment (scripts/oracles.lock).
+  auto run = soma::testing::run_torch_script(script.c_str(), "gpt_ort", SOMA_ORACLE_PYTHON);
   fs::remove(file);
   if (run.unavailable()) GTEST_SKIP() << run.log;
   ASSERT_EQ(run.rc, 0) << run.log;
@@ -204,8 +203,7 @@ y = s.run(None, {i.name: x for i, x in zip(s.get_inputs(), xs)})[0].astype(np.fl
 with open(sys.argv[1], "w") as out:
     out.write(" ".join(["y", str(y.ndim)] + [str(d) for d in y.shape] + [repr(float(a)) for a in y.flatten()]) + "\n")
 )";
-  ::setenv("SOMA_TEST_PYTHON", "python3", /*overwrite=*/0);
-  auto run = soma::testing::run_torch_script(script.c_str(), tag);
+  auto run = soma::testing::run_torch_script(script.c_str(), tag, SOMA_ORACLE_PYTHON);
   fs::remove(file);
   OrtRun r;
   r.log = run.log;
