@@ -20,10 +20,10 @@
 # Builds soma's `soma` program (BUILD_DIR, default build-bench, Release) and the peer programs in
 # bench/libtorch (libtorch twins, OpenBLAS/oneDNN called directly; libtorch is optional and is
 # installed with apt-get when missing and running as root). Two libtorch peers: Debian's
-# libtorch-dev, and the libtorch inside PyPI's current torch wheel (pip install --no-deps into
-# $BUILD_DIR/pypi-torch, the twins built again against it in $BUILD_DIR/peers-pypi; skipped, and
-# said so, where it cannot be installed or its libraries cannot load; SOMA_PYPI_TORCH=torch==2.15.0
-# pins a version). Every (workload, threads, batch) runs as its own process, soma and the
+# libtorch-dev, and the libtorch inside PyPI's torch wheel of the version scripts/oracles.lock
+# pins (pip install --no-deps into $BUILD_DIR/pypi-torch, the twins built again against it in
+# $BUILD_DIR/peers-pypi; skipped, and said so, where it cannot be installed or its libraries
+# cannot load; SOMA_PYPI_TORCH=torch==X.Y.Z tries another). Every (workload, threads, batch) runs as its own process, soma and the
 # libtorchs alternately (the order flips every repetition), with OMP_NUM_THREADS set to the
 # thread count on every side. Prints one markdown table: medians over the repetitions, the spread
 # as (max-min)/median, and "speedup" = how many times better soma is than each libtorch
@@ -63,10 +63,14 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 [[ -z $REPS ]] && { [[ $MODE == full ]] && REPS=5 || REPS=1; }
+# BUILD_DIR relative to the repository root or absolute (an absolute one was once put under ROOT)
+[[ $BUILD_DIR == /* ]] || BUILD_DIR=$BUILD_DIR
+# PyPI's libtorch: the torch of scripts/oracles.lock unless SOMA_PYPI_TORCH names another
+PYPI_TORCH=${SOMA_PYPI_TORCH:-$(bash scripts/oracles.sh --pin torch)}
 
 log() { echo "compare.sh: $*" >&2; }
 
-OUT=$ROOT/$BUILD_DIR/compare
+OUT=$BUILD_DIR/compare
 mkdir -p "$OUT"
 RAW=$OUT/raw.txt
 measure() {
@@ -89,10 +93,10 @@ fi
 mkdir -p "$BUILD_DIR"
 cmake --build "$BUILD_DIR" --target soma_cli >"$BUILD_DIR/compare-build.log" 2>&1 ||
   { tail -20 "$BUILD_DIR/compare-build.log" >&2; exit 1; }
-SOMA=$ROOT/$BUILD_DIR/apps/soma/soma
-PEERS=$ROOT/$BUILD_DIR/peers
-PEERS_PYPI=$ROOT/$BUILD_DIR/peers-pypi
-PYPI_DIR=$ROOT/$BUILD_DIR/pypi-torch
+SOMA=$BUILD_DIR/apps/soma/soma
+PEERS=$BUILD_DIR/peers
+PEERS_PYPI=$BUILD_DIR/peers-pypi
+PYPI_DIR=$BUILD_DIR/pypi-torch
 # A peer side that cannot be configured or built leaves its columns empty; soma's side (and
 # --before) still run. (oneDNN is found by its header and library: Debian's dnnl-config.cmake asks
 # for OpenCL's headers, which stopped this configure on machines without ocl-icd-opencl-dev.)
@@ -123,10 +127,12 @@ fi
 # skipped. The install is kept (BUILD_DIR/pypi-torch) and reused until removed.
 PYPI=
 if [[ $PEERS_ON == 1 && $PYPI_ON == 1 ]]; then
-  if [[ ! -f $PYPI_DIR/torch/lib/libtorch_cpu.so ]]; then
-    log "installing ${SOMA_PYPI_TORCH:-torch} from PyPI into $PYPI_DIR (the wheel only, ~540 MB)"
+  # (another version left there by an earlier pin is replaced)
+  if [[ ! -f $PYPI_DIR/torch/lib/libtorch_cpu.so ]] || { [[ $PYPI_TORCH == torch==* ]] &&
+     ! grep -q "^__version__ = '${PYPI_TORCH#torch==}[+']" "$PYPI_DIR/torch/version.py" 2>/dev/null; }; then
+    log "installing $PYPI_TORCH from PyPI into $PYPI_DIR (the wheel only, ~540 MB)"
     rm -rf "$PYPI_DIR"
-    timeout 900 python3 -m pip install --quiet --no-deps --target "$PYPI_DIR" "${SOMA_PYPI_TORCH:-torch}" \
+    timeout 900 python3 -m pip install --quiet --no-deps --target "$PYPI_DIR" "$PYPI_TORCH" \
       >"$BUILD_DIR/compare-pypi.log" 2>&1 || { log "could not install torch from PyPI (see $BUILD_DIR/compare-pypi.log)"; rm -rf "$PYPI_DIR"; }
   fi
   if [[ -f $PYPI_DIR/torch/lib/libtorch_cpu.so ]]; then
@@ -272,7 +278,7 @@ startup_row() {  # side program
 }
 CXX=${CXX:-g++}
 SOMA_INC=$ROOT/include
-SOMA_LIB=$ROOT/$BUILD_DIR
+SOMA_LIB=$BUILD_DIR
 t0=$(date +%s%N)
 $CXX -std=c++20 -O2 -I"$SOMA_INC" bench/libtorch/startup_soma.cpp -o "$OUT/startup_soma" \
   -L"$SOMA_LIB" -lsoma -Wl,-rpath,"$SOMA_LIB"

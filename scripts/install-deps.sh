@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
-# Installs what soma needs to build and test on Debian 12. Idempotent: when every package is
-# already installed it only asks dpkg and returns (no apt-get update, no network).
+# Installs what soma needs on Debian 12. Idempotent: when every package is already installed it
+# only asks dpkg and returns (no apt-get update, no network).
+#   bash scripts/install-deps.sh          everything: the library, the tests, CI's sanitizer job,
+#                                         and the pinned Python oracles (scripts/oracles.sh)
+#   bash scripts/install-deps.sh --main   what libsoma, the `soma` command and the examples need
+#                                         to build and run, and the default data set: the main
+#                                         job (scripts/run-main.sh), nothing test-only
 set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PROFILE=all
+case "${1:-}" in
+  --main) PROFILE=main ;;
+  "") ;;
+  *) echo "install-deps: unknown argument '$1' (--main, or nothing for everything)" >&2; exit 2 ;;
+esac
 
-# OpenBLAS must be the OpenMP build (libopenblas-openmp-dev, not -pthread-dev) so that BLAS and
-# soma's own loops share one thread pool.
-PACKAGES=(
+# The library and the main job. OpenBLAS must be the OpenMP build (libopenblas-openmp-dev, not
+# -pthread-dev) so that BLAS and soma's own loops share one thread pool.
+MAIN_PACKAGES=(
   build-essential
   cmake
   ninja-build
@@ -14,9 +26,6 @@ PACKAGES=(
   libopenblas-openmp-dev
   # LAPACK's C interface for soma::linalg (over OpenBLAS's LAPACK)
   liblapacke-dev
-  libgtest-dev
-  libgmock-dev
-  libbenchmark-dev
   protobuf-compiler
   libprotobuf-dev
   zlib1g-dev
@@ -25,18 +34,29 @@ PACKAGES=(
   # Keras .weights.h5 / .h5 weight files (optional at build time; docs/keras.md)
   libhdf5-dev
   dataset-fashion-mnist
-  # ONNX export/import (libonnx-dev); its tests run the ONNX checker and PyTorch's exporter
-  # with Debian's Python modules (they skip without them)
+  # ONNX export/import
   libonnx-dev
+  # Distributed training over MPI
+  libopenmpi-dev
+  # oneDNN: convolution primitives and bf16 matrix work on the CPU (optional at build time)
+  libdnnl-dev
+)
+
+# The tests, benchmarks and CI on top.
+TEST_PACKAGES=(
+  libgtest-dev
+  libgmock-dev
+  libbenchmark-dev
+  # The ONNX tests run the ONNX checker and PyTorch's exporter with Debian's Python modules
+  # (they skip without them)
   python3-onnx
   python3-torch
   # reads `soma train --csv` logs as a Keras user would (cli.train_csv_reads_like_keras_csvlogger)
   python3-pandas
-  # Distributed training over MPI; the mpirun tests skip without openmpi-bin
-  libopenmpi-dev
+  # the pinned oracle environment (scripts/oracles.sh) is a venv of Debian's python3
+  python3-venv
+  # the mpirun tests skip without it
   openmpi-bin
-  # oneDNN: convolution primitives and bf16 matrix work on the CPU (optional at build time)
-  libdnnl-dev
   # CI's sanitizer and fuzzing stage (scripts/ci-sanitize.sh): clang with libFuzzer and the
   # ASan/UBSan/TSan runtimes
   clang-14
@@ -46,30 +66,16 @@ PACKAGES=(
   doxygen
 )
 
-# The ONNX conformance suite (tests/unit/test_onnx_node_conformance.cpp) runs the backend node
-# tests of the onnx package on PATH's python3: PyPI's newest wheel, installed once (the suite
-# skips where PyPI cannot be reached and no onnx is installed). Pinned, so that a new onnx
-# release cannot turn CI red overnight: tests/onnx/node_expected.txt was made with this one
-# (SOMA_ONNX_VERSION picks another).
-install_onnx_wheel() {
-  command -v python3 >/dev/null 2>&1 || return 0
-  if ! python3 -c "import onnx" >/dev/null 2>&1; then
-    echo "install-deps: pip install onnx (for the ONNX node-test suite)"
-    timeout 300 python3 -m pip install --quiet "onnx==${SOMA_ONNX_VERSION:-1.23.2}" ||
-      echo "install-deps: could not install onnx from PyPI; the ONNX node-test suite will skip" >&2
-  fi
-  # onnxruntime runs soma's ONNX exports (test_onnx_export_ort); a test oracle only.
-  if ! python3 -c "import onnxruntime" >/dev/null 2>&1; then
-    echo "install-deps: pip install onnxruntime (runs soma's ONNX exports in test_onnx_export_ort)"
-    timeout 300 python3 -m pip install --quiet "onnxruntime==${SOMA_ONNXRUNTIME_VERSION:-1.32.0}" ||
-      echo "install-deps: could not install onnxruntime from PyPI; test_onnx_export_ort will skip" >&2
-  fi
-  # TensorBoard's own reader checks soma's event files (test_tensorboard); a test oracle only.
-  if ! python3 -c "import tensorboard" >/dev/null 2>&1; then
-    echo "install-deps: pip install tensorboard (test oracle for the event files)"
-    timeout 300 python3 -m pip install --quiet "tensorboard==${SOMA_TENSORBOARD_VERSION:-2.21.0}" ||
-      echo "install-deps: could not install tensorboard from PyPI; its test will skip" >&2
-  fi
+PACKAGES=("${MAIN_PACKAGES[@]}")
+[[ $PROFILE == main ]] || PACKAGES+=("${TEST_PACKAGES[@]}")
+
+# The PyPI test oracles (onnx, onnxruntime, tensorboard with numpy, ml_dtypes, protobuf, ...):
+# exactly the versions of scripts/oracles.lock, in their own virtual environment, never the
+# user's python3. Without PyPI the tests that need them skip, saying so.
+install_oracles() {
+  [[ $PROFILE == main ]] && return 0
+  bash "$ROOT/scripts/oracles.sh" ||
+    echo "install-deps: no oracle environment; the tests that need it will skip" >&2
 }
 
 missing=()
@@ -81,8 +87,8 @@ for pkg in "${PACKAGES[@]}"; do
 done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages already installed"
-  install_onnx_wheel
+  echo "install-deps: all ${#PACKAGES[@]} packages already installed ($PROFILE)"
+  install_oracles
   exit 0
 fi
 
@@ -101,4 +107,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
   apt-get install -y --no-install-recommends "${missing[@]}"
-install_onnx_wheel
+install_oracles
