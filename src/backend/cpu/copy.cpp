@@ -1,4 +1,5 @@
 #include <cstring>
+#include <type_traits>
 
 #include "core/device_backend.hpp"
 #include "internal/copy.hpp"
@@ -9,9 +10,31 @@
 #include "backend/cpu/isa_foreach.hpp"  // this file once per instruction set (runtime dispatch)
 
 namespace soma::detail {
+#if SOMA_ISA_MULTI
+// The baseline pass's converting copy (below), which the other passes call for the dtype pairs
+// they do not compile (in_this_pass).
+namespace isa_baseline {
+void convert_rows(const Tensor& src, const Strides& ss, const Tensor& dst);
+}
+#endif
 SOMA_ISA_BEGIN
 
 namespace {
+// The dtype pairs an instruction-set pass compiles its own converting loop for: those with f32,
+// f16 or bf16 on a side (the casts of training and inference, and the 16-bit conversions that
+// F16C / AVX-512 speed up). The other pairs (integers, bool, f64 among themselves) run the
+// baseline loop on every machine: 81 pairs in four passes were most of this file's build time.
+template <class S, class D> constexpr bool in_this_pass() {
+#if SOMA_ISA_ONCE
+  return true;
+#else
+  auto wide = []<class T>() {
+    return std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+  };
+  return wide.template operator()<S>() || wide.template operator()<D>();
+#endif
+}
+
 // Packs a tensor whose last two axes are transposed in memory (source stride 1 on axis -2, not
 // on axis -1) into a contiguous destination, in square tiles so that both the reads and the
 // writes stay in cache. A plain row loop would stride through memory on every read.
@@ -65,6 +88,8 @@ bool transpose_copy(const Tensor& src, const Strides& ss, const Tensor& dst) {
 }
 }  // namespace
 
+void convert_rows(const Tensor& src, const Strides& ss, const Tensor& dst);
+
 void copy_into(const Tensor& src, const Tensor& dst) {
   if (!src.device().is_cpu() || !dst.device().is_cpu())
     return device_copy_into(src, dst);  // the device's backend (core/device_backend.hpp)
@@ -88,8 +113,19 @@ void copy_into(const Tensor& src, const Tensor& dst) {
   }
   Strides ss = broadcast_strides(src.shape(), src.strides(), dst.shape());
   if (src.dtype() == dst.dtype() && transpose_copy(src, ss, dst)) return;
+  convert_rows(src, ss, dst);
+}
+
+// dst = src converted to dst's dtype, src read with the (broadcast) strides ss.
+void convert_rows(const Tensor& src, const Strides& ss, const Tensor& dst) {
   dispatch_dtype(src.dtype(), [&]<class S>() {
     dispatch_dtype(dst.dtype(), [&]<class D>() {
+#if !SOMA_ISA_ONCE
+      if constexpr (!in_this_pass<S, D>()) {
+        isa_baseline::convert_rows(src, ss, dst);
+        return;
+      } else {
+#endif
       const S* ps = static_cast<const S*>(src.storage()->data);
       D* pd = static_cast<D*>(dst.storage()->data);
       for_each_row<2>(dst.shape(), {&ss, &dst.strides()}, {src.offset(), dst.offset()},
@@ -104,6 +140,9 @@ void copy_into(const Tensor& src, const Tensor& dst) {
                             d[j * inner[1]] = convert<D>(s[j * inner[0]]);
                         }
                       });
+#if !SOMA_ISA_ONCE
+      }
+#endif
     });
   });
 }

@@ -30,8 +30,29 @@
 #include "backend/cpu/isa_foreach.hpp"  // this file once per instruction set (runtime dispatch)
 
 namespace soma::detail {
+#if SOMA_ISA_MULTI
+namespace isa_baseline {
+// The baseline pass's sum/prod/max/min/argmax/argmin kernel `which` (Which below), called by the
+// other passes for the dtypes they do not compile (in_this_pass).
+void reduction_fallback(int which, const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                        const Attrs& a);
+}
+#endif
 SOMA_ISA_BEGIN
 namespace {
+
+// The dtypes an instruction-set pass compiles the numeric reductions and argmax/argmin for: f32
+// and the 16-bit floats (summed in f32). f64, the integers and bool run the baseline's loops on
+// every machine, which keeps this file's build time down (issue 35). mean and the softmaxes take
+// the four floating dtypes in every pass.
+template <class T> constexpr bool in_this_pass() {
+#if SOMA_ISA_ONCE
+  return true;
+#else
+  return std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+#endif
+}
+enum Which { kSum, kProd, kMax, kMin, kArgmax, kArgmin };
 
 template <class T> constexpr bool is_float_v =
     std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
@@ -410,11 +431,14 @@ void reduce_into(const Tensor& x, const Tensor& out, const std::vector<std::int6
   });
 }
 
-template <template <class> class R>
+template <template <class> class R, int W>
 void numeric_kernel_impl(const char* op, const std::vector<Tensor>& in, std::vector<Tensor>& out,
                          const Attrs& a) {
   dispatch_dtype(in[0].dtype(), [&]<class T>() {
     if constexpr (std::is_same_v<T, bool>) fail(op, "dtype bool is not supported");
+#if !SOMA_ISA_ONCE
+    else if constexpr (!in_this_pass<T>()) isa_baseline::reduction_fallback(W, in, out, a);
+#endif
     else reduce_into<R<T>>(in[0], out[0], a.ints("axes"));
   });
 }
@@ -427,19 +451,19 @@ void float_kernel_impl(const char* op, const std::vector<Tensor>& in, std::vecto
 }
 
 void sum_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  numeric_kernel_impl<SumR>("sum", in, out, a);
+  numeric_kernel_impl<SumR, kSum>("sum", in, out, a);
 }
 void mean_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   float_kernel_impl<MeanR>("mean", in, out, a);
 }
 void prod_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  numeric_kernel_impl<ProdR>("prod", in, out, a);
+  numeric_kernel_impl<ProdR, kProd>("prod", in, out, a);
 }
 void max_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  numeric_kernel_impl<MaxR>("max", in, out, a);
+  numeric_kernel_impl<MaxR, kMax>("max", in, out, a);
 }
 void min_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  numeric_kernel_impl<MinR>("min", in, out, a);
+  numeric_kernel_impl<MinR, kMin>("min", in, out, a);
 }
 void all_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   if (in[0].dtype() != DType::boolean) fail("all", "expected dtype bool, got ", dtype_name(in[0].dtype()));
@@ -535,7 +559,15 @@ void arg_into(const Tensor& x, const Tensor& out, std::int64_t axis) {
 
 template <bool Max>
 void arg_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  dispatch_dtype(in[0].dtype(), [&]<class T>() { arg_into<T, Max>(in[0], out[0], a.i("axis")); });
+  dispatch_dtype(in[0].dtype(), [&]<class T>() {
+#if !SOMA_ISA_ONCE
+    if constexpr (!in_this_pass<T>()) {
+      isa_baseline::reduction_fallback(Max ? kArgmax : kArgmin, in, out, a);
+      return;
+    } else
+#endif
+      arg_into<T, Max>(in[0], out[0], a.i("axis"));
+  });
 }
 
 // ---- softmax / log_softmax over one axis -----------------------------------------------------
@@ -692,6 +724,19 @@ void register_cpu_reduction_kernels() {
   reg("softmax", softmax_kernel<false>);
   reg("log_softmax", softmax_kernel<true>);
 }
+#if SOMA_ISA_ONCE && SOMA_ISA_MULTI
+void reduction_fallback(int which, const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                        const Attrs& a) {
+  switch (which) {
+    case kSum: return sum_kernel(in, out, a);
+    case kProd: return prod_kernel(in, out, a);
+    case kMax: return max_kernel(in, out, a);
+    case kMin: return min_kernel(in, out, a);
+    case kArgmax: return arg_kernel<true>(in, out, a);
+    case kArgmin: return arg_kernel<false>(in, out, a);
+  }
+}
+#endif
 SOMA_ISA_END
 
 #if SOMA_ISA_ONCE
