@@ -30,7 +30,8 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-NOW_SOMA=$PWD/$BUILD_DIR/apps/soma/soma
+[[ $BUILD_DIR == /* ]] || BUILD_DIR=$PWD/$BUILD_DIR  # relative to the repository root, or absolute
+NOW_SOMA=$BUILD_DIR/apps/soma/soma
 BEFORE_SOMA=$BEFORE/apps/soma/soma
 [[ -x $NOW_SOMA ]] || { echo "paired.sh: no $NOW_SOMA (build soma_cli in $BUILD_DIR)" >&2; exit 2; }
 [[ -n $BEFORE && -x $BEFORE_SOMA ]] || { echo "paired.sh: --before: no $BEFORE_SOMA" >&2; exit 2; }
