@@ -61,6 +61,13 @@ deb $MIRROR bookworm-updates main
 deb http://deb.debian.org/debian-security bookworm-security main
 EOF
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# The host's own trust anchors (a site's TLS-inspecting proxy, say): without them HTTPS to PyPI
+# fails in the root where it works on every machine of the site.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$ROOT/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+  chroot "$ROOT" update-ca-certificates >/dev/null 2>&1 || true
+fi
 mount -t proc proc "$ROOT/proc"
 mount -t sysfs sys "$ROOT/sys"
 mount --bind /dev "$ROOT/dev"
@@ -75,8 +82,10 @@ run_in_root() {
   log "running '$cmd' in the fresh root (log: $LOGS/$name.log)"
   t=$(date +%s)
   set +e
+  # (a clean environment; pip is pointed at the system's trust store as on the host)
   chroot "$ROOT" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt ${PIP_DEFAULT_TIMEOUT:+PIP_DEFAULT_TIMEOUT=$PIP_DEFAULT_TIMEOUT} \
     bash -c "cd /root/soma && $cmd" >"$LOGS/$name.log" 2>&1
   status[$name]=$?
   set -e

@@ -64,6 +64,9 @@ TEST_PACKAGES=(
   lld
   # The API reference (`--target docs`) and its no-warnings test
   doxygen
+  # cpack -G DEB (package_and_consume) reads the binaries' dependencies with it; a minimal
+  # Debian has none
+  file
 )
 
 PACKAGES=("${MAIN_PACKAGES[@]}")
