@@ -121,6 +121,15 @@ const std::map<std::string, json>& neutral_fields() {
       {"ragged", false},                  // InputLayer
       {"noise_shape", nullptr},           // Dropout
       {"activity_regularizer", nullptr},  // Conv2D and others
+      {"optional", false},                // InputLayer (Keras >= 3.13: an optional input)
+      {"renorm", false},                  // BatchNormalization (Keras >= 3.14: batch renormalisation)
+      {"threshold", 0.0},                 // ReLU
+      {"max_value", nullptr},             // ReLU
+      {"rms_scaling", false},             // LayerNormalization (Keras 3: RMS instead of mean/var)
+      {"mask_zero", false},               // Embedding
+      {"use_gate", false},                // MultiHeadAttention
+      {"attention_axes", nullptr},        // MultiHeadAttention
+      {"quantization_config", nullptr},   // Dense and others (Keras >= 3.14)
   };
   return table;
 }
@@ -132,6 +141,7 @@ struct KerasField {
   std::string type;    // the soma layer type
   const json& fields;  // its full default config
   const std::string& where;
+  const json& cfg;     // the whole Keras config (for fields that matter only with another's value)
   [[noreturn]] void unsupported(const std::string& k, const json& v, const std::string& why) const {
     bad(where, "field \"" + k + "\": " + limits::json_excerpt(v) + " is not supported" + why);
   }
@@ -160,11 +170,25 @@ const std::map<std::string, FieldRule>& field_rules() {
          if (!v.is_null() && v != json(ok)) f.unsupported(k, v, " for " + f.type + " (only " + ok + ")");
          return false;
        }},
-      {"negative_slope",  // Keras 3's LeakyReLU; Keras 2 and soma: alpha
+      {"negative_slope",  // Keras 3's LeakyReLU; Keras 2 and soma: alpha. ReLU's: 0 only.
        [](const KerasField& f, const std::string& k, json& v, json& added) {
-         if (f.fields.contains(k) || !f.fields.contains("alpha")) return true;
+         if (f.fields.contains(k)) return true;
+         if (!f.fields.contains("alpha")) {
+           if (!v.is_number() || v.get<double>() != 0.0) f.unsupported(k, v, " (only 0)");
+           return false;
+         }
          added["alpha"] = v;
          return false;
+       }},
+      // BatchNormalization's renormalisation settings, read by Keras only when renorm is true
+      // (which the neutral table refuses): any value is then neutral.
+      {"renorm_clipping",
+       [](const KerasField& f, const std::string& k, json&, json&) {
+         return f.fields.contains(k) || f.cfg.value("renorm", json(false)) != json(false);
+       }},
+      {"renorm_momentum",
+       [](const KerasField& f, const std::string& k, json&, json&) {
+         return f.fields.contains(k) || f.cfg.value("renorm", json(false)) != json(false);
        }},
   };
   return table;
@@ -174,7 +198,8 @@ const std::map<std::string, FieldRule>& field_rules() {
 // fields Keras writes with a neutral value are dropped, and those soma cannot honour are errors
 // naming layer and field. `fields` is the soma layer's full default config.
 void map_keras_fields(const std::string& type, json& cfg, const json& fields, const std::string& where) {
-  const KerasField f{type, fields, where};
+  const json whole = cfg;
+  const KerasField f{type, fields, where, whole};
   std::vector<std::string> drop;
   json added = json::object();
   for (auto& [k, v] : cfg.items()) {
@@ -347,6 +372,28 @@ std::string entry_where(const std::string& W, std::size_t i, const json& e) {
 
 bool is_input_layer(const json& e) { return e.value("class_name", json()) == "InputLayer"; }
 
+// The call arguments Keras records on a functional model's every call, with their neutral
+// values: no mask (null); `training` false or null, which the model's own call replaces (Keras
+// passes its training flag down, as soma's fit and predict do); no causal mask. Any other value
+// or argument is refused, naming it.
+void check_call_arguments(const json& kwargs, const std::string& where) {
+  if (kwargs.is_null()) return;
+  if (!kwargs.is_object()) bad(where, "call arguments " + limits::json_excerpt(kwargs) + " are not an object");
+  static const std::map<std::string, std::vector<json>> neutral = {
+      {"mask", {nullptr}},
+      {"training", {false, nullptr}},
+      {"use_causal_mask", {false}},
+  };
+  for (auto& [k, v] : kwargs.items()) {
+    auto n = neutral.find(k);
+    if (n == neutral.end())
+      bad(where, "call argument \"" + k + "\" (" + limits::json_excerpt(v) + ") is not supported");
+    if (std::find(n->second.begin(), n->second.end(), v) == n->second.end())
+      bad(where, "call argument \"" + k + "\": " + limits::json_excerpt(v) +
+                     " is not supported (soma reads " + limits::json_excerpt(n->second.front()) + ")");
+  }
+}
+
 // An InputLayer's per-sample shape: batch_shape (Keras 3) or batch_input_shape (Keras 2).
 std::optional<Shape> input_layer_shape(const json& c, const std::string& at) {
   const std::string where = at + " (InputLayer)";
@@ -456,8 +503,8 @@ std::shared_ptr<Model> functional_from_keras(const json& root, const std::string
     for (auto& node : nodes) {
       std::vector<SymbolicTensor> xs;
       if (node.is_object()) {  // Keras 3: {"args": [...], "kwargs": {...}}
-        if (node.contains("kwargs") && !node["kwargs"].empty())
-          bad(where, "call arguments " + limits::json_excerpt(node["kwargs"]) + " are not supported");
+        if (node.contains("kwargs"))
+          check_call_arguments(node["kwargs"], where + " (" + e.value("class_name", std::string()) + ")");
         collect(node.value("args", json::array()), xs, where);
       } else if (node.is_array()) {  // Keras 2: [[layer, node, tensor, kwargs], ...]
         for (auto& ref : node) xs.push_back(tensor_at(ref, where));

@@ -89,6 +89,75 @@ TEST(KerasImport, OutputsMatchKeras) {
   expect_keras_outputs("cnn", "cnn_legacy.h5");
 }
 
+// Models as today's Keras writes them (tests/keras/current, made with the Keras that
+// scripts/oracles.lock pins by tests/keras/make_current.py): InputLayer's "optional",
+// BatchNormalization's renorm fields, ReLU's negative_slope and threshold, LayerNormalization's
+// rms_scaling, and the call arguments a functional model records ({"mask": null} on
+// BatchNormalization, {"training": false} on Dropout) load, and predict what Keras predicted.
+TEST(KerasImport, ModelsWrittenByTodaysKerasLoadAndMatchIt) {
+  if (!model::keras_weights_available()) GTEST_SKIP() << "soma was built without HDF5";
+  std::ifstream list(fixture("current/models.txt"));
+  ASSERT_TRUE(list) << "no " << fixture("current/models.txt");
+  int n = 0;
+  for (std::string name; std::getline(list, name);) {
+    if (name.empty()) continue;
+    SCOPED_TRACE("Keras " + read_text(fixture("current/keras_version.txt")) + " model " + name);
+    std::shared_ptr<nn::Model> model;
+    try {
+      model = model::Model::from_keras_json(read_text(fixture("current/" + name + ".json")));
+      model->load_keras_weights(fixture("current/" + name + ".weights.h5"));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << name << " does not load: " << e.what();
+      continue;
+    }
+    auto [x, y] = read_io("current/" + name);
+    EXPECT_TRUE(testing::all_close(model->predict(x, {.verbose = 0}), y, 1e-5, 1e-5)) << name;
+    ++n;
+  }
+  EXPECT_GE(n, 3);
+}
+
+// A field or call argument is dropped only with the value that cannot change the result; any
+// other value is refused, naming the layer, the field and the value.
+TEST(KerasImport, NeutralFieldsOfTodaysKerasAreRefusedWithAnyOtherValue) {
+  auto first_layer = [](const std::string& cls, const std::string& config) {
+    return R"({"class_name": "Sequential", "config": {"name": "s", "layers": [
+      {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "dtype": "float32",
+       "name": "in", "optional": false, "sparse": false, "ragged": false}},
+      {"class_name": ")" + cls + R"(", "config": )" + config + "}]}}";
+  };
+  auto refused = [&](const std::string& cls, const std::string& config, const std::string& field) {
+    std::string msg = error_of([&] { model::from_keras_json(first_layer(cls, config)); });
+    EXPECT_NE(msg.find(field), std::string::npos) << cls << ": " << msg;
+  };
+  // The neutral values load.
+  EXPECT_NO_THROW(model::from_keras_json(first_layer(
+      "BatchNormalization", R"({"name": "bn", "renorm": false, "renorm_clipping": null,
+                                "renorm_momentum": 0.9})")));
+  EXPECT_NO_THROW(model::from_keras_json(first_layer(
+      "ReLU", R"({"name": "r", "max_value": null, "negative_slope": 0.0, "threshold": 0.0})")));
+  EXPECT_NO_THROW(model::from_keras_json(first_layer(
+      "LayerNormalization", R"({"name": "ln", "rms_scaling": false})")));
+  // Any other value is an error naming the field.
+  refused("BatchNormalization", R"({"name": "bn", "renorm": true})", "renorm");
+  refused("ReLU", R"({"name": "r", "negative_slope": 0.1})", "negative_slope");
+  refused("ReLU", R"({"name": "r", "threshold": 0.5})", "threshold");
+  refused("LayerNormalization", R"({"name": "ln", "rms_scaling": true})", "rms_scaling");
+  std::string msg = error_of([&] {
+    model::from_keras_json(R"({"class_name": "Sequential", "config": {"name": "s", "layers": [
+      {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "in",
+       "optional": true}}]}})");
+  });
+  EXPECT_NE(msg.find("optional"), std::string::npos) << msg;
+  // A call argument with another value: Dropout called with training=True (active at inference).
+  json res = json::parse(read_text(fixture("current/residual.json")));
+  for (auto& layer : res["config"]["layers"])
+    if (layer["class_name"] == "Dropout") layer["inbound_nodes"][0]["kwargs"]["training"] = true;
+  msg = error_of([&] { model::from_keras_json(res.dump()); });
+  EXPECT_NE(msg.find("call argument \"training\": true"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Dropout"), std::string::npos) << msg;
+}
+
 TEST(KerasImport, WeightFileErrorsNameTheLayer) {
   if (!model::keras_weights_available()) {
     auto m = model::from_keras_json(read_text(fixture("mlp.json")));
