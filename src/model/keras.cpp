@@ -148,6 +148,20 @@ struct KerasField {
 };
 using FieldRule = bool (*)(const KerasField&, const std::string& key, json& value, json& added);
 
+// The major version of the Keras that wrote the file being read: 2 when its to_json() says
+// "keras_version": "2..." (Keras 3 writes none), else 3. Set by from_keras_json for the read.
+thread_local int t_keras_major = 3;
+struct KerasVersionScope {
+  int saved = t_keras_major;
+  explicit KerasVersionScope(const json& doc) {
+    const json v = doc.value("keras_version", json());
+    t_keras_major = v.is_string() && !v.get<std::string>().empty() && v.get<std::string>()[0] < '3' ? 2 : 3;
+  }
+  ~KerasVersionScope() { t_keras_major = saved; }
+  KerasVersionScope(const KerasVersionScope&) = delete;
+  KerasVersionScope& operator=(const KerasVersionScope&) = delete;
+};
+
 const std::map<std::string, FieldRule>& field_rules() {
   static const std::map<std::string, FieldRule> table = {
       {"dtype",
@@ -169,6 +183,13 @@ const std::map<std::string, FieldRule>& field_rules() {
          const std::string ok = f.type == "Flatten" ? "channels_last" : "channels_first";
          if (!v.is_null() && v != json(ok)) f.unsupported(k, v, " for " + f.type + " (only " + ok + ")");
          return false;
+       }},
+      // Keras 3's hard_sigmoid is relu6(x + 3) / 6 (PyTorch's Hardsigmoid, soma's
+      // "hardsigmoid"); Keras 2's was 0.2 x + 0.5 (ONNX's HardSigmoid, soma's "hard_sigmoid").
+      {"activation",
+       [](const KerasField&, const std::string&, json& v, json&) {
+         if (t_keras_major >= 3 && v == json("hard_sigmoid")) v = "hardsigmoid";
+         return true;
        }},
       {"negative_slope",  // Keras 3's LeakyReLU; Keras 2 and soma: alpha. ReLU's: 0 only.
        [](const KerasField& f, const std::string& k, json& v, json& added) {
@@ -549,6 +570,7 @@ std::shared_ptr<Model> from_keras_json(const std::string& text) {
   if (root["layers"].size() > limits::kMaxLayersFromFile)
     bad(W, "the model lists " + std::to_string(root["layers"].size()) +
                " layers, more than the limit of " + std::to_string(limits::kMaxLayersFromFile));
+  const KerasVersionScope version(doc);
   using Reader = std::shared_ptr<Model> (*)(const json&, const std::string&);
   static const std::map<std::string, Reader> readers = {
       {"Sequential", sequential_from_keras},

@@ -45,6 +45,9 @@ const Composite kComposites[] = {
     {"gelu", [](const Tensor& x) { return soma::gelu(x); }},
     {"swish", [](const Tensor& x) { return x * soma::sigmoid(x); }},
     {"step", heaviside},
+    // relu6(x + 3) / 6: PyTorch's Hardsigmoid and Keras 3's hard_sigmoid. soma's "hard_sigmoid"
+    // is the op with its defaults, 0.2 x + 0.5 (ONNX's HardSigmoid, Keras 2's hard_sigmoid).
+    {"hardsigmoid", [](const Tensor& x) { return soma::hard_sigmoid(x, 1.0 / 6.0, 0.5); }},
 };
 
 // The activations whose outputs are probabilities (in [0, 1]; softmax's sum to 1): a

@@ -53,7 +53,8 @@ def main():
     rng = np.random.default_rng(11)
     names = []
 
-    # The MLP a first Keras program writes: Input, Dense + activations, Dropout, softmax.
+    # The MLP a first Keras program writes: Input, Dense + activations (Keras 3's hard_sigmoid,
+    # relu6(x + 3) / 6), Dropout, softmax.
     mlp = keras.Sequential(
         [
             keras.Input(shape=(6,)),
@@ -61,6 +62,7 @@ def main():
             layers.Dropout(0.2),
             layers.Dense(8),
             layers.ReLU(),
+            layers.Dense(6, activation="hard_sigmoid"),
             layers.Dense(4, activation="softmax"),
         ]
     )

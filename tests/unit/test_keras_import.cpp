@@ -117,6 +117,24 @@ TEST(KerasImport, ModelsWrittenByTodaysKerasLoadAndMatchIt) {
   EXPECT_GE(n, 3);
 }
 
+// hard_sigmoid as the file's Keras defines it: Keras 3's relu6(x + 3) / 6, Keras 2's (to_json()
+// says "keras_version": "2...") 0.2 x + 0.5.
+TEST(KerasImport, HardSigmoidFollowsTheFilesKerasVersion) {
+  auto model = [](const std::string& version) {
+    return model::from_keras_json(
+        R"({"class_name": "Sequential", "config": {"name": "s", "layers": [
+          {"class_name": "Activation", "config": {"name": "a", "activation": "hard_sigmoid",
+           "batch_input_shape": [null, 5]}}]})" +
+        (version.empty() ? std::string() : R"(, "keras_version": ")" + version + "\"") + "}");
+  };
+  const Tensor x = constant<float>({-4, -1.5f, 0, 1.5f, 4}, Shape{1, 5});
+  const Tensor keras3 = constant<float>({0, 0.25f, 0.5f, 0.75f, 1}, Shape{1, 5});
+  const Tensor keras2 = constant<float>({0, 0.2f, 0.5f, 0.8f, 1}, Shape{1, 5});
+  EXPECT_TRUE(testing::all_close(model("")->predict(x, {.verbose = 0}), keras3, 1e-6, 1e-6));
+  EXPECT_TRUE(testing::all_close(model("3.15.1")->predict(x, {.verbose = 0}), keras3, 1e-6, 1e-6));
+  EXPECT_TRUE(testing::all_close(model("2.15.0")->predict(x, {.verbose = 0}), keras2, 1e-6, 1e-6));
+}
+
 // A field or call argument is dropped only with the value that cannot change the result; any
 // other value is refused, naming the layer, the field and the value.
 TEST(KerasImport, NeutralFieldsOfTodaysKerasAreRefusedWithAnyOtherValue) {
