@@ -130,6 +130,11 @@ const std::map<std::string, json>& neutral_fields() {
       {"use_gate", false},                // MultiHeadAttention
       {"attention_axes", nullptr},        // MultiHeadAttention
       {"quantization_config", nullptr},   // Dense and others (Keras >= 3.14)
+      {"stateful", false},                // SimpleRNN, LSTM, GRU: states kept across batches
+      {"zero_output_for_mask", false},    // SimpleRNN, LSTM, GRU (with masks only)
+      {"dropout", 0.0},                   // SimpleRNN, LSTM, GRU (training only)
+      {"recurrent_dropout", 0.0},         // SimpleRNN, LSTM, GRU (training only)
+      {"seed", nullptr},                  // SimpleRNN, LSTM, GRU (their dropouts' seed)
   };
   return table;
 }
@@ -201,6 +206,9 @@ const std::map<std::string, FieldRule>& field_rules() {
          added["alpha"] = v;
          return false;
        }},
+      // How Keras runs a recurrent layer, not what it computes: any value.
+      {"unroll", [](const KerasField& f, const std::string& k, json&, json&) { return f.fields.contains(k); }},
+      {"use_cudnn", [](const KerasField& f, const std::string& k, json&, json&) { return f.fields.contains(k); }},
       // BatchNormalization's renormalisation settings, read by Keras only when renorm is true
       // (which the neutral table refuses): any value is then neutral.
       {"renorm_clipping",

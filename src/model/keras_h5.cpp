@@ -157,8 +157,8 @@ Tensor read_dataset(hid_t loc, const std::string& path, const std::string& file)
 
 // Keras' layout of a layer's weights -> soma's: convolution kernels are HWIO in Keras
 // ([kh, kw, in, out]; transposed: [kh, kw, out, in]), OIHW in soma ([out, in, kh, kw];
-// transposed: [in, out, kh, kw]); everything else has one layout. Layer types whose weights
-// soma orders differently (recurrent gates) are not in the table, and are refused.
+// transposed: [in, out, kh, kw]); everything else has one layout. Layer types not in the table
+// are refused.
 const std::map<std::string, std::vector<std::int64_t>>& kernel_permutations() {
   static const std::map<std::string, std::vector<std::int64_t>> table = {
       {"Dense", {}},
@@ -168,6 +168,11 @@ const std::map<std::string, std::vector<std::int64_t>>& kernel_permutations() {
       {"BatchNormalization", {}},
       {"LayerNormalization", {}},
       {"Embedding", {}},
+      // Keras' gate order and layouts, which soma's recurrent layers share (soma/nn/recurrent.hpp):
+      // kernel [features, k*units], recurrent_kernel [units, k*units], bias (GRU: [2, 3*units]).
+      {"SimpleRNN", {}},
+      {"LSTM", {}},
+      {"GRU", {}},
   };
   return table;
 }
@@ -217,7 +222,7 @@ void load_keras_weights(Model& model, const std::string& path) {
   if (keras3) {
     Handle layers(H5Gopen2(file.get(), "layers", H5P_DEFAULT), H5Gclose);
     for (auto& n : child_names(layers.get()))
-      if (exists(layers.get(), n + "/vars/0")) in_file.push_back(n);
+      if (exists(layers.get(), n + "/vars/0") || exists(layers.get(), n + "/cell/vars/0")) in_file.push_back(n);
   } else {
     for (auto& n : string_list_attr(k2->get(), "layer_names", path).value_or(std::vector<std::string>{})) {
       if (!exists(k2->get(), n)) continue;
@@ -240,7 +245,10 @@ void load_keras_weights(Model& model, const std::string& path) {
     const std::string name = keras3 ? (k ? cls + "_" + std::to_string(k) : cls) : layer->name();
     std::vector<Tensor> values;
     if (keras3) {
-      const std::string vars = "layers/" + name + "/vars";
+      // A recurrent layer keeps its weights in its cell: /layers/<name>/cell/vars.
+      std::string vars = "layers/" + name + "/vars";
+      if (!exists(file.get(), vars + "/0") && exists(file.get(), "layers/" + name + "/cell/vars/0"))
+        vars = "layers/" + name + "/cell/vars";
       for (int i = 0; exists(file.get(), vars + "/" + std::to_string(i)); ++i)
         values.push_back(read_dataset(file.get(), vars + "/" + std::to_string(i), path));
     } else if (exists(k2->get(), name)) {

@@ -96,6 +96,26 @@ def main():
     res = keras.Model(inp, out)
     save("residual", res, rng.uniform(-1, 1, size=(3, 10)), rng, names)
 
+    # Recurrent layers (Keras 3 keeps their weights under layers/<name>/cell/vars): an LSTM
+    # returning sequences into a GRU, and a SimpleRNN, over [batch, time, features].
+    rnn = keras.Sequential(
+        [
+            keras.Input(shape=(5, 3)),
+            layers.LSTM(6, return_sequences=True),
+            layers.GRU(4),
+            layers.Dense(2),
+        ]
+    )
+    save("recurrent", rnn, rng.uniform(-1, 1, size=(2, 5, 3)), rng, names)
+    simple = keras.Sequential(
+        [
+            keras.Input(shape=(4, 3)),
+            layers.SimpleRNN(5),
+            layers.Dense(2, activation="sigmoid"),
+        ]
+    )
+    save("simple_rnn", simple, rng.uniform(-1, 1, size=(3, 4, 3)), rng, names)
+
     with open(os.path.join(OUT, "models.txt"), "w") as f:
         f.write("\n".join(names) + "\n")
     with open(os.path.join(OUT, "keras_version.txt"), "w") as f:
