@@ -131,13 +131,14 @@ std::optional<std::vector<std::string>> string_list_attr(hid_t loc, const char* 
   return out;
 }
 
-// A floating dataset as an f64 tensor of its shape.
+// A floating or integer dataset (Normalization's count is an integer) as an f64 tensor of its
+// shape.
 Tensor read_dataset(hid_t loc, const std::string& path, const std::string& file) {
   Handle ds(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), H5Dclose);
   if (!ds.ok()) fail(kOp, "'", file, "': cannot open dataset '", path, "'");
   Handle type(H5Dget_type(ds.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_FLOAT)
-    fail(kOp, "'", file, "': dataset '", path, "' is not floating point");
+  if (H5Tget_class(type.get()) != H5T_FLOAT && H5Tget_class(type.get()) != H5T_INTEGER)
+    fail(kOp, "'", file, "': dataset '", path, "' is neither floating point nor integer");
   Handle space(H5Dget_space(ds.get()), H5Sclose);
   const int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank < 0 || rank > 8) fail(kOp, "'", file, "': dataset '", path, "' has an unsupported rank");
@@ -173,6 +174,8 @@ const std::map<std::string, std::vector<std::int64_t>>& kernel_permutations() {
       {"SimpleRNN", {}},
       {"LSTM", {}},
       {"GRU", {}},
+      // mean, variance, count (Keras 3 leaves the count at 0 after adapt: see match_layer)
+      {"Normalization", {}},
   };
   return table;
 }
@@ -193,6 +196,11 @@ void match_layer(nn::Module& layer, const std::vector<Tensor>& keras, const std:
     Tensor w = keras[i];
     if (!it->second.empty() && w.rank() == std::int64_t(it->second.size())) w = contiguous(transpose(w, it->second));
     Variable& v = params[i].second;
+    // Keras 3's adapt() leaves Normalization's count at 0, its mean and variance are what Keras
+    // normalises with: a count of at least 1 marks them as statistics in soma.
+    if (layer.type_name() == "Normalization" && params[i].first == "count" && w.numel() == 1 &&
+        w.item<double>() < 1)
+      w = ones(w.shape(), w.dtype());
     if (w.shape() != v.shape())
       fail(kOp, "'", file, "': ", who, ": weight '", params[i].first, "' is ", shape_str(v.shape()),
            " in soma, the file's (in soma's layout) is ", shape_str(w.shape()));

@@ -31,12 +31,20 @@ def write_tensor(f, a):
 
 def save(name, model, x, rng, names):
     # Random weights everywhere (batch-norm variances positive), so that no value is an initial
-    # one that a wrong mapping could still match.
+    # one that a wrong mapping could still match; integer ones (a count) as they are.
     weights = []
     for w in model.weights:
+        if "int" in str(w.dtype):  # Normalization's count: kept as adapt() left it
+            weights.append(np.asarray(w.numpy()))
+            continue
         lo = 0.5 if "variance" in w.path else -0.5
         weights.append(rng.uniform(lo, 1.0, size=w.shape).astype(np.float32))
     model.set_weights(weights)
+    # Normalization computes its mean and variance from its variables here (as when Keras loads
+    # a weights file), not in set_weights.
+    for layer in model.layers:
+        if isinstance(layer, layers.Normalization):
+            layer.finalize_state()
     with open(os.path.join(OUT, name + ".json"), "w") as f:
         f.write(model.to_json())
     model.save_weights(os.path.join(OUT, name + ".weights.h5"))
@@ -115,6 +123,12 @@ def main():
         ]
     )
     save("simple_rnn", simple, rng.uniform(-1, 1, size=(3, 4, 3)), rng, names)
+
+    # An adapted Normalization (mean, variance and Keras' int64 count among its weights).
+    adapted = layers.Normalization()
+    adapted.adapt(rng.normal(2.0, 3.0, size=(64, 4)).astype(np.float32))
+    pre = keras.Sequential([keras.Input(shape=(4,)), adapted, layers.Dense(3)])
+    save("normalization", pre, rng.normal(2.0, 3.0, size=(3, 4)), rng, names)
 
     with open(os.path.join(OUT, "models.txt"), "w") as f:
         f.write("\n".join(names) + "\n")
