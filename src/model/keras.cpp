@@ -128,7 +128,7 @@ const std::map<std::string, json>& neutral_fields() {
       {"rms_scaling", false},             // LayerNormalization (Keras 3: RMS instead of mean/var)
       {"mask_zero", false},               // Embedding
       {"use_gate", false},                // MultiHeadAttention
-      {"attention_axes", nullptr},        // MultiHeadAttention
+      {"sliding_window", nullptr},        // MultiHeadAttention (Keras >= 3.15)
       {"quantization_config", nullptr},   // Dense and others (Keras >= 3.14)
       {"stateful", false},                // SimpleRNN, LSTM, GRU: states kept across batches
       {"zero_output_for_mask", false},    // SimpleRNN, LSTM, GRU (with masks only)
@@ -204,6 +204,15 @@ const std::map<std::string, FieldRule>& field_rules() {
            return false;
          }
          added["alpha"] = v;
+         return false;
+       }},
+      // MultiHeadAttention over the sequence axis of [batch, time, features], soma's only one:
+      // null, or the [1] Keras writes for it once built.
+      {"attention_axes",
+       [](const KerasField& f, const std::string& k, json& v, json&) {
+         if (f.fields.contains(k)) return true;
+         if (!v.is_null() && v != json::array({1}) && v != json::array({-2}))
+           f.unsupported(k, v, " (soma attends over axis 1 of [batch, time, features] only)");
          return false;
        }},
       // How Keras runs a recurrent layer, not what it computes: any value.

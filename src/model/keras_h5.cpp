@@ -174,6 +174,8 @@ const std::map<std::string, std::vector<std::int64_t>>& kernel_permutations() {
       {"SimpleRNN", {}},
       {"LSTM", {}},
       {"GRU", {}},
+      // query, key, value and output kernels and biases, Keras' einsum layouts in both
+      {"MultiHeadAttention", {}},
       // mean, variance, count (Keras 3 leaves the count at 0 after adapt: see match_layer)
       {"Normalization", {}},
   };
@@ -230,7 +232,9 @@ void load_keras_weights(Model& model, const std::string& path) {
   if (keras3) {
     Handle layers(H5Gopen2(file.get(), "layers", H5P_DEFAULT), H5Gclose);
     for (auto& n : child_names(layers.get()))
-      if (exists(layers.get(), n + "/vars/0") || exists(layers.get(), n + "/cell/vars/0")) in_file.push_back(n);
+      if (exists(layers.get(), n + "/vars/0") || exists(layers.get(), n + "/cell/vars/0") ||
+          exists(layers.get(), n + "/query_dense/vars/0"))
+        in_file.push_back(n);
   } else {
     for (auto& n : string_list_attr(k2->get(), "layer_names", path).value_or(std::vector<std::string>{})) {
       if (!exists(k2->get(), n)) continue;
@@ -253,12 +257,20 @@ void load_keras_weights(Model& model, const std::string& path) {
     const std::string name = keras3 ? (k ? cls + "_" + std::to_string(k) : cls) : layer->name();
     std::vector<Tensor> values;
     if (keras3) {
-      // A recurrent layer keeps its weights in its cell: /layers/<name>/cell/vars.
-      std::string vars = "layers/" + name + "/vars";
-      if (!exists(file.get(), vars + "/0") && exists(file.get(), "layers/" + name + "/cell/vars/0"))
-        vars = "layers/" + name + "/cell/vars";
-      for (int i = 0; exists(file.get(), vars + "/" + std::to_string(i)); ++i)
-        values.push_back(read_dataset(file.get(), vars + "/" + std::to_string(i), path));
+      // A recurrent layer keeps its weights in its cell (/layers/<name>/cell/vars), attention
+      // in its four projections (query_dense, key_dense, value_dense, output_dense: kernel and
+      // bias each, soma's order).
+      const std::string at = "layers/" + name;
+      std::vector<std::string> groups = {at + "/vars"};
+      if (!exists(file.get(), at + "/vars/0")) {
+        if (exists(file.get(), at + "/cell/vars/0")) groups = {at + "/cell/vars"};
+        else if (exists(file.get(), at + "/query_dense/vars/0"))
+          groups = {at + "/query_dense/vars", at + "/key_dense/vars", at + "/value_dense/vars",
+                    at + "/output_dense/vars"};
+      }
+      for (const auto& vars : groups)
+        for (int i = 0; exists(file.get(), vars + "/" + std::to_string(i)); ++i)
+          values.push_back(read_dataset(file.get(), vars + "/" + std::to_string(i), path));
     } else if (exists(k2->get(), name)) {
       Handle g(H5Gopen2(k2->get(), name.c_str(), H5P_DEFAULT), H5Gclose);
       for (auto& w : string_list_attr(g.get(), "weight_names", path).value_or(std::vector<std::string>{}))

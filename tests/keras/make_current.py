@@ -130,6 +130,15 @@ def main():
     pre = keras.Sequential([keras.Input(shape=(4,)), adapted, layers.Dense(3)])
     save("normalization", pre, rng.normal(2.0, 3.0, size=(3, 4)), rng, names)
 
+    # Self-attention in a functional model (Keras 3 keeps MultiHeadAttention's weights under
+    # query_dense/, key_dense/, value_dense/, output_dense/), with a residual and LayerNormalization.
+    seq = keras.Input(shape=(6, 8))
+    att = layers.MultiHeadAttention(num_heads=2, key_dim=4)(seq, seq)
+    h = layers.LayerNormalization()(layers.Add()([seq, att]))
+    out = layers.Dense(3)(h)
+    attn = keras.Model(seq, out)
+    save("attention", attn, rng.uniform(-1, 1, size=(2, 6, 8)), rng, names)
+
     with open(os.path.join(OUT, "models.txt"), "w") as f:
         f.write("\n".join(names) + "\n")
     with open(os.path.join(OUT, "keras_version.txt"), "w") as f:
