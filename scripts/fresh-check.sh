@@ -72,7 +72,8 @@ mount -t proc proc "$ROOT/proc"
 mount -t sysfs sys "$ROOT/sys"
 mount --bind /dev "$ROOT/dev"
 mount --bind /dev/pts "$ROOT/dev/pts"
-log "root ready in $(( $(date +%s) - t0 )) s; cloning $(git -C "$REPO" rev-parse --short HEAD)"
+COMMIT=$(git -C "$REPO" rev-parse --short HEAD)
+log "root ready in $(( $(date +%s) - t0 )) s; cloning $COMMIT"
 git clone --quiet --no-hardlinks "$REPO" "$ROOT/root/soma"
 
 # Runs one README command in the root; records its time and status.
@@ -95,7 +96,7 @@ run_in_root main "bash scripts/run-main.sh"
 (( MAIN_ONLY )) || run_in_root test "bash scripts/test.sh"
 
 echo
-echo "==== fresh-machine check ($(date -u +%F), $(nproc) cores, HEAD $(git -C "$REPO" rev-parse --short HEAD))"
+echo "==== fresh-machine check ($(date -u +%F), $(nproc) cores, commit $COMMIT)"
 ok=1
 for name in main test; do
   [[ -n ${took[$name]:-} ]] || continue

@@ -3,7 +3,8 @@
 # scripts/oracles.lock (test group, plus the groups named), which the tests find by its path
 # (CMake's SOMA_ORACLE_PYTHON, default .oracles/bin/python in the repository root).
 #
-#   bash scripts/oracles.sh [GROUP...]   create or update it (the test group is always included)
+#   bash scripts/oracles.sh [GROUP...]   create or update it (the test group is always included,
+#                                        and the groups it already has are kept)
 #   bash scripts/oracles.sh --check      exit 0 when it exists and matches the lock, else say why
 #   bash scripts/oracles.sh --pin NAME   print NAME==VERSION from the lock (bench/compare.sh's torch)
 #   SOMA_ORACLE_VENV  where the environment lives (default: ROOT/.oracles)
@@ -75,7 +76,14 @@ case "${1:-}" in
     exit ;;
 esac
 
+# The groups asked for, and those the environment already has (a plain run keeps them).
 groups=("$@")
+if [[ -f $VENV/.groups ]]; then
+  read -ra had <"$VENV/.groups" || true
+  for g in "${had[@]}"; do
+    [[ " ${groups[*]} " == *" $g "* ]] || groups+=("$g")
+  done
+fi
 py=$(base_python)
 [[ -n $py ]] || { echo "oracles: no python3 to make the environment from; the oracle tests will skip" >&2; exit 1; }
 stamp="$(venv_lines "${groups[@]}") $("$py" -V 2>&1) $py"
