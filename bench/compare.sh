@@ -64,7 +64,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -z $REPS ]] && { [[ $MODE == full ]] && REPS=5 || REPS=1; }
 # BUILD_DIR relative to the repository root or absolute (an absolute one was once put under ROOT)
-[[ $BUILD_DIR == /* ]] || BUILD_DIR=$BUILD_DIR
+[[ $BUILD_DIR == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
 # PyPI's libtorch: the torch of scripts/oracles.lock unless SOMA_PYPI_TORCH names another
 PYPI_TORCH=${SOMA_PYPI_TORCH:-$(bash scripts/oracles.sh --pin torch)}
 
