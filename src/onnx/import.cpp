@@ -571,20 +571,19 @@ std::vector<Tensor> cast_like(const Node& n) { return {cast(n.x(), n.arg(1).dtyp
 // OnnxImportTable.CastToSubByteIntegersFollowsTheOnnxRule states the rule).
 // To a FLOAT8 type or FLOAT4E2M1 (held in f32) it rounds to that type's values (proto_util's
 // round_to_narrow_float, on the host: an import emulation, not a kernel).
-std::vector<Tensor> cast_(const Node& n) {
-  const int to = int(n.attr.i("to"));
-  const DType d = soma_dtype(to, n.what + " attribute 'to'");
+// x to ONNX element type `to` (held in soma's dtype for it), by the rules above.
+Tensor cast_to_elem(const Tensor& in, int to, bool saturate, const std::string& what) {
+  const DType d = soma_dtype(to, what + " attribute 'to'");
   if (is_narrow_float(to)) {
-    const bool saturate = n.attr.i("saturate") != 0;
-    std::vector<double> v = cast(n.x(), DType::f64).to_vector<double>();
+    std::vector<double> v = cast(in, DType::f64).to_vector<double>();
     for (double& x : v) x = round_to_narrow_float(x, to, saturate);
-    return {constant(v, n.x().shape()).cast(d).to(n.x().device())};
+    return constant(v, in.shape()).cast(d).to(in.device());
   }
   bool is_signed = false;
   const int bits = narrow_int_bits(to, &is_signed);
-  if (!bits) return {cast(n.x(), d)};
+  if (!bits) return cast(in, d);
   const double m = double(1 << bits), h = is_signed ? m / 2 : 0.0;
-  Tensor x = n.x();
+  Tensor x = in;
   if (is_floating(x.dtype())) {
     // |x| >= 2^60 is a multiple of 16 in every floating type soma has (low bits 0), and a cast to
     // i64 of it, or of NaN or an infinity, would be undefined: those become 0 first.
@@ -592,7 +591,10 @@ std::vector<Tensor> cast_(const Node& n) {
     x = where(abs(x) < scalar(0x1p60, DType::f64), x, zeros({}, DType::f64));
   }
   const Tensor v = cast(x, DType::i64) + scalar(h, DType::i64);
-  return {cast(mod(v, scalar(m, DType::i64)) - scalar(h, DType::i64), d)};
+  return cast(mod(v, scalar(m, DType::i64)) - scalar(h, DType::i64), d);
+}
+std::vector<Tensor> cast_(const Node& n) {
+  return {cast_to_elem(n.x(), int(n.attr.i("to")), n.attr.i("saturate") != 0, n.what)};
 }
 
 // ---- quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
@@ -1859,12 +1861,7 @@ void check_cast(const LoadCheck& c) {
          ".. (soma op 'cast'); the model imports opset ", c.opset);
   soma_dtype(int(c.attr.i("to")), c.what + " attribute 'to'");
 }
-void check_cast_like(const LoadCheck& c) {
-  const int like = c.input(1).elem;
-  if (narrow_int_bits(like) || is_narrow_float(like))
-    fail(kWho, c.what, ": CastLike to ", elem_type_name(like), " is not supported (soma has no ",
-         "dtype for it; Cast with to = ", like, " is)");
-}
+
 // Quantized values soma holds: u8 and i8 (i32 for DequantizeLinear's input); per tensor, per
 // axis or blocked.
 template <bool quantize>
@@ -1998,7 +1995,7 @@ const std::unordered_map<std::string_view, OnnxOp>& onnx_ops() {
       {"Size", {size_}},
       {"Where", {where_}},
       {"CastLike",
-       {cast_like, {I("saturate", 1), S("round_mode", "up")}, {}, false, check_cast_like}},
+       {cast_like, {I("saturate", 1), S("round_mode", "up")}}},
       {"QuantizeLinear", {quantize_linear_, {I("axis", 1), I("saturate", 1), I("block_size"),
                                              I("output_dtype"), I("precision")},
                           {}, false, check_quantize<true>}},
@@ -2200,6 +2197,9 @@ struct Step {
   std::unique_ptr<NodeAttrs> attrs;
   bool fused_relu = false;  // a Conv that applies the Relu after it
   bool fused_away = false;  // that Relu (or BatchNormalization): its output is the Conv's
+  // A CastLike whose `like` is declared with a type soma holds in a wider dtype (INT4 in i8,
+  // FLOAT8E4M3FN in f32, ...): run as Cast to that ONNX type (its dtype alone cannot tell).
+  int cast_to = 0;
   const Step* folded_bn = nullptr;  // a Conv: the BatchNormalization folded into it
   double bn_eps = 0.0;
   // The folded kernel and bias of the last inference call, and what they were made from (the
@@ -2367,6 +2367,10 @@ struct Program {
     for (auto& t : g.initializer()) declared[t.name()] = {t.dims_size(), t.data_type()};
     for (auto& s : steps)
       if (s.op && s.op->check) s.op->check({*s.proto, *s.attrs, s.what, declared, opset, constants});
+    for (auto& s : steps)
+      if (s.op && s.op->run.tensors == &cast_like && s.proto->input_size() > 1)
+        if (auto d = declared.find(s.proto->input(1)); d != declared.end())
+          if (narrow_int_bits(d->second.elem) || is_narrow_float(d->second.elem)) s.cast_to = d->second.elem;
     check_narrow();
   }
   // Values of the types soma holds in a wider dtype (INT4, UINT4, INT2, UINT2 in i8 / u8; the
@@ -2379,18 +2383,20 @@ struct Program {
       if (held(d.elem)) narrow[name] = d.elem;
     for (auto& s : steps) {
       const auto& n = *s.proto;
-      // Cast's handler converts them; CastLike's converts its input 0 (check_cast_like refuses
-      // them as the target).
+      // Cast's handler converts them; CastLike's converts its input 0 and reads only the type
+      // of input 1 (a narrow one makes it a Cast to that type: cast_to).
       const bool is_cast = s.op && s.op->run.tensors == &cast_;
+      const bool is_cast_like = s.op && s.op->run.tensors == &cast_like;
       for (int k = 0; k < n.input_size(); ++k) {
         auto it = narrow.find(n.input(k));
-        if (it != narrow.end() && !is_cast && !(s.op && s.op->run.tensors == &cast_like && k == 0))
+        if (it != narrow.end() && !is_cast && !is_cast_like)
           fail(kWho, s.what, ": input ", k, " has element type ", elem_type_name(it->second),
                ", which soma holds in ", soma_dtype(it->second, ""), " for Cast only (",
                n.op_type(), " on it is not supported)");
       }
-      if (is_cast && held(int(s.attrs->i("to"))))
-        for (auto& o : n.output()) narrow[o] = int(s.attrs->i("to"));
+      const int to = is_cast ? int(s.attrs->i("to")) : s.cast_to;
+      if ((is_cast || is_cast_like) && held(to))
+        for (auto& o : n.output()) narrow[o] = to;
     }
   }
   void fuse_conv_relu(const ::onnx::GraphProto& g);
@@ -2403,6 +2409,10 @@ struct Program {
     if (s.def) {
       auto t = run_mapped(s, in);
       return {t.begin(), t.end()};
+    }
+    if (s.cast_to) {
+      if (in.empty() || !in[0].defined()) fail(kWho, s.what, ": input 0 is missing");
+      return {cast_to_elem(in[0], s.cast_to, s.attrs->i("saturate") != 0, s.what)};
     }
     Node node{*s.proto, s.what, *s.attrs, in, opset, training, values, &scope, &s.graphs};
     node.relu = s.fused_relu;

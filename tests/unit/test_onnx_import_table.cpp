@@ -224,6 +224,18 @@ TEST_F(OnnxImportTable, CastToSubByteIntegersFollowsTheOnnxRule) {
   EXPECT_EQ(cast_to(kUint2, kFloat, oor), (V{3, 0, 0, 0, 3, 0, 0, 0}));
 }
 
+// CastLike whose `like` is declared INT4 (held in i8, whose dtype alone cannot tell INT4 from
+// INT8) runs as Cast to INT4, by the same rule.
+TEST_F(OnnxImportTable, CastLikeToASubByteTypeIsCastToIt) {
+  constexpr int kFloat = 1, kInt4 = 22;
+  auto m = onnx_model({{"CastLike", {"x", "like"}, {"y"}}},
+                      {{"x", {5}, kFloat}, {"like", {0}, kInt4}}, "y", 21);
+  const Tensor x = constant<float>({-9, -7.9f, 6.9f, 16, 300}, Shape{5});
+  const Tensor like = zeros({0}, DType::i8);
+  EXPECT_EQ(run(m, {x, like}).at(0).cast(DType::i64).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{7, -7, 6, 0, -4}));
+}
+
 TEST_F(OnnxImportTable, AnOperatorOutsideItsMappingsOpsetRangeFailsAtLoad) {
   auto bytes = onnx_model({{"Cast", {"x"}, {"y"}, {attr_int("to", 7)}}}, {{"x", {2, 3}}}, "y", 5);
   std::string msg = error_of([&] { onnx::load_from_bytes(bytes); });
