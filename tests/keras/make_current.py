@@ -20,13 +20,9 @@ import numpy as np  # noqa: E402
 import keras  # noqa: E402
 from keras import layers  # noqa: E402
 
+from make_fixtures import write_files  # noqa: E402  (this folder: the same file formats)
+
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "current")
-
-
-def write_tensor(f, a):
-    a = np.asarray(a, dtype=np.float32)
-    f.write("shape " + " ".join(str(d) for d in a.shape) + "\n")
-    f.write(" ".join("%.9g" % v for v in a.reshape(-1)) + "\n")
 
 
 def save(name, model, x, rng, names):
@@ -45,13 +41,7 @@ def save(name, model, x, rng, names):
     for layer in model.layers:
         if isinstance(layer, layers.Normalization):
             layer.finalize_state()
-    with open(os.path.join(OUT, name + ".json"), "w") as f:
-        f.write(model.to_json())
-    model.save_weights(os.path.join(OUT, name + ".weights.h5"))
-    y = model.predict(x, verbose=0)
-    with open(os.path.join(OUT, name + "_io.txt"), "w") as f:
-        write_tensor(f, x)
-        write_tensor(f, y)
+    write_files(OUT, name, model, x)
     names.append(name)
 
 

@@ -37,11 +37,16 @@ def save(name, model, x, rng):
         lo = 0.5 if "variance" in w.path else -0.5
         weights.append(rng.uniform(lo, 1.0, size=w.shape).astype(np.float32))
     model.set_weights(weights)
-    with open(os.path.join(HERE, name + ".json"), "w") as f:
+    write_files(HERE, name, model, x)
+
+
+def write_files(out, name, model, x):
+    """NAME.json, NAME.weights.h5 and NAME_io.txt (the input and Keras' prediction) in out."""
+    with open(os.path.join(out, name + ".json"), "w") as f:
         f.write(model.to_json())
-    model.save_weights(os.path.join(HERE, name + ".weights.h5"))
+    model.save_weights(os.path.join(out, name + ".weights.h5"))
     y = model.predict(x, verbose=0)
-    with open(os.path.join(HERE, name + "_io.txt"), "w") as f:
+    with open(os.path.join(out, name + "_io.txt"), "w") as f:
         write_tensor(f, x)
         write_tensor(f, y)
 
