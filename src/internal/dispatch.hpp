@@ -45,6 +45,9 @@ template <class T> struct compute_type { using type = T; };
 template <> struct compute_type<Half> { using type = float; };
 template <> struct compute_type<BFloat16> { using type = float; };
 template <class T> using compute_t = typename compute_type<T>::type;
+// f32 and the 16-bit floats: the dtypes the CPU kernels' instruction-set passes compile their own
+// loops for (the other dtypes run the baseline pass's loops; backend/cpu/elementwise.cpp).
+template <class T> constexpr bool computes_in_f32_v = std::is_same_v<compute_t<T>, float>;
 
 // f64 -> f32 rounded to odd (truncate, then set the last bit if anything was lost), so that a
 // second rounding to 16 bits gives the same result as rounding f64 to 16 bits directly.

@@ -28,10 +28,7 @@ template <class S, class D> constexpr bool in_this_pass() {
 #if SOMA_ISA_ONCE
   return true;
 #else
-  auto wide = []<class T>() {
-    return std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-  };
-  return wide.template operator()<S>() || wide.template operator()<D>();
+  return computes_in_f32_v<S> || computes_in_f32_v<D>;
 #endif
 }
 

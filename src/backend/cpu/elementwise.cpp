@@ -34,7 +34,7 @@ template <class T> constexpr bool in_this_pass() {
 #elif !SOMA_ISA_AVX2
   return false;
 #else
-  return std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+  return computes_in_f32_v<T>;
 #endif
 }
 template <class F> KernelFn g_baseline_kernel = nullptr;

@@ -49,7 +49,7 @@ template <class T> constexpr bool in_this_pass() {
 #if SOMA_ISA_ONCE
   return true;
 #else
-  return std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+  return computes_in_f32_v<T>;
 #endif
 }
 enum Which { kSum, kProd, kMax, kMin, kArgmax, kArgmin };
